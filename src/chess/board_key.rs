@@ -1,0 +1,364 @@
+//! A fixed-size, cheap-to-compute identity for a board.
+//!
+//! ChessBench identifies a board by its full FEN (halfmove clock and fullmove
+//! number included, en passant square only when a legal en passant capture
+//! exists, as python-chess and shakmaty's `EnPassantMode::Legal` print it).
+//! Rendering a FEN costs ~300 ns; ingest needs the identity of every ply, so
+//! it uses this key instead and renders the FEN once per *distinct* board.
+//! Equal keys <=> equal FENs (tested against the golden boards).
+//!
+//! Layout (five little-endian u64 words, 40 bytes):
+//! - `w[0]`: white pieces;
+//! - `w[1..4]`: the three bits of the piece's role code, one bit-plane each
+//!   (pawn 1, knight 2, bishop 3, rook 4, queen 5, king 6; empty squares 0);
+//! - `w[4]`: bit 0 side to move (1 = black), bits 1–4 castling rights
+//!   (K, Q, k, q), bits 5–8 en passant file + 1 (0 = none), bits 9–31 halfmove
+//!   clock, bits 32–63 fullmove number.
+//!
+//! This layout is part of the spill format only; it never reaches a table.
+
+use std::num::NonZeroU32;
+
+use shakmaty::{
+    Bitboard, Board, ByColor, ByRole, CastlingMode, CastlingSide, Chess, Color, EnPassantMode,
+    File, Position, Rank, Setup, Square,
+};
+use thiserror::Error;
+
+/// Size of a key in bytes.
+pub const KEY_BYTES: usize = 40;
+
+const MAX_HALFMOVES: u32 = (1 << 23) - 1;
+
+/// The identity of a board; see the module docs.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default, PartialOrd, Ord)]
+pub struct BoardKey(pub [u64; 5]);
+
+/// Writes `v` in decimal at the start of `out`; returns the length.
+fn write_decimal(mut v: u32, out: &mut [u8]) -> usize {
+    let mut digits = [0u8; 10];
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (v % 10) as u8;
+        len += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        out[i] = digits[len - 1 - i];
+    }
+    len
+}
+
+/// A position that cannot be keyed or a key that is not a legal position.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum BoardKeyError {
+    #[error("halfmove clock {0} exceeds the supported maximum of {MAX_HALFMOVES}")]
+    HalfmoveOverflow(u32),
+    #[error("key does not describe a consistent board")]
+    InconsistentBoard,
+    #[error("key does not describe a legal standard chess position")]
+    IllegalPosition,
+}
+
+const ROLE_CHARS: [u8; 7] = *b".pnbrqk";
+
+impl BoardKey {
+    /// Keys a standard chess position.
+    #[inline]
+    pub fn from_position(pos: &Chess) -> Result<BoardKey, BoardKeyError> {
+        let board = pos.board();
+        let b0 = board.pawns() | board.bishops() | board.queens();
+        let b1 = board.knights() | board.bishops() | board.kings();
+        let b2 = board.rooks() | board.queens() | board.kings();
+        let halfmoves = pos.halfmoves();
+        if halfmoves > MAX_HALFMOVES {
+            return Err(BoardKeyError::HalfmoveOverflow(halfmoves));
+        }
+        let castles = pos.castles();
+        let mut meta = u64::from(pos.turn() == Color::Black);
+        meta |= u64::from(castles.has(Color::White, CastlingSide::KingSide)) << 1;
+        meta |= u64::from(castles.has(Color::White, CastlingSide::QueenSide)) << 2;
+        meta |= u64::from(castles.has(Color::Black, CastlingSide::KingSide)) << 3;
+        meta |= u64::from(castles.has(Color::Black, CastlingSide::QueenSide)) << 4;
+        if let Some(ep) = pos.ep_square(EnPassantMode::Legal) {
+            meta |= (u64::from(u32::from(ep.file())) + 1) << 5;
+        }
+        meta |= u64::from(halfmoves) << 9;
+        meta |= u64::from(pos.fullmoves().get()) << 32;
+        Ok(BoardKey([board.white().0, b0.0, b1.0, b2.0, meta]))
+    }
+
+    /// Side to move.
+    pub fn turn(&self) -> Color {
+        if self.0[4] & 1 == 1 {
+            Color::Black
+        } else {
+            Color::White
+        }
+    }
+
+    /// Halfmove clock.
+    pub fn halfmoves(&self) -> u32 {
+        ((self.0[4] >> 9) & u64::from(MAX_HALFMOVES)) as u32
+    }
+
+    /// Fullmove number.
+    pub fn fullmoves(&self) -> u32 {
+        (self.0[4] >> 32) as u32
+    }
+
+    fn ep_square(&self) -> Option<Square> {
+        let file = ((self.0[4] >> 5) & 0xf) as u32;
+        if file == 0 {
+            return None;
+        }
+        let rank = if self.turn() == Color::White {
+            Rank::Sixth
+        } else {
+            Rank::Third
+        };
+        Some(Square::from_coords(File::new(file - 1), rank))
+    }
+
+    /// Appends the FEN (EnPassantMode::Legal, as python-chess prints it).
+    pub fn write_fen(&self, out: &mut String) {
+        // At most 64 + 7 + 2 + 5 + 3 + 9 + 11 bytes; assembled on the stack.
+        let mut buf = [0u8; 112];
+        let mut n = 0;
+        let [white, b0, b1, b2, meta] = self.0;
+        let occupied = b0 | b1 | b2;
+        for rank in (0..8u32).rev() {
+            // Visit only the occupied squares of the rank.
+            let mut bits = (occupied >> (rank * 8)) & 0xff;
+            let mut file = 0u32;
+            while bits != 0 {
+                let f = bits.trailing_zeros();
+                if f > file {
+                    buf[n] = b'0' + (f - file) as u8;
+                    n += 1;
+                }
+                let sq = rank * 8 + f;
+                let code =
+                    (((b0 >> sq) & 1) | (((b1 >> sq) & 1) << 1) | (((b2 >> sq) & 1) << 2)) as usize;
+                let ch = ROLE_CHARS[code];
+                buf[n] = if (white >> sq) & 1 == 1 {
+                    ch.to_ascii_uppercase()
+                } else {
+                    ch
+                };
+                n += 1;
+                file = f + 1;
+                bits &= bits - 1;
+            }
+            if file < 8 {
+                buf[n] = b'0' + (8 - file) as u8;
+                n += 1;
+            }
+            buf[n] = if rank > 0 { b'/' } else { b' ' };
+            n += 1;
+        }
+        buf[n] = if meta & 1 == 1 { b'b' } else { b'w' };
+        buf[n + 1] = b' ';
+        n += 2;
+        let castling = (meta >> 1) & 0xf;
+        if castling == 0 {
+            buf[n] = b'-';
+            n += 1;
+        } else {
+            for (bit, ch) in [(1, b'K'), (2, b'Q'), (4, b'k'), (8, b'q')] {
+                if castling & bit != 0 {
+                    buf[n] = ch;
+                    n += 1;
+                }
+            }
+        }
+        buf[n] = b' ';
+        n += 1;
+        match self.ep_square() {
+            Some(sq) => {
+                buf[n] = b'a' + u32::from(sq.file()) as u8;
+                buf[n + 1] = b'1' + u32::from(sq.rank()) as u8;
+                n += 2;
+            }
+            None => {
+                buf[n] = b'-';
+                n += 1;
+            }
+        }
+        for number in [self.halfmoves(), self.fullmoves()] {
+            buf[n] = b' ';
+            n += 1;
+            n += write_decimal(number, &mut buf[n..]);
+        }
+        // Only ASCII was written.
+        out.push_str(std::str::from_utf8(&buf[..n]).unwrap_or_default());
+    }
+
+    /// The FEN as a new string.
+    pub fn fen(&self) -> String {
+        let mut s = String::with_capacity(90);
+        self.write_fen(&mut s);
+        s
+    }
+
+    /// Rebuilds the position (for legal move generation).
+    pub fn to_position(&self) -> Result<Chess, BoardKeyError> {
+        let [white, b0, b1, b2, meta] = self.0;
+        let occupied = b0 | b1 | b2;
+        let by_role = ByRole {
+            pawn: Bitboard(b0 & !b1 & !b2),
+            knight: Bitboard(!b0 & b1 & !b2),
+            bishop: Bitboard(b0 & b1 & !b2),
+            rook: Bitboard(!b0 & !b1 & b2),
+            queen: Bitboard(b0 & !b1 & b2),
+            king: Bitboard(!b0 & b1 & b2),
+        };
+        let by_color = ByColor {
+            white: Bitboard(white),
+            black: Bitboard(occupied & !white),
+        };
+        let board = Board::try_from_bitboards(by_role, by_color)
+            .map_err(|_| BoardKeyError::InconsistentBoard)?;
+        let mut castling_rights = Bitboard::EMPTY;
+        for (bit, sq) in [
+            (1, Square::H1),
+            (2, Square::A1),
+            (4, Square::H8),
+            (8, Square::A8),
+        ] {
+            if (meta >> 1) & bit != 0 {
+                castling_rights.add(sq);
+            }
+        }
+        let fullmoves = NonZeroU32::new(self.fullmoves()).ok_or(BoardKeyError::IllegalPosition)?;
+        let setup = Setup {
+            board,
+            promoted: Bitboard::EMPTY,
+            pockets: None,
+            turn: self.turn(),
+            castling_rights,
+            ep_square: self.ep_square(),
+            remaining_checks: None,
+            halfmoves: self.halfmoves(),
+            fullmoves,
+        };
+        setup
+            .position(CastlingMode::Standard)
+            .map_err(|_| BoardKeyError::IllegalPosition)
+    }
+
+    /// A well-mixed 64-bit hash of the key (partitioning and hash tables).
+    #[inline]
+    pub fn hash64(&self) -> u64 {
+        let mut h: u64 = 0x243f_6a88_85a3_08d3;
+        for w in self.0 {
+            h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            h ^= h >> 29;
+        }
+        // murmur3 fmix64
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+
+    /// Serialises to 40 little-endian bytes.
+    pub fn to_bytes(&self) -> [u8; KEY_BYTES] {
+        let mut out = [0u8; KEY_BYTES];
+        for (chunk, w) in out.chunks_exact_mut(8).zip(self.0) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    /// Inverse of [`BoardKey::to_bytes`].
+    pub fn from_bytes(bytes: &[u8; KEY_BYTES]) -> BoardKey {
+        let mut w = [0u64; 5];
+        for (i, chunk) in bytes.chunks_exact(8).enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            w[i] = u64::from_le_bytes(b);
+        }
+        BoardKey(w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shakmaty::fen::Fen;
+
+    fn position(fen: &str) -> Chess {
+        fen.parse::<Fen>()
+            .unwrap()
+            .into_position(CastlingMode::Standard)
+            .unwrap()
+    }
+
+    fn shakmaty_fen(pos: &Chess) -> String {
+        Fen::from_position(pos, EnPassantMode::Legal).to_string()
+    }
+
+    #[test]
+    fn start_position_round_trip() {
+        let pos = Chess::default();
+        let key = BoardKey::from_position(&pos).unwrap();
+        assert_eq!(
+            key.fen(),
+            "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+        );
+        assert_eq!(key.to_position().unwrap(), pos);
+        assert_eq!(BoardKey::from_bytes(&key.to_bytes()), key);
+    }
+
+    #[test]
+    fn en_passant_only_when_legal() {
+        // After 1. e4 no black pawn can capture: no ep square in the FEN.
+        let pos = position("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1");
+        assert!(
+            BoardKey::from_position(&pos)
+                .unwrap()
+                .fen()
+                .contains(" b KQkq - ")
+        );
+        // With a black pawn on d4 the capture is legal.
+        let pos = position("rnbqkbnr/ppp1pppp/8/8/3pP3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 3");
+        let key = BoardKey::from_position(&pos).unwrap();
+        assert!(key.fen().contains(" b KQkq e3 0 3"));
+        assert_eq!(key.to_position().unwrap(), pos);
+    }
+
+    #[test]
+    fn golden_boards_round_trip() {
+        let Some(dir) = crate::testing::golden_dir() else {
+            return;
+        };
+        let text = std::fs::read_to_string(dir.join("tokens.jsonl")).unwrap();
+        let mut seen = std::collections::HashMap::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let fen = v["fen"].as_str().unwrap();
+            let pos = position(fen);
+            let key = BoardKey::from_position(&pos).unwrap();
+            assert_eq!(key.fen(), fen);
+            assert_eq!(key.fen(), shakmaty_fen(&pos));
+            assert_eq!(key.to_position().unwrap(), pos, "{fen}");
+            // Distinct FENs get distinct keys and vice versa.
+            if let Some(other) = seen.insert(key, fen.to_owned()) {
+                assert_eq!(other, fen);
+            }
+        }
+        assert!(seen.len() >= 400);
+    }
+
+    #[test]
+    fn rejects_inconsistent_keys() {
+        let mut key = BoardKey::from_position(&Chess::default()).unwrap();
+        key.0[0] = u64::MAX; // white pieces on empty squares
+        assert_eq!(key.to_position(), Err(BoardKeyError::InconsistentBoard));
+    }
+}

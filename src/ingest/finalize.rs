@@ -1,0 +1,319 @@
+//! Writes a split's distinct boards as `boards` and `legal_moves` parts.
+//!
+//! Board ids are assigned here, densely, in order of first occurrence. Part N
+//! of both tables covers board ids [N * 2^20, (N + 1) * 2^20); parts are
+//! written in parallel, one per thread, so the layout does not depend on the
+//! thread count.
+
+use std::{
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use arrow_array::{
+    ArrayRef, RecordBatch,
+    builder::{StringBuilder, UInt8Builder, UInt16Builder, UInt32Builder, UInt64Builder},
+};
+use shakmaty::Position;
+
+use super::{
+    IngestError,
+    boards::{BoardStream, Entry, split_first_seen},
+};
+use crate::{
+    chess::{NUM_ACTIONS, vocabulary},
+    store::{
+        Table,
+        writer::{BOARDS_PER_PART, PartWriter, part_file_name},
+    },
+};
+
+/// Record counts of a split (Table A1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BoardTotals {
+    /// Distinct boards.
+    pub state_value: u64,
+    /// Distinct boards with a legal move.
+    pub behavioral_cloning: u64,
+    /// Their legal moves.
+    pub action_value: u64,
+    /// Occurrences of all boards.
+    pub positions: u64,
+}
+
+impl std::ops::AddAssign for BoardTotals {
+    fn add_assign(&mut self, o: BoardTotals) {
+        self.state_value += o.state_value;
+        self.behavioral_cloning += o.behavioral_cloning;
+        self.action_value += o.action_value;
+        self.positions += o.positions;
+    }
+}
+
+/// Boards rendered per job (a part's jobs run in parallel, and are written
+/// in order).
+const JOB_BOARDS: usize = 16 * 1024;
+
+/// Writes all parts of one split. `done` counts boards written (progress).
+pub fn write_split(
+    mut stream: BoardStream,
+    boards_dir: &Path,
+    moves_dir: &Path,
+    threads: usize,
+    done: &Arc<AtomicU64>,
+) -> Result<BoardTotals, IngestError> {
+    let mut totals = BoardTotals::default();
+    let mut chunk: Vec<Entry> = Vec::new();
+    for part in 0.. {
+        chunk.clear();
+        for entry in stream.by_ref() {
+            chunk.push(entry?);
+            if chunk.len() as u64 == BOARDS_PER_PART {
+                break;
+            }
+        }
+        if chunk.is_empty() && part > 0 {
+            break;
+        }
+        totals += write_part(part, &chunk, boards_dir, moves_dir, threads, done)?;
+        if (chunk.len() as u64) < BOARDS_PER_PART {
+            break;
+        }
+    }
+    Ok(totals)
+}
+
+/// In-order writer for one table's part file, fed from several threads.
+fn ordered_writer(
+    path: &Path,
+    table: Table,
+    batches: crossbeam_channel::Receiver<(usize, RecordBatch)>,
+) -> Result<(), IngestError> {
+    let mut out = PartWriter::create(path, table)?;
+    let mut pending = std::collections::BTreeMap::new();
+    let mut next = 0usize;
+    for (i, batch) in batches {
+        pending.insert(i, batch);
+        while let Some(batch) = pending.remove(&next) {
+            out.write(&batch)?;
+            next += 1;
+        }
+    }
+    if out.rows() == 0 {
+        out.write(&RecordBatch::new_empty(table.schema()))?;
+    }
+    out.finish()?;
+    Ok(())
+}
+
+/// Renders and writes part `part`: boards with ids part * 2^20 + i.
+fn write_part(
+    part: u64,
+    entries: &[Entry],
+    boards_dir: &Path,
+    moves_dir: &Path,
+    threads: usize,
+    done: &AtomicU64,
+) -> Result<BoardTotals, IngestError> {
+    let name = part_file_name(part);
+    let base = part * BOARDS_PER_PART;
+    let threads = threads.max(1);
+    std::thread::scope(|scope| {
+        let (job_tx, job_rx) = crossbeam_channel::bounded::<(usize, &[Entry])>(threads * 2);
+        let (b_tx, b_rx) = crossbeam_channel::bounded::<(usize, RecordBatch)>(threads * 2);
+        let (m_tx, m_rx) = crossbeam_channel::bounded::<(usize, RecordBatch)>(threads * 2);
+        let boards_path = boards_dir.join(&name);
+        let moves_path = moves_dir.join(&name);
+        let boards_writer = scope.spawn(move || ordered_writer(&boards_path, Table::Boards, b_rx));
+        let moves_writer =
+            scope.spawn(move || ordered_writer(&moves_path, Table::LegalMoves, m_rx));
+        let renderers: Vec<_> = (0..threads)
+            .map(|_| {
+                let (job_rx, b_tx, m_tx) = (job_rx.clone(), b_tx.clone(), m_tx.clone());
+                scope.spawn(move || -> Result<BoardTotals, IngestError> {
+                    let mut totals = BoardTotals::default();
+                    for (i, slice) in job_rx {
+                        let first_id = base + (i * JOB_BOARDS) as u64;
+                        let (boards, moves, t) = render(first_id, slice)?;
+                        totals += t;
+                        done.fetch_add(slice.len() as u64, Ordering::Relaxed);
+                        if b_tx.send((i, boards)).is_err() || m_tx.send((i, moves)).is_err() {
+                            break; // a writer failed; its error is reported below
+                        }
+                    }
+                    Ok(totals)
+                })
+            })
+            .collect();
+        drop((job_rx, b_tx, m_tx));
+        for job in entries.chunks(JOB_BOARDS).enumerate() {
+            if job_tx.send(job).is_err() {
+                break;
+            }
+        }
+        drop(job_tx);
+        let mut totals = BoardTotals::default();
+        let mut first_err = None;
+        let panicked = || IngestError::Internal("board writer thread panicked".into());
+        for r in renderers {
+            match r.join().unwrap_or_else(|_| Err(panicked())) {
+                Ok(t) => totals += t,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        for w in [boards_writer, moves_writer] {
+            if let Err(e) = w.join().unwrap_or_else(|_| Err(panicked())) {
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(totals),
+        }
+    })
+}
+
+struct BoardColumns {
+    board_id: UInt64Builder,
+    fen: StringBuilder,
+    side: StringBuilder,
+    occurrences: UInt64Builder,
+    legal: UInt8Builder,
+    terminal: StringBuilder,
+    first_game_no: UInt64Builder,
+    first_ply: UInt32Builder,
+    rows: usize,
+}
+
+impl BoardColumns {
+    fn new(n: usize) -> BoardColumns {
+        BoardColumns {
+            board_id: UInt64Builder::with_capacity(n),
+            fen: StringBuilder::with_capacity(n, n * 64),
+            side: StringBuilder::with_capacity(n, n),
+            occurrences: UInt64Builder::with_capacity(n),
+            legal: UInt8Builder::with_capacity(n),
+            terminal: StringBuilder::with_capacity(n, n * 4),
+            first_game_no: UInt64Builder::with_capacity(n),
+            first_ply: UInt32Builder::with_capacity(n),
+            rows: 0,
+        }
+    }
+
+    fn finish(&mut self) -> Result<RecordBatch, IngestError> {
+        self.rows = 0;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.board_id.finish()),
+            Arc::new(self.fen.finish()),
+            Arc::new(self.side.finish()),
+            Arc::new(self.occurrences.finish()),
+            Arc::new(self.legal.finish()),
+            Arc::new(self.terminal.finish()),
+            Arc::new(self.first_game_no.finish()),
+            Arc::new(self.first_ply.finish()),
+        ];
+        RecordBatch::try_new(Table::Boards.schema(), columns)
+            .map_err(|e| IngestError::Internal(format!("boards batch: {e}")))
+    }
+}
+
+struct MoveColumns {
+    board_id: UInt64Builder,
+    action: UInt16Builder,
+    uci: StringBuilder,
+    rows: usize,
+}
+
+impl MoveColumns {
+    fn new(n: usize) -> MoveColumns {
+        MoveColumns {
+            board_id: UInt64Builder::with_capacity(n),
+            action: UInt16Builder::with_capacity(n),
+            uci: StringBuilder::with_capacity(n, n * 5),
+            rows: 0,
+        }
+    }
+
+    fn finish(&mut self) -> Result<RecordBatch, IngestError> {
+        self.rows = 0;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.board_id.finish()),
+            Arc::new(self.action.finish()),
+            Arc::new(self.uci.finish()),
+        ];
+        RecordBatch::try_new(Table::LegalMoves.schema(), columns)
+            .map_err(|e| IngestError::Internal(format!("legal_moves batch: {e}")))
+    }
+}
+
+/// Renders boards `first_id..` into a boards batch and a legal_moves batch.
+fn render(
+    first_id: u64,
+    entries: &[Entry],
+) -> Result<(RecordBatch, RecordBatch, BoardTotals), IngestError> {
+    let vocab = vocabulary();
+    let mut b = BoardColumns::new(entries.len());
+    let mut m = MoveColumns::new(entries.len() * 32);
+    let mut totals = BoardTotals::default();
+    let mut fen = String::with_capacity(96);
+    let mut actions: Vec<u16> = Vec::with_capacity(256);
+    for (i, e) in entries.iter().enumerate() {
+        let id = first_id + i as u64;
+        fen.clear();
+        e.key.write_fen(&mut fen);
+        let pos = e.key.to_position().map_err(|err| {
+            IngestError::Internal(format!("board {id} ({fen}) cannot be rebuilt: {err}"))
+        })?;
+        let legal = pos.legal_moves();
+        // Sort by action index through a bitset of the 1968 actions.
+        let mut seen = [0u64; NUM_ACTIONS.div_ceil(64)];
+        for mv in &legal {
+            let a = vocab.index_of_move(mv).ok_or_else(|| {
+                IngestError::Internal(format!(
+                    "move {mv:?} of {fen} is not in the action vocabulary"
+                ))
+            })?;
+            seen[usize::from(a / 64)] |= 1 << (a % 64);
+        }
+        actions.clear();
+        for (w, &word) in seen.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                actions.push((w * 64) as u16 + bits.trailing_zeros() as u16);
+                bits &= bits - 1;
+            }
+        }
+        let terminal = match (actions.is_empty(), pos.is_check()) {
+            (false, _) => "none",
+            (true, true) => "checkmate",
+            (true, false) => "stalemate",
+        };
+        let (first_game_no, first_ply) = split_first_seen(e.first);
+        b.board_id.append_value(id);
+        b.fen.append_value(&fen);
+        b.side
+            .append_value(if e.key.turn().is_white() { "w" } else { "b" });
+        b.occurrences.append_value(e.count);
+        b.legal.append_value(actions.len() as u8);
+        b.terminal.append_value(terminal);
+        b.first_game_no.append_value(first_game_no);
+        b.first_ply.append_value(first_ply);
+        b.rows += 1;
+        for &a in &actions {
+            m.board_id.append_value(id);
+            m.action.append_value(a);
+            m.uci.append_value(vocab.uci(a).unwrap_or_default());
+        }
+        m.rows += actions.len();
+        totals.state_value += 1;
+        totals.behavioral_cloning += u64::from(!actions.is_empty());
+        totals.action_value += actions.len() as u64;
+        totals.positions += e.count;
+    }
+    Ok((b.finish()?, m.finish()?, totals))
+}

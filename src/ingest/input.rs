@@ -1,0 +1,87 @@
+//! Opening inputs: files or standard input, plain or zstd (detected from the
+//! first bytes, so `curl URL | chessbench ingest -` works on a `.pgn.zst`
+//! stream without `zstd -dc`).
+
+use std::{
+    fs::File,
+    io::{self, Cursor, Read},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use super::{
+    IngestError,
+    config::{InputSpec, Source},
+};
+
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// Counts bytes read from the underlying file or stream (progress, manifest).
+struct Counting<R> {
+    inner: R,
+    counter: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.counter.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// An opened input: a stream of PGN bytes.
+pub struct OpenInput {
+    pub reader: Box<dyn Read + Send>,
+    pub zstd: bool,
+    /// Size on disk, when known (files).
+    pub size: Option<u64>,
+}
+
+/// Opens an input. `counter` receives the number of raw bytes read.
+pub fn open(spec: &InputSpec, counter: Arc<AtomicU64>) -> Result<OpenInput, IngestError> {
+    let input_err = |source: io::Error| IngestError::Input {
+        input: spec.display.clone(),
+        source,
+    };
+    let (raw, size): (Box<dyn Read + Send>, Option<u64>) = match &spec.source {
+        Source::Stdin => (Box::new(io::stdin()), None),
+        Source::Path(path) => {
+            let file = File::open(path).map_err(input_err)?;
+            let size = file.metadata().ok().map(|m| m.len());
+            (Box::new(file), size)
+        }
+    };
+    let mut raw = Counting {
+        inner: raw,
+        counter,
+    };
+    // Sniff the first bytes; keep them in front of the rest of the stream.
+    let mut head = [0u8; 4];
+    let mut got = 0;
+    while got < head.len() {
+        match raw.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(input_err(e)),
+        }
+    }
+    let stream = Cursor::new(head[..got].to_vec()).chain(raw);
+    if got == 4 && head == ZSTD_MAGIC {
+        let decoder = zstd::stream::read::Decoder::new(stream).map_err(input_err)?;
+        Ok(OpenInput {
+            reader: Box::new(decoder),
+            zstd: true,
+            size,
+        })
+    } else {
+        Ok(OpenInput {
+            reader: Box::new(stream),
+            zstd: false,
+            size,
+        })
+    }
+}

@@ -1,0 +1,657 @@
+//! The ingest stage: Lichess PGN dumps to deduplicated Parquet tables.
+//!
+//! ```text
+//! inputs ──> chunker ──blocks──> workers (parse, check, play; N threads)
+//!                                   │ results, any order
+//!                                   v
+//!            collector (input order: game numbers, games + rejects tables,
+//!                       --max-games, --sample-games)
+//!                                   │ board keys, game order
+//!                                   v
+//!            aggregator (distinct boards, first occurrence, spills past
+//!                        --memory-limit) ──> finalize (boards + legal_moves)
+//! ```
+//! Everything is written into a staging directory and committed atomically
+//! with the manifest (see [`crate::store::commit`]).
+
+pub mod boards;
+pub mod chunker;
+pub mod config;
+pub mod finalize;
+pub mod game;
+pub mod input;
+pub mod sample;
+pub mod tables;
+pub mod worker;
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    path::PathBuf,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use thiserror::Error;
+
+use self::{
+    boards::{Aggregator, BatchGame, KeyBatch},
+    chunker::{Block, Chunker},
+    config::{ConfigError, IngestConfig, Source},
+    finalize::{BoardTotals, write_split},
+    game::{GameVisitor, RejectReason},
+    sample::{Candidate, Reservoir},
+    tables::{GamesBuilder, Position, RejectsBuilder, RowSink},
+    worker::{BlockResult, Emit, Verdict, WorkerSettings, process_block, replay},
+};
+use crate::store::{
+    RunDir, StoreError, Table,
+    manifest::{IngestRecord, InputRecord, SplitCounts, SplitManifest},
+};
+
+/// Ingest failures. Bad *games* are never errors (they go to `rejects`);
+/// these are problems with inputs as a whole, the output or the machine.
+#[derive(Debug, Error)]
+pub enum IngestError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot read input {input}: {source}")]
+    Input {
+        input: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("spill file {}: {source}", path.display())]
+    Spill {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// What an ingest did.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub splits: Vec<(String, SplitCounts)>,
+    pub inputs: Vec<InputRecord>,
+    pub seconds: f64,
+    /// Board deduplication exceeded the memory limit and used disk.
+    pub spilled: bool,
+    /// Wall-clock seconds per phase: stream (read, parse, play, count
+    /// boards), dedup (merge spilled partitions), boards (write boards and
+    /// legal_moves), commit.
+    pub phases: Vec<(&'static str, f64)>,
+}
+
+impl Summary {
+    /// Games read from all inputs.
+    pub fn games_read(&self) -> u64 {
+        self.inputs.iter().map(|i| i.games_read).sum()
+    }
+    /// Decompressed PGN bytes read.
+    pub fn pgn_bytes(&self) -> u64 {
+        self.inputs.iter().map(|i| i.pgn_bytes).sum()
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Per-input state shared with the chunker thread.
+#[derive(Default)]
+struct InputShared {
+    raw_bytes: Arc<AtomicU64>,
+    zstd: AtomicBool,
+}
+
+/// Runs an ingest and commits its splits into `config.out`.
+pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
+    let clock = Instant::now();
+    let started_at = now_secs();
+    let run_dir = RunDir::open(&config.out)?;
+    let txn = run_dir.begin()?;
+    let splits = config.splits();
+    if splits.len() > usize::from(u8::MAX) {
+        return Err(IngestError::Internal("more than 255 splits".into()));
+    }
+    let split_of = |name: &str| splits.iter().position(|s| s == name).unwrap_or(0) as u8;
+    let settings = WorkerSettings {
+        filter: config.filter.clone(),
+        limits: config.limits,
+        input_splits: config.inputs.iter().map(|i| split_of(&i.split)).collect(),
+        test: config
+            .test_fraction
+            .map(|f| (f, split_of(&config.test_split))),
+        emit: if config.selection.sample.is_some() {
+            Emit::Moves
+        } else {
+            Emit::Keys
+        },
+    };
+    let mut collector = Collector {
+        config,
+        inputs: config
+            .inputs
+            .iter()
+            .map(|i| InputState {
+                record: InputRecord {
+                    source: i.display.clone(),
+                    split: i.split.clone(),
+                    zstd: false,
+                    bytes_read: 0,
+                    pgn_bytes: 0,
+                    games_read: 0,
+                    error: None,
+                },
+                game_index: 0,
+                lines: 0,
+            })
+            .collect(),
+        input_splits: settings.input_splits.clone(),
+        games: splits
+            .iter()
+            .map(|s| Ok(RowSink::new(txn.partition(Table::Games, s)?)))
+            .collect::<Result<_, StoreError>>()?,
+        rejects: splits
+            .iter()
+            .map(|s| Ok(RowSink::new(txn.partition(Table::Rejects, s)?)))
+            .collect::<Result<_, StoreError>>()?,
+        counts: vec![SplitCounts::default(); splits.len()],
+        offered: vec![0; splits.len()],
+        next_game_no: 0,
+        accepted: 0,
+        stopped: false,
+        reservoir: match config.selection.sample {
+            Some(s) => Some(Reservoir::new(s.games, s.seed, &txn.scratch("sample")?)?),
+            None => None,
+        },
+    };
+    let aggregator = Aggregator::new(splits.len(), config.memory_limit, &txn.scratch("boards")?);
+    let shared: Vec<InputShared> = config
+        .inputs
+        .iter()
+        .map(|_| InputShared::default())
+        .collect();
+    let bar = progress_bar(config);
+    let stop = AtomicBool::new(false);
+    let fatal: Mutex<Option<IngestError>> = Mutex::new(None);
+
+    let (collected, aggregated) = std::thread::scope(|scope| {
+        let threads = config.threads.max(1);
+        let (block_tx, block_rx) = bounded::<Block>(threads);
+        let (result_tx, result_rx) = bounded::<BlockResult>(threads);
+        let (token_tx, token_rx) = bounded::<()>(threads * 4);
+        let (key_tx, key_rx) = bounded::<KeyBatch>(4);
+        let (stop, fatal, shared, settings) = (&stop, &fatal, &shared, &settings);
+
+        scope.spawn(move || chunk_inputs(config, shared, block_tx, token_tx, stop, fatal));
+        for _ in 0..threads {
+            let (rx, tx) = (block_rx.clone(), result_tx.clone());
+            scope.spawn(move || {
+                let mut visitor = GameVisitor::new(settings.filter.clone(), settings.limits);
+                for block in rx {
+                    let result = if stop.load(Ordering::Relaxed) {
+                        BlockResult {
+                            seq: block.seq,
+                            ..BlockResult::default()
+                        }
+                    } else {
+                        process_block(block, settings, &mut visitor)
+                    };
+                    if tx.send(result).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop((block_rx, result_tx));
+        let aggregating = scope.spawn(move || -> Result<Aggregator, IngestError> {
+            let mut aggregator = aggregator;
+            for batch in key_rx {
+                aggregator.add(&batch)?;
+            }
+            Ok(aggregator)
+        });
+        let mut result = collector.collect(result_rx, &token_rx, &key_tx, stop, &bar, shared);
+        if result.is_ok() && fatal.lock().map_or(true, |f| f.is_none()) {
+            result = collector.replay_sample(&key_tx);
+        }
+        drop(key_tx);
+        let aggregated = aggregating
+            .join()
+            .unwrap_or_else(|_| Err(IngestError::Internal("aggregator panicked".into())));
+        (result, aggregated)
+    });
+    if let Some(e) = fatal.lock().ok().and_then(|mut f| f.take()) {
+        return Err(e);
+    }
+    collected?;
+    let aggregator = aggregated?;
+    let spilled = aggregator.spilled();
+    let mut phases = vec![("stream", clock.elapsed().as_secs_f64())];
+    let mut lap = Instant::now();
+    let mut mark = |name: &'static str, phases: &mut Vec<(&'static str, f64)>| {
+        phases.push((name, lap.elapsed().as_secs_f64()));
+        lap = Instant::now();
+    };
+    bar.set_message("writing boards and legal moves");
+
+    // Boards and legal moves, split by split.
+    let streams = aggregator.finish()?;
+    mark("dedup", &mut phases);
+    let done = Arc::new(AtomicU64::new(0));
+    let mut totals = Vec::with_capacity(splits.len());
+    for (s, stream) in streams.into_iter().enumerate() {
+        let t = write_split(
+            stream,
+            &txn.partition(Table::Boards, &splits[s])?,
+            &txn.partition(Table::LegalMoves, &splits[s])?,
+            config.threads.max(1),
+            &done,
+        )?;
+        totals.push(t);
+    }
+    mark("boards", &mut phases);
+    let Collector {
+        inputs,
+        games,
+        rejects,
+        mut counts,
+        ..
+    } = collector;
+    for sink in games {
+        sink.finish()?;
+    }
+    for sink in rejects {
+        sink.finish()?;
+    }
+    let mut inputs: Vec<InputRecord> = inputs.into_iter().map(|i| i.record).collect();
+    for (record, sh) in inputs.iter_mut().zip(&shared) {
+        record.bytes_read = sh.raw_bytes.load(Ordering::Relaxed);
+        record.zstd = sh.zstd.load(Ordering::Relaxed);
+    }
+    for (c, t) in counts.iter_mut().zip(&totals) {
+        let BoardTotals {
+            state_value,
+            behavioral_cloning,
+            action_value,
+            positions,
+        } = *t;
+        c.state_value = state_value;
+        c.behavioral_cloning = behavioral_cloning;
+        c.action_value = action_value;
+        if c.positions != positions {
+            return Err(IngestError::Internal(format!(
+                "{} boards were counted but {positions} written",
+                c.positions
+            )));
+        }
+    }
+
+    let record = IngestRecord {
+        chessbench_version: env!("CARGO_PKG_VERSION").to_owned(),
+        started_at,
+        finished_at: now_secs(),
+        options: config.options_json(),
+        inputs: inputs.clone(),
+        splits_written: splits.clone(),
+    };
+    let mut manifest = run_dir.manifest()?;
+    for (name, c) in splits.iter().zip(&counts) {
+        manifest.splits.insert(
+            name.clone(),
+            SplitManifest {
+                ingest: record.clone(),
+                counts: c.clone(),
+                extra: BTreeMap::new(),
+            },
+        );
+    }
+    bar.set_message("committing");
+    txn.commit(&Table::ALL, &splits, manifest)?;
+    mark("commit", &mut phases);
+    bar.finish_and_clear();
+    Ok(Summary {
+        splits: splits.into_iter().zip(counts).collect(),
+        inputs,
+        seconds: clock.elapsed().as_secs_f64(),
+        spilled,
+        phases,
+    })
+}
+
+fn progress_bar(config: &IngestConfig) -> ProgressBar {
+    if !config.progress {
+        return ProgressBar::hidden();
+    }
+    let total: Option<u64> = config
+        .inputs
+        .iter()
+        .map(|i| match &i.source {
+            Source::Path(p) => std::fs::metadata(p).ok().map(|m| m.len()),
+            Source::Stdin => None,
+        })
+        .sum();
+    let bar = match total {
+        Some(t) => ProgressBar::with_draw_target(Some(t), ProgressDrawTarget::stderr()),
+        None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
+    };
+    let template = if total.is_some() {
+        "{spinner} [{elapsed_precise}] {bar:30} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} | {msg}"
+    } else {
+        "{spinner} [{elapsed_precise}] {bytes} read {bytes_per_sec} | {msg}"
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Reads every input in order and sends its blocks.
+fn chunk_inputs(
+    config: &IngestConfig,
+    shared: &[InputShared],
+    blocks: Sender<Block>,
+    tokens: Sender<()>,
+    stop: &AtomicBool,
+    fatal: &Mutex<Option<IngestError>>,
+) {
+    let mut seq = 0u64;
+    let fail = |e: IngestError| {
+        if let Ok(mut f) = fatal.lock() {
+            f.get_or_insert(e);
+        }
+        stop.store(true, Ordering::Relaxed);
+    };
+    for (i, spec) in config.inputs.iter().enumerate() {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let opened = match input::open(spec, shared[i].raw_bytes.clone()) {
+            Ok(o) => o,
+            Err(e) => return fail(e),
+        };
+        shared[i].zstd.store(opened.zstd, Ordering::Relaxed);
+        let mut chunker = Chunker::new(opened.reader, i, config.limits.max_game_bytes);
+        let mut first = true;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let block = match chunker.next_block(seq, first) {
+                Ok(Some(b)) => b,
+                Ok(None) => break,
+                Err(source) => {
+                    return fail(IngestError::Input {
+                        input: spec.display.clone(),
+                        source,
+                    });
+                }
+            };
+            first = false;
+            seq += 1;
+            if tokens.send(()).is_err() || blocks.send(block).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+struct InputState {
+    record: InputRecord,
+    game_index: u64,
+    /// Newlines before the next block.
+    lines: u64,
+}
+
+/// Consumes block results in input order.
+struct Collector<'a> {
+    config: &'a IngestConfig,
+    inputs: Vec<InputState>,
+    input_splits: Vec<u8>,
+    games: Vec<RowSink<GamesBuilder>>,
+    rejects: Vec<RowSink<RejectsBuilder>>,
+    counts: Vec<SplitCounts>,
+    /// Accepted games offered to the sampler, per split.
+    offered: Vec<u64>,
+    next_game_no: u64,
+    accepted: u64,
+    stopped: bool,
+    reservoir: Option<Reservoir>,
+}
+
+impl Collector<'_> {
+    fn collect(
+        &mut self,
+        results: Receiver<BlockResult>,
+        tokens: &Receiver<()>,
+        keys: &Sender<KeyBatch>,
+        stop: &AtomicBool,
+        bar: &ProgressBar,
+        shared: &[InputShared],
+    ) -> Result<(), IngestError> {
+        let mut pending: BTreeMap<u64, BlockResult> = BTreeMap::new();
+        let mut next = 0u64;
+        let mut outcome = Ok(());
+        let started = Instant::now();
+        let mut last_draw = Instant::now();
+        for result in results {
+            pending.insert(result.seq, result);
+            while let Some(r) = pending.remove(&next) {
+                next += 1;
+                let _ = tokens.recv();
+                if outcome.is_ok() && !stop.load(Ordering::Relaxed) {
+                    outcome = self.process(r, keys);
+                    if outcome.is_err() || self.stopped {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+            if last_draw.elapsed() > Duration::from_millis(250) {
+                last_draw = Instant::now();
+                bar.set_position(
+                    shared
+                        .iter()
+                        .map(|i| i.raw_bytes.load(Ordering::Relaxed))
+                        .sum(),
+                );
+                let read: u64 = self.inputs.iter().map(|i| i.record.games_read).sum();
+                let rejected: u64 = self.counts.iter().flat_map(|c| c.rejected.values()).sum();
+                let rate = read as f64 / started.elapsed().as_secs_f64().max(1e-3);
+                bar.set_message(format!(
+                    "{} games ({} rejected), {:.0} games/s",
+                    group(read),
+                    group(rejected),
+                    rate
+                ));
+            }
+        }
+        outcome
+    }
+
+    fn process(&mut self, r: BlockResult, keys: &Sender<KeyBatch>) -> Result<(), IngestError> {
+        let input = r.input;
+        let source = self.config.inputs[input].display.as_str();
+        let reject_split = usize::from(self.input_splits[input]);
+        let (base_offset, base_line) = {
+            let st = &self.inputs[input];
+            (st.record.pgn_bytes, st.lines + 1)
+        };
+        let mut batch_games = Vec::new();
+        let (mut key_cursor, mut move_cursor) = (0usize, 0usize);
+        for g in r.games {
+            if self.stopped {
+                break;
+            }
+            let game_no = self.next_game_no;
+            self.next_game_no += 1;
+            let st = &mut self.inputs[input];
+            let at = Position {
+                game_no,
+                source,
+                game_index: st.game_index,
+                byte_offset: base_offset + g.offset,
+                line: base_line + g.line,
+            };
+            st.game_index += 1;
+            st.record.games_read += 1;
+            match g.verdict {
+                Verdict::Accepted {
+                    meta,
+                    split,
+                    emitted,
+                } => {
+                    let s = usize::from(split);
+                    let emitted = emitted as usize;
+                    self.accepted += 1;
+                    if let Some(reservoir) = self.reservoir.as_mut() {
+                        self.offered[s] += 1;
+                        let moves = r.moves[move_cursor..move_cursor + emitted].to_vec();
+                        move_cursor += emitted;
+                        reservoir.offer(&Candidate {
+                            game_no,
+                            split,
+                            input: input as u32,
+                            game_index: at.game_index,
+                            byte_offset: at.byte_offset,
+                            line: at.line,
+                            meta: *meta,
+                            moves,
+                        })?;
+                    } else {
+                        self.games[s].builder.push(&at, &meta);
+                        self.games[s].row_added()?;
+                        self.counts[s].games += 1;
+                        self.counts[s].positions += emitted as u64;
+                        batch_games.push(BatchGame {
+                            split,
+                            game_no,
+                            boards: emitted as u32,
+                        });
+                        key_cursor += emitted;
+                    }
+                    if self.config.selection.max_games == Some(self.accepted) {
+                        self.stopped = true;
+                    }
+                }
+                Verdict::Rejected {
+                    reason,
+                    detail,
+                    ply,
+                    id,
+                } => {
+                    self.rejects[reject_split].builder.push(
+                        &at,
+                        reason,
+                        detail.as_deref(),
+                        ply,
+                        id.as_deref(),
+                    );
+                    self.rejects[reject_split].row_added()?;
+                    *self.counts[reject_split]
+                        .rejected
+                        .entry(reason.name().to_owned())
+                        .or_default() += 1;
+                }
+            }
+        }
+        let st = &mut self.inputs[input];
+        st.record.pgn_bytes += r.span;
+        st.lines += r.newlines;
+        if r.last {
+            st.record.error = r.error;
+        }
+        if !batch_games.is_empty() {
+            let mut key_vec = r.keys;
+            key_vec.truncate(key_cursor);
+            let batch = KeyBatch {
+                keys: key_vec,
+                games: batch_games,
+            };
+            if keys.send(batch).is_err() {
+                return Err(IngestError::Internal(
+                    "board aggregator stopped early".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// With `--sample-games`: writes the drawn games and feeds their boards,
+    /// in game order.
+    fn replay_sample(&mut self, keys: &Sender<KeyBatch>) -> Result<(), IngestError> {
+        let Some(reservoir) = self.reservoir.take() else {
+            return Ok(());
+        };
+        let (selected, spool): (HashSet<u64>, _) = reservoir.finish()?;
+        let mut batch = KeyBatch::default();
+        for candidate in spool {
+            let c = candidate?;
+            if !selected.contains(&c.game_no) {
+                continue;
+            }
+            let s = usize::from(c.split);
+            let at = Position {
+                game_no: c.game_no,
+                source: self.config.inputs[c.input as usize].display.as_str(),
+                game_index: c.game_index,
+                byte_offset: c.byte_offset,
+                line: c.line,
+            };
+            self.games[s].builder.push(&at, &c.meta);
+            self.games[s].row_added()?;
+            let before = batch.keys.len();
+            replay(&c.moves, &mut batch.keys).map_err(|e| {
+                IngestError::Internal(format!("replaying sampled game {}: {e}", c.game_no))
+            })?;
+            let boards = (batch.keys.len() - before) as u32;
+            self.counts[s].games += 1;
+            self.counts[s].positions += u64::from(boards);
+            batch.games.push(BatchGame {
+                split: c.split,
+                game_no: c.game_no,
+                boards,
+            });
+            if batch.keys.len() >= 1 << 16 {
+                keys.send(std::mem::take(&mut batch))
+                    .map_err(|_| IngestError::Internal("board aggregator stopped early".into()))?;
+            }
+        }
+        if !batch.games.is_empty() {
+            keys.send(batch)
+                .map_err(|_| IngestError::Internal("board aggregator stopped early".into()))?;
+        }
+        for (c, offered) in self.counts.iter_mut().zip(&self.offered) {
+            c.not_sampled = offered - c.games;
+        }
+        Ok(())
+    }
+}
+
+/// `1234567` -> `1,234,567`.
+pub fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// Reason names, for documentation and tests.
+pub fn reject_reason_names() -> Vec<&'static str> {
+    RejectReason::ALL.iter().map(|r| r.name()).collect()
+}

@@ -1,0 +1,345 @@
+//! Table A1 of the paper, read back from a run directory's tables.
+//!
+//! Per split: games, state_value records (distinct boards), behavioral_cloning
+//! records (distinct boards with a legal move), action_value records (their
+//! legal moves), and bytes on disk per table; plus the fraction of test boards
+//! that also occur in train (the paper reports 14.7%). Counts come from the
+//! Parquet files, not the manifest, so they check what is actually there.
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    fs::File,
+    path::{Path, PathBuf},
+};
+
+use arrow_array::{Array, StringArray, UInt8Array};
+use parquet::arrow::{ProjectionMask, arrow_reader::ParquetRecordBatchReaderBuilder};
+use serde::Serialize;
+use thiserror::Error;
+use xxhash_rust::xxh3::xxh3_128;
+
+use crate::store::{RunDir, StoreError, Table};
+
+/// Failures reading a run's tables.
+#[derive(Debug, Error)]
+pub enum StatsError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Parquet {
+        path: PathBuf,
+        source: parquet::errors::ParquetError,
+    },
+    #[error("{}: expected column {column} of type {expected}", path.display())]
+    Column {
+        path: PathBuf,
+        column: &'static str,
+        expected: &'static str,
+    },
+}
+
+/// Table A1 for one split.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SplitStats {
+    pub games: u64,
+    pub state_value: u64,
+    pub behavioral_cloning: u64,
+    pub action_value: u64,
+    pub rejected: u64,
+    /// Bytes on disk per table.
+    pub bytes: BTreeMap<&'static str, u64>,
+}
+
+/// Table A1 for a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RunStats {
+    pub splits: BTreeMap<String, SplitStats>,
+    /// Fraction of distinct test boards that are also train boards; null
+    /// unless both a `train` and a `test` split exist.
+    pub test_in_train: Option<f64>,
+}
+
+fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, StatsError> {
+    let mut files = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(files),
+        Err(source) => {
+            return Err(StatsError::Io {
+                path: dir.to_owned(),
+                source,
+            });
+        }
+    };
+    for entry in entries {
+        let path = entry
+            .map_err(|source| StatsError::Io {
+                path: dir.to_owned(),
+                source,
+            })?
+            .path();
+        if path.extension().is_some_and(|e| e == "parquet") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<File>, StatsError> {
+    let file = File::open(path).map_err(|source| StatsError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    ParquetRecordBatchReaderBuilder::try_new(file).map_err(|source| StatsError::Parquet {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Rows and bytes of a table partition.
+fn rows_and_bytes(dir: &Path) -> Result<(u64, u64), StatsError> {
+    let (mut rows, mut bytes) = (0u64, 0u64);
+    for path in parquet_files(dir)? {
+        let b = builder(&path)?;
+        rows += b.metadata().file_metadata().num_rows() as u64;
+        bytes += std::fs::metadata(&path)
+            .map_err(|source| StatsError::Io {
+                path: path.clone(),
+                source,
+            })?
+            .len();
+    }
+    Ok((rows, bytes))
+}
+
+/// Calls `f` on every batch of one column of a partition.
+fn for_column(
+    dir: &Path,
+    column: &'static str,
+    mut f: impl FnMut(&dyn Array, &Path) -> Result<(), StatsError>,
+) -> Result<(), StatsError> {
+    for path in parquet_files(dir)? {
+        let b = builder(&path)?;
+        let index = b
+            .schema()
+            .index_of(column)
+            .map_err(|_| StatsError::Column {
+                path: path.clone(),
+                column,
+                expected: "present",
+            })?;
+        let mask = ProjectionMask::roots(b.parquet_schema(), [index]);
+        let reader = b
+            .with_projection(mask)
+            .with_batch_size(64 * 1024)
+            .build()
+            .map_err(|source| StatsError::Parquet {
+                path: path.clone(),
+                source,
+            })?;
+        for batch in reader {
+            let batch = batch.map_err(|e| StatsError::Parquet {
+                path: path.clone(),
+                source: e.into(),
+            })?;
+            f(batch.column(0).as_ref(), &path)?;
+        }
+    }
+    Ok(())
+}
+
+fn partition(run: &Path, table: Table, split: &str) -> PathBuf {
+    run.join(crate::store::commit::partition_dir(table, split))
+}
+
+/// Splits present in a run (directories `boards/split=NAME`).
+pub fn splits(run: &Path) -> Result<Vec<String>, StatsError> {
+    let dir = run.join(Table::Boards.name());
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(source) => return Err(StatsError::Io { path: dir, source }),
+    };
+    for entry in entries.flatten() {
+        if let Some(name) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix("split="))
+        {
+            out.push(name.to_owned());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn distinct_fens(run: &Path, split: &str) -> Result<HashSet<u128>, StatsError> {
+    let mut set = HashSet::new();
+    for_column(&partition(run, Table::Boards, split), "fen", |col, path| {
+        let fens =
+            col.as_any()
+                .downcast_ref::<StringArray>()
+                .ok_or_else(|| StatsError::Column {
+                    path: path.to_owned(),
+                    column: "fen",
+                    expected: "string",
+                })?;
+        for fen in fens.iter().flatten() {
+            set.insert(xxh3_128(fen.as_bytes()));
+        }
+        Ok(())
+    })?;
+    Ok(set)
+}
+
+/// Fraction of `test` boards that occur in `train`: a set of 128-bit FEN
+/// hashes of the smaller split, probed with the other (collision odds below
+/// 1e-20 at ChessBench scale).
+pub fn overlap(run: &Path, train: &str, test: &str) -> Result<Option<f64>, StatsError> {
+    let test_set = distinct_fens(run, test)?;
+    if test_set.is_empty() {
+        return Ok(None);
+    }
+    let mut found: HashSet<u128> = HashSet::new();
+    for_column(&partition(run, Table::Boards, train), "fen", |col, path| {
+        let fens =
+            col.as_any()
+                .downcast_ref::<StringArray>()
+                .ok_or_else(|| StatsError::Column {
+                    path: path.to_owned(),
+                    column: "fen",
+                    expected: "string",
+                })?;
+        for fen in fens.iter().flatten() {
+            let h = xxh3_128(fen.as_bytes());
+            if test_set.contains(&h) {
+                found.insert(h);
+            }
+        }
+        Ok(())
+    })?;
+    Ok(Some(found.len() as f64 / test_set.len() as f64))
+}
+
+/// Computes Table A1 for a run directory.
+pub fn compute(run: &Path) -> Result<RunStats, StatsError> {
+    let run = RunDir::open_existing(run)?;
+    let mut stats = RunStats::default();
+    for split in splits(&run)? {
+        let mut s = SplitStats::default();
+        for table in Table::ALL {
+            let (rows, bytes) = rows_and_bytes(&partition(&run, table, &split))?;
+            s.bytes.insert(table.name(), bytes);
+            match table {
+                Table::Games => s.games = rows,
+                Table::Boards => s.state_value = rows,
+                Table::LegalMoves => s.action_value = rows,
+                Table::Rejects => s.rejected = rows,
+            }
+        }
+        let mut bc = 0u64;
+        for_column(
+            &partition(&run, Table::Boards, &split),
+            "num_legal_moves",
+            |col, path| {
+                let n = col.as_any().downcast_ref::<UInt8Array>().ok_or_else(|| {
+                    StatsError::Column {
+                        path: path.to_owned(),
+                        column: "num_legal_moves",
+                        expected: "uint8",
+                    }
+                })?;
+                bc += n.values().iter().filter(|&&v| v > 0).count() as u64;
+                Ok(())
+            },
+        )?;
+        s.behavioral_cloning = bc;
+        stats.splits.insert(split, s);
+    }
+    if stats.splits.contains_key("train") && stats.splits.contains_key("test") {
+        stats.test_in_train = overlap(&run, "train", "test")?;
+    }
+    Ok(stats)
+}
+
+/// The paper's Table A1 (Ruoss et al. 2024), for comparison.
+pub const PAPER_TABLE_A1: [(&str, u64, u64, u64, u64); 5] = [
+    ("train 1e4", 10_000, 591_897, 589_130, 17_373_887),
+    ("train 1e5", 100_000, 5_747_753, 5_720_672, 167_912_926),
+    (
+        "train 1e6",
+        1_000_000,
+        55_259_971,
+        54_991_050,
+        1_606_372_407,
+    ),
+    (
+        "train 1e7",
+        10_000_000,
+        530_310_443,
+        527_633_465,
+        15_316_914_724,
+    ),
+    ("test 1e3", 1_000, 62_829, 62_561, 1_838_218),
+];
+
+/// Human-readable Table A1.
+pub fn render(stats: &RunStats) -> String {
+    use crate::ingest::group;
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{:<12} {:>12} {:>14} {:>18} {:>16} {:>10} {:>10}\n",
+        "split",
+        "games",
+        "state_value",
+        "behavioral_cloning",
+        "action_value",
+        "SV B/rec",
+        "AV B/rec"
+    ));
+    for (name, s) in &stats.splits {
+        let per = |table: &str, n: u64| {
+            if n == 0 {
+                "-".to_owned()
+            } else {
+                format!("{:.1}", *s.bytes.get(table).unwrap_or(&0) as f64 / n as f64)
+            }
+        };
+        out.push_str(&format!(
+            "{:<12} {:>12} {:>14} {:>18} {:>16} {:>10} {:>10}\n",
+            name,
+            group(s.games),
+            group(s.state_value),
+            group(s.behavioral_cloning),
+            group(s.action_value),
+            per("boards", s.state_value),
+            per("legal_moves", s.action_value),
+        ));
+    }
+    match stats.test_in_train {
+        Some(f) => out.push_str(&format!(
+            "\ntest boards also in train: {:.1}% (the paper reports 14.7%)\n",
+            100.0 * f
+        )),
+        None => out.push_str("\ntest boards also in train: n/a (needs a train and a test split)\n"),
+    }
+    out.push_str("\nPaper, Table A1 (for scale):\n");
+    for (name, g, sv, bc, av) in PAPER_TABLE_A1 {
+        out.push_str(&format!(
+            "{:<12} {:>12} {:>14} {:>18} {:>16}\n",
+            name,
+            group(g),
+            group(sv),
+            group(bc),
+            group(av)
+        ));
+    }
+    out
+}

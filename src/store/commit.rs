@@ -1,0 +1,373 @@
+//! Run directories and atomic commits.
+//!
+//! A stage writes every file of its output into `RUN/.staging/<txn>/` and
+//! commits with [`Transaction::commit`]: a journal listing the renames and the
+//! new manifest is written (temp file, fsync, rename), then each partition
+//! directory is renamed into place, then the manifest is replaced, then the
+//! journal removed. If the process dies at any point, either nothing is
+//! visible (before the journal exists) or the next [`RunDir::open`] finishes
+//! the renames from the journal: readers never see half an ingest.
+//!
+//! `RUN/.lock` is held (an OS file lock) while a stage works on the run, so
+//! two ingests cannot interleave.
+
+use std::{
+    fs::{self, File, TryLockError},
+    io::Write,
+    path::{Path, PathBuf},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use serde::{Deserialize, Serialize};
+
+use super::{StoreError, manifest::Manifest, schema::Table};
+
+const STAGING: &str = ".staging";
+const TRASH: &str = ".trash";
+const JOURNAL: &str = ".commit-journal.json";
+const LOCK: &str = ".lock";
+/// File name of the run manifest.
+pub const MANIFEST: &str = "manifest.json";
+
+/// An open, locked run directory.
+#[derive(Debug)]
+pub struct RunDir {
+    root: PathBuf,
+    _lock: File,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Journal {
+    renames: Vec<(PathBuf, PathBuf)>,
+    manifest: Manifest,
+}
+
+/// Writes `bytes` to `path` atomically (temp file in the same directory,
+/// fsync, rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let tmp = path.with_extension("tmp");
+    let mut f = File::create(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
+    f.write_all(bytes).map_err(|e| StoreError::io(&tmp, e))?;
+    f.sync_all().map_err(|e| StoreError::io(&tmp, e))?;
+    fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))?;
+    sync_dir(path.parent());
+    Ok(())
+}
+
+fn sync_dir(dir: Option<&Path>) {
+    // Best effort: directory fsync makes renames durable on Linux; some
+    // filesystems refuse it, which only weakens durability, not atomicity.
+    if let Some(dir) = dir
+        && let Ok(d) = File::open(dir)
+    {
+        let _ = d.sync_all();
+    }
+}
+
+fn remove_dir_if_exists(path: &Path) -> Result<(), StoreError> {
+    match fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StoreError::io(path, e)),
+    }
+}
+
+impl RunDir {
+    /// Opens (creating if needed) and locks a run directory, finishing any
+    /// commit a crashed process left half done and removing stale staging.
+    pub fn open(root: &Path) -> Result<RunDir, StoreError> {
+        fs::create_dir_all(root).map_err(|e| StoreError::io(root, e))?;
+        let lock_path = root.join(LOCK);
+        let lock = File::create(&lock_path).map_err(|e| StoreError::io(&lock_path, e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(StoreError::Locked(root.to_owned()));
+            }
+            Err(TryLockError::Error(e)) => return Err(StoreError::io(&lock_path, e)),
+        }
+        let run = RunDir {
+            root: root.to_owned(),
+            _lock: lock,
+        };
+        run.recover()?;
+        Ok(run)
+    }
+
+    /// Opens a run directory for reading: it must exist; a pending commit is
+    /// finished first when the directory is not locked by a running stage.
+    pub fn open_existing(root: &Path) -> Result<PathBuf, StoreError> {
+        if !root.join(MANIFEST).is_file() {
+            return Err(StoreError::NotARun(root.to_owned()));
+        }
+        if root.join(JOURNAL).exists() {
+            // Roll the commit forward (needs the lock; fails clearly if a
+            // stage is running right now).
+            drop(RunDir::open(root)?);
+        }
+        Ok(root.to_owned())
+    }
+
+    /// The directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The current manifest (empty for a new run).
+    pub fn manifest(&self) -> Result<Manifest, StoreError> {
+        Manifest::read(&self.root.join(MANIFEST))
+    }
+
+    fn recover(&self) -> Result<(), StoreError> {
+        let journal_path = self.root.join(JOURNAL);
+        if journal_path.exists() {
+            let text =
+                fs::read_to_string(&journal_path).map_err(|e| StoreError::io(&journal_path, e))?;
+            let journal: Journal = serde_json::from_str(&text)
+                .map_err(|e| StoreError::Corrupt(journal_path.clone(), e.to_string()))?;
+            self.apply(&journal)?;
+        }
+        remove_dir_if_exists(&self.root.join(STAGING))?;
+        remove_dir_if_exists(&self.root.join(TRASH))?;
+        Ok(())
+    }
+
+    fn apply(&self, journal: &Journal) -> Result<(), StoreError> {
+        let trash = self.root.join(TRASH);
+        for (i, (src, dst)) in journal.renames.iter().enumerate() {
+            let (src, dst) = (self.root.join(src), self.root.join(dst));
+            if !src.exists() {
+                continue; // already moved before a crash
+            }
+            if dst.exists() {
+                let old = trash.join(i.to_string());
+                fs::create_dir_all(&trash).map_err(|e| StoreError::io(&trash, e))?;
+                fs::rename(&dst, &old).map_err(|e| StoreError::io(&dst, e))?;
+            }
+            if let Some(parent) = dst.parent() {
+                fs::create_dir_all(parent).map_err(|e| StoreError::io(parent, e))?;
+            }
+            fs::rename(&src, &dst).map_err(|e| StoreError::io(&dst, e))?;
+            sync_dir(dst.parent());
+        }
+        let bytes = serde_json::to_vec_pretty(&journal.manifest)
+            .map_err(|e| StoreError::Corrupt(self.root.join(MANIFEST), e.to_string()))?;
+        write_atomic(&self.root.join(MANIFEST), &bytes)?;
+        let journal_path = self.root.join(JOURNAL);
+        fs::remove_file(&journal_path).map_err(|e| StoreError::io(&journal_path, e))?;
+        sync_dir(Some(&self.root));
+        remove_dir_if_exists(&trash)
+    }
+
+    /// Starts a transaction with a fresh staging directory.
+    pub fn begin(&self) -> Result<Transaction<'_>, StoreError> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let name = format!("{}-{nanos}", std::process::id());
+        let dir = self.root.join(STAGING).join(&name);
+        fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+        Ok(Transaction {
+            run: self,
+            rel: PathBuf::from(STAGING).join(name),
+            dir,
+        })
+    }
+}
+
+/// Files staged for one atomic commit.
+#[derive(Debug)]
+pub struct Transaction<'a> {
+    run: &'a RunDir,
+    rel: PathBuf,
+    dir: PathBuf,
+}
+
+/// `TABLE/split=NAME`, the hive partition directory.
+pub fn partition_dir(table: Table, split: &str) -> PathBuf {
+    PathBuf::from(table.name()).join(format!("split={split}"))
+}
+
+impl Transaction<'_> {
+    /// The staging directory of a table partition, created on demand.
+    pub fn partition(&self, table: Table, split: &str) -> Result<PathBuf, StoreError> {
+        let dir = self.dir.join(partition_dir(table, split));
+        fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+        Ok(dir)
+    }
+
+    /// A scratch directory inside the staging area (spill files), removed
+    /// with the transaction.
+    pub fn scratch(&self, name: &str) -> Result<PathBuf, StoreError> {
+        let dir = self.dir.join("scratch").join(name);
+        fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+        Ok(dir)
+    }
+
+    /// Publishes the staged partitions of `tables` x `splits` (replacing
+    /// those partitions if they exist) and the new manifest, atomically.
+    pub fn commit(
+        self,
+        tables: &[Table],
+        splits: &[String],
+        manifest: Manifest,
+    ) -> Result<(), StoreError> {
+        let mut renames = Vec::new();
+        for &table in tables {
+            for split in splits {
+                let part = partition_dir(table, split);
+                let staged = self.dir.join(&part);
+                if !staged.is_dir() {
+                    return Err(StoreError::Missing(staged));
+                }
+                renames.push((self.rel.join(&part), part));
+            }
+        }
+        let journal = Journal { renames, manifest };
+        let bytes = serde_json::to_vec_pretty(&journal)
+            .map_err(|e| StoreError::Corrupt(self.run.root.join(JOURNAL), e.to_string()))?;
+        write_atomic(&self.run.root.join(JOURNAL), &bytes)?;
+        self.run.apply(&journal)?;
+        remove_dir_if_exists(&self.dir)?;
+        // Leave no empty staging directory behind (another transaction of
+        // this process may still be using it, hence no error if not empty).
+        let _ = fs::remove_dir(self.run.root.join(STAGING));
+        Ok(())
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        // An abandoned (failed) transaction leaves nothing behind; after a
+        // commit the directory is already gone.
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(path: &Path) {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, b"x").unwrap();
+    }
+
+    #[test]
+    fn commit_replaces_partitions_atomically() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = RunDir::open(tmp.path()).unwrap();
+        let txn = run.begin().unwrap();
+        for t in Table::ALL {
+            touch(
+                &txn.partition(t, "train")
+                    .unwrap()
+                    .join("part-00000.parquet"),
+            );
+        }
+        txn.commit(&Table::ALL, &["train".into()], Manifest::default())
+            .unwrap();
+        assert!(
+            tmp.path()
+                .join("boards/split=train/part-00000.parquet")
+                .is_file()
+        );
+        assert!(tmp.path().join(MANIFEST).is_file());
+        assert!(!tmp.path().join(JOURNAL).exists());
+        assert!(!tmp.path().join(STAGING).join("x").exists());
+
+        // A second commit replaces the partition (old file gone).
+        let txn = run.begin().unwrap();
+        for t in Table::ALL {
+            touch(
+                &txn.partition(t, "train")
+                    .unwrap()
+                    .join("part-00001.parquet"),
+            );
+        }
+        txn.commit(&Table::ALL, &["train".into()], Manifest::default())
+            .unwrap();
+        assert!(
+            !tmp.path()
+                .join("boards/split=train/part-00000.parquet")
+                .exists()
+        );
+        assert!(
+            tmp.path()
+                .join("boards/split=train/part-00001.parquet")
+                .is_file()
+        );
+    }
+
+    #[test]
+    fn abandoned_transaction_leaves_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = RunDir::open(tmp.path()).unwrap();
+        {
+            let txn = run.begin().unwrap();
+            touch(&txn.partition(Table::Boards, "train").unwrap().join("p"));
+        }
+        assert!(!tmp.path().join("boards").exists());
+        assert_eq!(fs::read_dir(tmp.path().join(STAGING)).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn second_open_is_refused_while_locked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let _run = RunDir::open(tmp.path()).unwrap();
+        assert!(matches!(
+            RunDir::open(tmp.path()),
+            Err(StoreError::Locked(_))
+        ));
+    }
+
+    #[test]
+    fn crash_mid_commit_is_rolled_forward() {
+        let tmp = tempfile::tempdir().unwrap();
+        let staged = PathBuf::from(STAGING).join("dead");
+        // Simulate: journal written, first rename done, second not.
+        for (i, t) in [Table::Games, Table::Boards].iter().enumerate() {
+            let part = partition_dir(*t, "train");
+            let file = if i == 0 {
+                tmp.path().join(&part).join("part-00000.parquet")
+            } else {
+                tmp.path()
+                    .join(&staged)
+                    .join(&part)
+                    .join("part-00000.parquet")
+            };
+            touch(&file);
+        }
+        let journal = Journal {
+            renames: [Table::Games, Table::Boards]
+                .iter()
+                .map(|t| {
+                    (
+                        staged.join(partition_dir(*t, "train")),
+                        partition_dir(*t, "train"),
+                    )
+                })
+                .collect(),
+            manifest: Manifest::default(),
+        };
+        fs::write(
+            tmp.path().join(JOURNAL),
+            serde_json::to_vec(&journal).unwrap(),
+        )
+        .unwrap();
+        drop(RunDir::open(tmp.path()).unwrap());
+        assert!(
+            tmp.path()
+                .join("games/split=train/part-00000.parquet")
+                .is_file()
+        );
+        assert!(
+            tmp.path()
+                .join("boards/split=train/part-00000.parquet")
+                .is_file()
+        );
+        assert!(tmp.path().join(MANIFEST).is_file());
+        assert!(!tmp.path().join(JOURNAL).exists());
+        assert!(!tmp.path().join(STAGING).exists());
+    }
+}

@@ -1,0 +1,77 @@
+//! Other tools read the tables: DuckDB (through Python, as analysts use it)
+//! runs `sql/table_a1.sql` and gets the numbers `chessbench stats` prints.
+//! Skipped, with the reason, when Python's duckdb module is not installed.
+
+use std::{path::Path, process::Command};
+
+use super::util::*;
+
+fn duckdb_available() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import duckdb"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: python3 -c 'import duckdb' failed (pip install duckdb==1.5.6)");
+    }
+    ok
+}
+
+#[test]
+fn duckdb_reproduces_table_a1_from_the_parquet_tables() {
+    if !duckdb_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().join("demo");
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("pipeline/demo.toml");
+    let o = run(&[
+        "ingest",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        run_dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let sql_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("sql");
+    let script = format!(
+        r#"
+import duckdb, json
+con = duckdb.connect()
+con.execute("SET VARIABLE run_dir = '{run}'")
+rows = con.execute(open('{sql}/table_a1.sql').read()).fetchall()
+overlap = con.execute(open('{sql}/test_in_train.sql').read()).fetchone()[0]
+types = con.execute("DESCRIBE SELECT * FROM read_parquet('{run}/boards/*/*.parquet', hive_partitioning = true)").fetchall()
+print(json.dumps({{"rows": rows, "overlap": overlap, "types": {{t[0]: t[1] for t in types}}}}))
+"#,
+        run = run_dir.display(),
+        sql = sql_dir.display()
+    );
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stats = stats_json(&run_dir);
+    for row in got["rows"].as_array().unwrap() {
+        let split = row[0].as_str().unwrap();
+        let want = counts(&stats, split);
+        let have: Vec<u64> = row.as_array().unwrap()[1..]
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(have, want, "split {split}");
+    }
+    assert_eq!(got["rows"].as_array().unwrap().len(), 2);
+    let overlap = got["overlap"].as_f64().unwrap();
+    assert!((overlap - stats["test_in_train"].as_f64().unwrap()).abs() < 1e-12);
+    // Unsigned ids and the hive partition column arrive with their types.
+    assert_eq!(got["types"]["board_id"], "UBIGINT");
+    assert_eq!(got["types"]["num_legal_moves"], "UTINYINT");
+    assert_eq!(got["types"]["split"], "VARCHAR");
+}

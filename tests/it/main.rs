@@ -1,0 +1,9 @@
+//! Integration tests: the real `chessbench` binary on real Lichess data.
+//! Tests needing `../shared` skip (printing why) when it is absent.
+
+mod fuzz;
+mod golden;
+mod interop;
+mod options;
+mod rejects;
+mod util;

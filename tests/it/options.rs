@@ -1,0 +1,187 @@
+//! Options users of the dumps rely on: sampling, hashed test split, header
+//! filters, --max-games.
+
+use std::collections::HashSet;
+
+use super::util::*;
+
+fn game_ids(run: &std::path::Path, split: &str) -> HashSet<String> {
+    strings(&read_table(run, "games", split), "id")
+        .into_iter()
+        .map(|id| id.expect("Lichess games have ids"))
+        .collect()
+}
+
+#[test]
+fn sample_is_uniform_deterministic_and_seeded() {
+    let input = lichess_1000k();
+    let input = input.to_str().unwrap();
+    let (a, b, c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let sa = ingest(a.path(), &["--sample-games", "100", "--seed", "1", input]);
+    ingest(b.path(), &["--sample-games", "100", "--seed", "1", input]);
+    ingest(c.path(), &["--sample-games", "100", "--seed", "2", input]);
+    assert_eq!(sa["splits"]["train"]["games"], 100);
+    assert_eq!(sa["splits"]["train"]["not_sampled"], 333);
+    assert!(
+        snapshot(a.path()) == snapshot(b.path()),
+        "same seed, same tables"
+    );
+    let (ids_a, ids_c) = (game_ids(a.path(), "train"), game_ids(c.path(), "train"));
+    assert_eq!(ids_a.len(), 100);
+    assert_ne!(ids_a, ids_c, "another seed draws another sample");
+    // The sampled games' boards are exactly what ingesting them alone gives:
+    // compare against a full ingest restricted to those games' boards.
+    let full = tempfile::tempdir().unwrap();
+    ingest(full.path(), &[input]);
+    let all = read_table(full.path(), "games", "train");
+    let sampled = read_table(a.path(), "games", "train");
+    let sampled_nos: HashSet<u64> = u64s(&sampled, "game_no").into_iter().collect();
+    let plies_all: u64 = all
+        .iter()
+        .flat_map(|b| {
+            let nos = col::<arrow_array::UInt64Array>(b, "game_no");
+            let plies = col::<arrow_array::UInt32Array>(b, "plies");
+            (0..b.num_rows())
+                .filter(|&i| sampled_nos.contains(&nos.value(i)))
+                .map(|i| u64::from(plies.value(i)) + 1)
+                .collect::<Vec<_>>()
+        })
+        .sum();
+    let occurrences: u64 = u64s(&read_table(a.path(), "boards", "train"), "occurrences")
+        .iter()
+        .sum();
+    assert_eq!(occurrences, plies_all);
+}
+
+#[test]
+fn test_fraction_splits_games_by_a_stable_hash() {
+    let input = lichess_1000k();
+    let input = input.to_str().unwrap();
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let s = ingest(a.path(), &["--test-fraction", "0.1", input]);
+    let train = s["splits"]["train"]["games"].as_u64().unwrap();
+    let test = s["splits"]["test"]["games"].as_u64().unwrap();
+    assert_eq!(train + test, 433);
+    assert!((20..=70).contains(&test), "{test} of 433 for a tenth");
+    // Stable: the same games go to test whatever else is in the input.
+    ingest(
+        b.path(),
+        &["--test-fraction", "0.1", "--max-games", "200", input],
+    );
+    let test_a = game_ids(a.path(), "test");
+    let test_b = game_ids(b.path(), "test");
+    assert!(!test_b.is_empty() && test_b.is_subset(&test_a));
+    assert!(game_ids(a.path(), "train").is_disjoint(&test_a));
+    let stats = stats_json(a.path());
+    assert!(stats["test_in_train"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn header_filters_reject_with_a_reason() {
+    let input = lichess_1000k();
+    let input = input.to_str().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let s = ingest(tmp.path(), &["--speed", "blitz", input]);
+    let split = &s["splits"]["train"];
+    let games = read_table(tmp.path(), "games", "train");
+    let speeds: HashSet<Option<String>> = strings(&games, "speed").into_iter().collect();
+    assert_eq!(speeds, HashSet::from([Some("blitz".to_owned())]));
+    let filtered = split["rejected"]["filtered_speed"].as_u64().unwrap();
+    assert!(filtered > 100);
+    let rejected: u64 = split["rejected"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(split["games"].as_u64().unwrap() + rejected, 438);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let s = ingest(
+        tmp.path(),
+        &["--min-elo", "2000", "--max-elo", "2400", input],
+    );
+    let games = read_table(tmp.path(), "games", "train");
+    for elo in ["white_elo", "black_elo"] {
+        for b in &games {
+            let c = col::<arrow_array::UInt16Array>(b, elo);
+            assert!(c.values().iter().all(|&e| (2000..=2400).contains(&e)));
+        }
+    }
+    assert!(
+        s["splits"]["train"]["rejected"]["filtered_elo"]
+            .as_u64()
+            .unwrap()
+            > 300
+    );
+
+    // --rated-only: every game of this file is rated, swiss games included
+    // (their Event lacks "Rated" but is not "Casual").
+    let tmp = tempfile::tempdir().unwrap();
+    let s = ingest(tmp.path(), &["--rated-only", input]);
+    assert_eq!(s["splits"]["train"]["games"], 433);
+}
+
+#[test]
+fn max_games_counts_accepted_games() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = ingest(
+        tmp.path(),
+        &["--max-games", "123", lichess_1000k().to_str().unwrap()],
+    );
+    assert_eq!(s["splits"]["train"]["games"], 123);
+    let read = s["games_read"].as_u64().unwrap();
+    let rejected: u64 = s["splits"]["train"]["rejected"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(read, 123 + rejected);
+}
+
+#[test]
+fn bad_options_are_explained() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().to_str().unwrap();
+    let input = lichess_1000k();
+    let input = input.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["--test-fraction", "2"], "--test-fraction"),
+        (vec!["--speed", "hyperbullet"], "hyperbullet"),
+        (vec!["--split", "Train!"], "split name"),
+        (vec!["--memory-limit", "lots"], "--memory-limit"),
+        (vec!["--min-elo", "2500", "--max-elo", "2000"], "--min-elo"),
+    ] {
+        let mut full = vec!["ingest", "--out", out, input];
+        full.extend(args.iter().copied());
+        let o = run(&full);
+        assert!(!o.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let o = run(&["ingest", "--out", out]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no input"));
+}
+
+#[test]
+fn help_explains_the_stage() {
+    let o = std::process::Command::new(BIN)
+        .args(["ingest", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&o.stdout);
+    for needle in [
+        "--sample-games",
+        "--test-fraction",
+        "--memory-limit",
+        "rejects",
+        "curl",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle}");
+    }
+}

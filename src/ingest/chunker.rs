@@ -99,6 +99,8 @@ pub struct Chunker<R> {
     reader: R,
     input: usize,
     buf: Vec<u8>,
+    /// Buffers of processed blocks, handed back for reuse (no page faults).
+    recycle: Option<crossbeam_channel::Receiver<Vec<u8>>>,
     block_bytes: usize,
     max_game_bytes: usize,
     done: bool,
@@ -128,9 +130,26 @@ impl<R: Read> Chunker<R> {
             reader,
             input,
             buf: Vec::with_capacity(2 * block_bytes),
+            recycle: None,
             block_bytes: block_bytes.max(16),
             max_game_bytes,
             done: false,
+        }
+    }
+
+    /// Reuses the buffers of processed blocks sent to `rx`.
+    pub fn with_recycler(mut self, rx: crossbeam_channel::Receiver<Vec<u8>>) -> Chunker<R> {
+        self.recycle = Some(rx);
+        self
+    }
+
+    fn fresh_buffer(&self) -> Vec<u8> {
+        match self.recycle.as_ref().and_then(|rx| rx.try_recv().ok()) {
+            Some(mut buf) => {
+                buf.clear();
+                buf
+            }
+            None => Vec::with_capacity(2 * self.block_bytes),
         }
     }
 
@@ -198,7 +217,8 @@ impl<R: Read> Chunker<R> {
                 Fill::Full => {}
             }
             if let Some(cut) = last_game_start(&self.buf) {
-                let rest = self.buf[cut..].to_vec();
+                let mut rest = self.fresh_buffer();
+                rest.extend_from_slice(&self.buf[cut..]);
                 self.buf.truncate(cut);
                 let data = std::mem::replace(&mut self.buf, rest);
                 return Ok(Some(self.block(seq, data, false, None)));

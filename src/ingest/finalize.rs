@@ -15,18 +15,20 @@ use std::{
 
 use arrow_array::{
     ArrayRef, RecordBatch,
-    builder::{StringBuilder, UInt8Builder, UInt16Builder, UInt32Builder, UInt64Builder},
+    builder::{StringBuilder, UInt8Builder, UInt32Builder, UInt64Builder},
 };
 use shakmaty::Position;
 
 use super::{
     IngestError,
     boards::{BoardStream, Entry, split_first_seen},
+    spawn_named,
 };
 use crate::{
     chess::{NUM_ACTIONS, vocabulary},
     store::{
         Table,
+        legal_moves::LegalMovesWriter,
         writer::{BOARDS_PER_PART, PartWriter, part_file_name},
     },
 };
@@ -86,6 +88,38 @@ pub fn write_split(
     Ok(totals)
 }
 
+/// Legal moves of consecutive boards: `counts[i]` actions of board
+/// `first_id + i`, concatenated in `actions`.
+struct MovesChunk {
+    first_id: u64,
+    counts: Vec<u8>,
+    actions: Vec<u16>,
+}
+
+/// In-order writer for a `legal_moves` part, fed from several threads.
+fn ordered_moves_writer(
+    path: &Path,
+    chunks: crossbeam_channel::Receiver<(usize, MovesChunk)>,
+) -> Result<(), IngestError> {
+    let mut out = LegalMovesWriter::create(path)?;
+    let mut pending = std::collections::BTreeMap::new();
+    let mut next = 0usize;
+    for (i, chunk) in chunks {
+        pending.insert(i, chunk);
+        while let Some(chunk) = pending.remove(&next) {
+            let mut at = 0usize;
+            for (j, &n) in chunk.counts.iter().enumerate() {
+                let n = usize::from(n);
+                out.push(chunk.first_id + j as u64, &chunk.actions[at..at + n])?;
+                at += n;
+            }
+            next += 1;
+        }
+    }
+    out.finish()?;
+    Ok(())
+}
+
 /// In-order writer for one table's part file, fed from several threads.
 fn ordered_writer(
     path: &Path,
@@ -124,28 +158,35 @@ fn write_part(
     std::thread::scope(|scope| {
         let (job_tx, job_rx) = crossbeam_channel::bounded::<(usize, &[Entry])>(threads * 2);
         let (b_tx, b_rx) = crossbeam_channel::bounded::<(usize, RecordBatch)>(threads * 2);
-        let (m_tx, m_rx) = crossbeam_channel::bounded::<(usize, RecordBatch)>(threads * 2);
+        let (m_tx, m_rx) = crossbeam_channel::bounded::<(usize, MovesChunk)>(threads * 2);
         let boards_path = boards_dir.join(&name);
         let moves_path = moves_dir.join(&name);
-        let boards_writer = scope.spawn(move || ordered_writer(&boards_path, Table::Boards, b_rx));
-        let moves_writer =
-            scope.spawn(move || ordered_writer(&moves_path, Table::LegalMoves, m_rx));
+        let boards_writer = spawn_named(scope, "cb-write-boards", move || {
+            ordered_writer(&boards_path, Table::Boards, b_rx)
+        });
+        let moves_writer = spawn_named(scope, "cb-write-moves", move || {
+            ordered_moves_writer(&moves_path, m_rx)
+        });
         let renderers: Vec<_> = (0..threads)
-            .map(|_| {
+            .map(|r| {
                 let (job_rx, b_tx, m_tx) = (job_rx.clone(), b_tx.clone(), m_tx.clone());
-                scope.spawn(move || -> Result<BoardTotals, IngestError> {
-                    let mut totals = BoardTotals::default();
-                    for (i, slice) in job_rx {
-                        let first_id = base + (i * JOB_BOARDS) as u64;
-                        let (boards, moves, t) = render(first_id, slice)?;
-                        totals += t;
-                        done.fetch_add(slice.len() as u64, Ordering::Relaxed);
-                        if b_tx.send((i, boards)).is_err() || m_tx.send((i, moves)).is_err() {
-                            break; // a writer failed; its error is reported below
+                spawn_named(
+                    scope,
+                    &format!("cb-render-{r}"),
+                    move || -> Result<BoardTotals, IngestError> {
+                        let mut totals = BoardTotals::default();
+                        for (i, slice) in job_rx {
+                            let first_id = base + (i * JOB_BOARDS) as u64;
+                            let (boards, moves, t) = render(first_id, slice)?;
+                            totals += t;
+                            done.fetch_add(slice.len() as u64, Ordering::Relaxed);
+                            if b_tx.send((i, boards)).is_err() || m_tx.send((i, moves)).is_err() {
+                                break; // a writer failed; its error is reported below
+                            }
                         }
-                    }
-                    Ok(totals)
-                })
+                        Ok(totals)
+                    },
+                )
             })
             .collect();
         drop((job_rx, b_tx, m_tx));
@@ -222,46 +263,20 @@ impl BoardColumns {
     }
 }
 
-struct MoveColumns {
-    board_id: UInt64Builder,
-    action: UInt16Builder,
-    uci: StringBuilder,
-    rows: usize,
-}
-
-impl MoveColumns {
-    fn new(n: usize) -> MoveColumns {
-        MoveColumns {
-            board_id: UInt64Builder::with_capacity(n),
-            action: UInt16Builder::with_capacity(n),
-            uci: StringBuilder::with_capacity(n, n * 5),
-            rows: 0,
-        }
-    }
-
-    fn finish(&mut self) -> Result<RecordBatch, IngestError> {
-        self.rows = 0;
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(self.board_id.finish()),
-            Arc::new(self.action.finish()),
-            Arc::new(self.uci.finish()),
-        ];
-        RecordBatch::try_new(Table::LegalMoves.schema(), columns)
-            .map_err(|e| IngestError::Internal(format!("legal_moves batch: {e}")))
-    }
-}
-
-/// Renders boards `first_id..` into a boards batch and a legal_moves batch.
+/// Renders boards `first_id..` into a boards batch and their legal moves.
 fn render(
     first_id: u64,
     entries: &[Entry],
-) -> Result<(RecordBatch, RecordBatch, BoardTotals), IngestError> {
+) -> Result<(RecordBatch, MovesChunk, BoardTotals), IngestError> {
     let vocab = vocabulary();
     let mut b = BoardColumns::new(entries.len());
-    let mut m = MoveColumns::new(entries.len() * 32);
+    let mut m = MovesChunk {
+        first_id,
+        counts: Vec::with_capacity(entries.len()),
+        actions: Vec::with_capacity(entries.len() * 32),
+    };
     let mut totals = BoardTotals::default();
     let mut fen = String::with_capacity(96);
-    let mut actions: Vec<u16> = Vec::with_capacity(256);
     for (i, e) in entries.iter().enumerate() {
         let id = first_id + i as u64;
         fen.clear();
@@ -280,14 +295,16 @@ fn render(
             })?;
             seen[usize::from(a / 64)] |= 1 << (a % 64);
         }
-        actions.clear();
+        let before = m.actions.len();
         for (w, &word) in seen.iter().enumerate() {
             let mut bits = word;
             while bits != 0 {
-                actions.push((w * 64) as u16 + bits.trailing_zeros() as u16);
+                m.actions
+                    .push((w * 64) as u16 + bits.trailing_zeros() as u16);
                 bits &= bits - 1;
             }
         }
+        let actions = &m.actions[before..];
         let terminal = match (actions.is_empty(), pos.is_check()) {
             (false, _) => "none",
             (true, true) => "checkmate",
@@ -304,16 +321,11 @@ fn render(
         b.first_game_no.append_value(first_game_no);
         b.first_ply.append_value(first_ply);
         b.rows += 1;
-        for &a in &actions {
-            m.board_id.append_value(id);
-            m.action.append_value(a);
-            m.uci.append_value(vocab.uci(a).unwrap_or_default());
-        }
-        m.rows += actions.len();
+        m.counts.push(actions.len() as u8);
         totals.state_value += 1;
         totals.behavioral_cloning += u64::from(!actions.is_empty());
         totals.action_value += actions.len() as u64;
         totals.positions += e.count;
     }
-    Ok((b.finish()?, m.finish()?, totals))
+    Ok((b.finish()?, m, totals))
 }

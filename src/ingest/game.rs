@@ -113,27 +113,59 @@ pub enum Tag {
 const NUM_TAGS: usize = 18;
 
 fn tag_of(name: &[u8]) -> Option<Tag> {
-    Some(match name {
-        b"Event" => Tag::Event,
-        b"Site" => Tag::Site,
-        b"Date" => Tag::Date,
-        b"Round" => Tag::Round,
-        b"White" => Tag::White,
-        b"Black" => Tag::Black,
-        b"Result" => Tag::Result,
-        b"UTCDate" => Tag::UtcDate,
-        b"UTCTime" => Tag::UtcTime,
-        b"WhiteElo" => Tag::WhiteElo,
-        b"BlackElo" => Tag::BlackElo,
-        b"TimeControl" => Tag::TimeControl,
-        b"Termination" => Tag::Termination,
-        b"ECO" => Tag::Eco,
-        b"Opening" => Tag::Opening,
-        b"Variant" => Tag::Variant,
-        b"SetUp" => Tag::SetUp,
-        b"FEN" => Tag::Fen,
+    // Dispatch on length and first byte before comparing: tag lines are
+    // ~17 per game, most of them (Round, WhiteRatingDiff, ...) unwanted.
+    let tag = match (name.len(), name.first()?) {
+        (5, b'E') => Tag::Event,
+        (4, b'S') => Tag::Site,
+        (4, b'D') => Tag::Date,
+        (5, b'R') => Tag::Round,
+        (5, b'W') => Tag::White,
+        (5, b'B') => Tag::Black,
+        (6, b'R') => Tag::Result,
+        (7, b'U') => Tag::UtcDate,
+        (8, b'W') => Tag::WhiteElo,
+        (8, b'B') => Tag::BlackElo,
+        (11, b'T') => Tag::TimeControl,
+        (3, b'E') => Tag::Eco,
+        (7, b'O') => Tag::Opening,
+        (7, b'V') => Tag::Variant,
+        (5, b'S') => Tag::SetUp,
+        (3, b'F') => Tag::Fen,
         _ => return None,
-    })
+    };
+    let want: &[u8] = match tag {
+        Tag::Event => b"Event",
+        Tag::Site => b"Site",
+        Tag::Date => b"Date",
+        Tag::Round => b"Round",
+        Tag::White => b"White",
+        Tag::Black => b"Black",
+        Tag::Result => b"Result",
+        Tag::UtcDate => b"UTCDate",
+        Tag::UtcTime => b"UTCTime",
+        Tag::WhiteElo => b"WhiteElo",
+        Tag::BlackElo => b"BlackElo",
+        Tag::TimeControl => b"TimeControl",
+        Tag::Termination => b"Termination",
+        Tag::Eco => b"ECO",
+        Tag::Opening => b"Opening",
+        Tag::Variant => b"Variant",
+        Tag::SetUp => b"SetUp",
+        Tag::Fen => b"FEN",
+    };
+    if name == want {
+        return Some(tag);
+    }
+    // Same length and initial as a wanted tag but another name (UTCTime vs
+    // UTCDate, Termination vs TimeControl, ...): compare against the rest.
+    [
+        (b"UTCTime".as_slice(), Tag::UtcTime),
+        (b"Termination".as_slice(), Tag::Termination),
+    ]
+    .into_iter()
+    .find(|(n, _)| *n == name)
+    .map(|(_, t)| t)
 }
 
 /// The tag values of the current game (buffers reused across games).
@@ -156,8 +188,11 @@ impl Tags {
     fn set(&mut self, tag: Tag, value: &[u8]) {
         let slot = &mut self.values[tag as usize];
         slot.clear();
-        // Invalid UTF-8 is caught on the game's raw bytes; keep a lossy copy.
-        slot.push_str(&String::from_utf8_lossy(value));
+        match std::str::from_utf8(value) {
+            Ok(text) => slot.push_str(text),
+            // Invalid UTF-8 is caught on the game's raw bytes; keep a lossy copy.
+            Err(_) => slot.push_str(&String::from_utf8_lossy(value)),
+        }
         self.present |= 1 << tag as usize;
     }
 
@@ -439,6 +474,45 @@ mod tests {
         assert_eq!(parse_date(Some("2025.??.??")), None);
         assert_eq!(parse_time(Some("00:00:06")), Some(6));
         assert_eq!(parse_time(Some("25:00:00")), None);
+    }
+
+    #[test]
+    fn tags_are_recognised_exactly() {
+        for (name, tag) in [
+            ("Event", Tag::Event),
+            ("Site", Tag::Site),
+            ("Date", Tag::Date),
+            ("Round", Tag::Round),
+            ("White", Tag::White),
+            ("Black", Tag::Black),
+            ("Result", Tag::Result),
+            ("UTCDate", Tag::UtcDate),
+            ("UTCTime", Tag::UtcTime),
+            ("WhiteElo", Tag::WhiteElo),
+            ("BlackElo", Tag::BlackElo),
+            ("TimeControl", Tag::TimeControl),
+            ("Termination", Tag::Termination),
+            ("ECO", Tag::Eco),
+            ("Opening", Tag::Opening),
+            ("Variant", Tag::Variant),
+            ("SetUp", Tag::SetUp),
+            ("FEN", Tag::Fen),
+        ] {
+            assert_eq!(tag_of(name.as_bytes()), Some(tag), "{name}");
+        }
+        for other in [
+            "Eventx",
+            "Elo",
+            "Rounds",
+            "WhiteTitle",
+            "EventDate",
+            "BlackFideId",
+            "Sit",
+            "",
+            "E",
+        ] {
+            assert_eq!(tag_of(other.as_bytes()), None, "{other}");
+        }
     }
 
     #[test]

@@ -240,18 +240,22 @@ fn move_label(ply: usize, san: &shakmaty::san::San) -> String {
     }
 }
 
-/// Processes one block. `visitor` is the worker's reused visitor.
+/// Processes one block. `visitor` is the worker's reused visitor; `keys`
+/// a recycled buffer for the block's board keys (cleared here).
 pub fn process_block(
-    block: Block,
+    block: &Block,
     settings: &WorkerSettings,
     visitor: &mut GameVisitor,
+    mut keys: Vec<BoardKey>,
 ) -> BlockResult {
+    keys.clear();
     let mut out = BlockResult {
         seq: block.seq,
         input: block.input,
         span: block.span(),
         last: block.last,
         error: block.error.clone(),
+        keys,
         ..BlockResult::default()
     };
     if let BlockKind::Oversized { skipped } = block.kind {
@@ -510,7 +514,7 @@ mod tests {
             last,
             error: error.map(str::to_owned),
         };
-        process_block(block, &s, &mut v)
+        process_block(&block, &s, &mut v, Vec::new())
     }
 
     fn reasons(r: &BlockResult) -> Vec<&'static str> {

@@ -2,6 +2,7 @@
 //! directories with atomic commits, and the run manifest.
 
 pub mod commit;
+pub mod legal_moves;
 pub mod manifest;
 pub mod schema;
 pub mod writer;

@@ -37,7 +37,7 @@ fn verdicts(data: &[u8], block_bytes: usize) -> (Vec<(u64, &'static str)>, usize
         .expect("in-memory reads cannot fail")
     {
         seq += 1;
-        let result = process_block(block, &settings, &mut visitor);
+        let result = process_block(&block, &settings, &mut visitor, Vec::new());
         let mut emitted = 0usize;
         for g in &result.games {
             let reason = match &g.verdict {

@@ -191,6 +191,7 @@ fn ingest_cmd(args: IngestArgs) -> Result<()> {
             "games_read": summary.games_read(),
             "pgn_bytes": summary.pgn_bytes(),
             "spilled": summary.spilled,
+            "peak_rss_bytes": summary.peak_rss,
             "phases": summary.phases.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
             "inputs": summary.inputs,
             "splits": summary.splits.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
@@ -219,7 +220,11 @@ fn ingest_cmd(args: IngestArgs) -> Result<()> {
         .iter()
         .map(|(name, secs)| format!("{name} {secs:.2} s"))
         .collect();
-    writeln!(stdout, "  phases: {}", phases.join(", "))?;
+    let peak = summary
+        .peak_rss
+        .map(|b| format!("; peak memory {:.0} MB", b as f64 / 1e6))
+        .unwrap_or_default();
+    writeln!(stdout, "  phases: {}{peak}", phases.join(", "))?;
     for (name, c) in &summary.splits {
         let rejected: u64 = c.rejected.values().sum();
         let reasons: Vec<String> = c.rejected.iter().map(|(r, n)| format!("{r} {n}")).collect();

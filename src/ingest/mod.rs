@@ -88,6 +88,16 @@ pub struct Summary {
     /// boards), dedup (merge spilled partitions), boards (write boards and
     /// legal_moves), commit.
     pub phases: Vec<(&'static str, f64)>,
+    /// Peak resident memory of the process (Linux), bytes.
+    pub peak_rss: Option<u64>,
+}
+
+/// Peak resident set size of this process (VmHWM), where /proc tells it.
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 impl Summary {
@@ -270,23 +280,43 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
         phases.push((name, lap.elapsed().as_secs_f64()));
         lap = Instant::now();
     };
-    bar.set_message("writing boards and legal moves");
+    if spilled {
+        bar.set_message("merging spilled boards");
+    }
 
     // Boards and legal moves, split by split.
     let streams = aggregator.finish()?;
     mark("dedup", &mut phases);
     let done = Arc::new(AtomicU64::new(0));
     let mut totals = Vec::with_capacity(splits.len());
-    for (s, stream) in streams.into_iter().enumerate() {
-        let t = write_split(
-            stream,
-            &txn.partition(Table::Boards, &splits[s])?,
-            &txn.partition(Table::LegalMoves, &splits[s])?,
-            config.threads.max(1),
-            &done,
-        )?;
-        totals.push(t);
-    }
+    let writing = AtomicBool::new(true);
+    std::thread::scope(|scope| -> Result<(), IngestError> {
+        // Progress: boards written so far.
+        let (writing, done_ref, bar) = (&writing, &done, &bar);
+        spawn_named(scope, "cb-progress", move || {
+            while writing.load(Ordering::Relaxed) {
+                bar.set_message(format!(
+                    "writing boards and legal moves: {} boards",
+                    group(done_ref.load(Ordering::Relaxed))
+                ));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        let result = (|| {
+            for (s, stream) in streams.into_iter().enumerate() {
+                totals.push(write_split(
+                    stream,
+                    &txn.partition(Table::Boards, &splits[s])?,
+                    &txn.partition(Table::LegalMoves, &splits[s])?,
+                    config.threads.max(1),
+                    &done,
+                )?);
+            }
+            Ok(())
+        })();
+        writing.store(false, Ordering::Relaxed);
+        result
+    })?;
     mark("boards", &mut phases);
     let Collector {
         inputs,
@@ -353,6 +383,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
         seconds: clock.elapsed().as_secs_f64(),
         spilled,
         phases,
+        peak_rss: peak_rss(),
     })
 }
 

@@ -230,7 +230,7 @@ pub fn overlap(run: &Path, train: &str, test: &str) -> Result<Option<f64>, Stats
 
 /// Computes Table A1 for a run directory.
 pub fn compute(run: &Path) -> Result<RunStats, StatsError> {
-    let run = RunDir::open_existing(run)?;
+    let run = RunDir::read(run)?;
     let mut stats = RunStats::default();
     for split in splits(&run)? {
         let mut s = SplitStats::default();

@@ -245,6 +245,46 @@ mod tests {
         assert!(castles.contains(&"e1g1") && castles.contains(&"e1c1"));
     }
 
+    /// `tokens.jsonl` lists each board's legal moves sorted by action index.
+    #[test]
+    fn legal_actions_match_golden() {
+        let Some(dir) = crate::testing::golden_dir() else {
+            return;
+        };
+        let text = std::fs::read_to_string(dir.join("tokens.jsonl")).unwrap();
+        let v = vocabulary();
+        let mut checked = 0;
+        let mut terminal = 0;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let row: serde_json::Value = serde_json::from_str(line).unwrap();
+            let fen = row["fen"].as_str().unwrap();
+            let pos: Chess = fen
+                .parse::<shakmaty::fen::Fen>()
+                .unwrap()
+                .into_position(CastlingMode::Standard)
+                .unwrap();
+            let mut ours: Vec<u64> = pos
+                .legal_moves()
+                .iter()
+                .map(|m| u64::from(v.index_of_move(m).unwrap()))
+                .collect();
+            ours.sort_unstable();
+            let want: Vec<u64> = row["legal_actions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_u64().unwrap())
+                .collect();
+            assert_eq!(ours, want, "{fen}");
+            terminal += usize::from(want.is_empty());
+            checked += 1;
+        }
+        assert!(
+            checked >= 400 && terminal >= 2,
+            "{checked} boards, {terminal} terminal"
+        );
+    }
+
     #[test]
     fn matches_golden_file() {
         let Some(dir) = crate::testing::golden_dir() else {

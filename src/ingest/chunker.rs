@@ -62,29 +62,58 @@ fn is_game_start(data: &[u8], i: usize) -> bool {
         && (data[i - 2] == b'\n' || (i >= 3 && data[i - 2] == b'\r' && data[i - 3] == b'\n'))
 }
 
-/// The last game start in `data` after position 0 (blank-line rule), or,
-/// failing that, the last `[` line whose previous line is neither blank nor
-/// a tag line (PGN written without blank lines between games).
-pub fn last_game_start(data: &[u8]) -> Option<usize> {
+/// How a game start was recognised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartRule {
+    /// A `[` line after a blank line (how exporters separate games).
+    BlankLine,
+    /// A `[` line after a movetext line (PGN without blank lines).
+    AfterMovetext,
+}
+
+/// The last game start in `data` after position 0 by the blank-line rule,
+/// or, failing that, the last `[` line after a movetext line.
+pub fn last_game_start(data: &[u8]) -> Option<(usize, StartRule)> {
     let finder = memmem::FinderRev::new(b"\n[");
     let mut fallback = None;
     let mut end = data.len();
     while let Some(nl) = finder.rfind(&data[..end]) {
         let i = nl + 1;
         if is_game_start(data, i) {
-            return Some(i);
+            return Some((i, StartRule::BlankLine));
         }
-        if fallback.is_none() && nl > 0 {
-            let line_start = memchr::memrchr(b'\n', &data[..nl]).map_or(0, |j| j + 1);
-            let prev = &data[line_start..nl];
-            let prev = prev.strip_suffix(b"\r").unwrap_or(prev);
-            if !prev.is_empty() && prev[0] != b'[' {
-                fallback = Some(i);
-            }
+        if fallback.is_none() && nl > 0 && after_movetext_line(data, nl) {
+            fallback = Some((i, StartRule::AfterMovetext));
         }
         end = nl;
     }
     fallback
+}
+
+/// True if the line before the newline at `nl` is movetext: not blank and
+/// not a tag line (so a `[` line after it starts a game in PGN written
+/// without blank lines between games).
+fn after_movetext_line(data: &[u8], nl: usize) -> bool {
+    let line_start = memchr::memrchr(b'\n', &data[..nl]).map_or(0, |j| j + 1);
+    let prev = &data[line_start..nl];
+    let prev = prev.strip_suffix(b"\r").unwrap_or(prev);
+    !prev.is_empty() && prev[0] != b'['
+}
+
+/// The first game start in `data[from + 1..end]`, by either rule: after a
+/// blank line, or after a movetext line.
+pub fn next_game_start(data: &[u8], from: usize, end: usize) -> Option<usize> {
+    let end = end.min(data.len());
+    let mut at = from;
+    while at < end {
+        let nl = at + memmem::find(&data[at..end], b"\n[")?;
+        let i = nl + 1;
+        if i > from && (is_game_start(data, i) || after_movetext_line(data, nl)) {
+            return Some(i);
+        }
+        at = i;
+    }
+    None
 }
 
 /// Every game start (blank-line rule) in `data`, in order.
@@ -101,6 +130,9 @@ pub struct Chunker<R> {
     buf: Vec<u8>,
     /// Buffers of processed blocks, handed back for reuse (no page faults).
     recycle: Option<crossbeam_channel::Receiver<Vec<u8>>>,
+    /// The input separates games with blank lines (seen once): then the
+    /// after-movetext rule, which a multi-line comment can fool, is not used.
+    blank_lines: bool,
     block_bytes: usize,
     max_game_bytes: usize,
     done: bool,
@@ -131,6 +163,7 @@ impl<R: Read> Chunker<R> {
             input,
             buf: Vec::with_capacity(2 * block_bytes),
             recycle: None,
+            blank_lines: false,
             block_bytes: block_bytes.max(16),
             max_game_bytes,
             done: false,
@@ -216,7 +249,15 @@ impl<R: Read> Chunker<R> {
                 }
                 Fill::Full => {}
             }
-            if let Some(cut) = last_game_start(&self.buf) {
+            let cut = match last_game_start(&self.buf) {
+                Some((i, StartRule::BlankLine)) => {
+                    self.blank_lines = true;
+                    Some(i)
+                }
+                Some((i, StartRule::AfterMovetext)) if !self.blank_lines => Some(i),
+                _ => None,
+            };
+            if let Some(cut) = cut {
                 let mut rest = self.fresh_buffer();
                 rest.extend_from_slice(&self.buf[cut..]);
                 self.buf.truncate(cut);
@@ -241,7 +282,11 @@ impl<R: Read> Chunker<R> {
         let mut error = None;
         let mut at_end = false;
         let last = loop {
-            let next_start = game_starts(&self.buf).next();
+            let next_start = if self.blank_lines {
+                game_starts(&self.buf).next()
+            } else {
+                next_game_start(&self.buf, 0, self.buf.len())
+            };
             if let Some(cut) = next_start {
                 skipped += cut as u64;
                 newlines += count_newlines(&self.buf[..cut]);
@@ -322,18 +367,22 @@ mod tests {
     #[test]
     fn finds_the_last_game_start() {
         let pgn = b"[Event \"a\"]\n[Site \"x\"]\n\n1. e4 *\n\n[Event \"b\"]\n\n1. d4 *\n";
-        let i = last_game_start(pgn).unwrap();
+        let (i, rule) = last_game_start(pgn).unwrap();
+        assert_eq!(rule, StartRule::BlankLine);
         assert!(pgn[i..].starts_with(b"[Event \"b\"]"));
         let starts: Vec<usize> = game_starts(pgn).collect();
         assert_eq!(starts, vec![i]);
         // CRLF files.
         let crlf = b"[Event \"a\"]\r\n\r\n1. e4 *\r\n\r\n[Event \"b\"]\r\n";
-        let i = last_game_start(crlf).unwrap();
+        let (i, _) = last_game_start(crlf).unwrap();
         assert!(crlf[i..].starts_with(b"[Event \"b\"]"));
         // No blank lines between games: fall back to the previous line.
         let tight = b"[Event \"a\"]\n1. e4 *\n[Event \"b\"]\n1. d4 *\n";
-        let i = last_game_start(tight).unwrap();
+        let (i, rule) = last_game_start(tight).unwrap();
+        assert_eq!(rule, StartRule::AfterMovetext);
         assert!(tight[i..].starts_with(b"[Event \"b\"]"));
+        assert_eq!(next_game_start(tight, 0, tight.len()), Some(i));
+        assert_eq!(next_game_start(tight, i, tight.len()), None);
         // A single game has no cut point.
         assert_eq!(
             last_game_start(b"[Event \"a\"]\n[Site \"b\"]\n\n1. e4 *"),

@@ -421,6 +421,12 @@ impl IngestOptions {
                 return Err(ConfigError::TestSplitClash(test_split));
             }
         }
+        if self.max_games == Some(0) {
+            return Err(ConfigError::Invalid {
+                option: "--max-games",
+                message: "must be at least 1".into(),
+            });
+        }
         if self.sample_games == Some(0) {
             return Err(ConfigError::Invalid {
                 option: "--sample-games",

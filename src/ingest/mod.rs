@@ -236,7 +236,30 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
                         }
                     } else {
                         let keys = recycled_keys.try_recv().unwrap_or_default();
-                        process_block(&block, settings, &mut visitor, keys)
+                        // A panic is a bug, but it must fail the ingest with a
+                        // message, not leave the other threads waiting.
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            process_block(&block, settings, &mut visitor, keys)
+                        }))
+                        .unwrap_or_else(|panic| {
+                            let what = panic
+                                .downcast_ref::<&str>()
+                                .map(|s| s.to_string())
+                                .or_else(|| panic.downcast_ref::<String>().cloned())
+                                .unwrap_or_default();
+                            if let Ok(mut f) = fatal.lock() {
+                                f.get_or_insert(IngestError::Internal(format!(
+                                    "worker panicked on block {} of input {}: {what}",
+                                    block.seq, config.inputs[block.input].display
+                                )));
+                            }
+                            stop.store(true, Ordering::Relaxed);
+                            visitor = GameVisitor::new(settings.filter.clone(), settings.limits);
+                            BlockResult {
+                                seq: block.seq,
+                                ..BlockResult::default()
+                            }
+                        })
                     };
                     let _ = recycle_blocks.try_send(block.data);
                     if tx.send(result).is_err() {
@@ -271,8 +294,10 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     if let Some(e) = fatal.lock().ok().and_then(|mut f| f.take()) {
         return Err(e);
     }
-    collected?;
+    // The aggregator's error is the cause when both failed (the collector
+    // then only saw its channel close).
     let aggregator = aggregated?;
+    collected?;
     let spilled = aggregator.spilled();
     let mut phases = vec![("stream", clock.elapsed().as_secs_f64())];
     let mut lap = Instant::now();

@@ -9,7 +9,7 @@ use shakmaty::{CastlingMode, Chess, Move, Position, Role, Square, uci::UciMove};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{
-    chunker::{Block, BlockKind, count_newlines, game_starts},
+    chunker::{Block, BlockKind, count_newlines, game_starts, next_game_start},
     config::{GameFilter, Limits, Speed},
     game::{
         GameVisitor, Parsed, RejectReason, Tag, Tags, lichess_id, parse_clock, parse_date,
@@ -300,10 +300,26 @@ pub fn process_block(
     let mut newline_cursor = 0usize;
     let mut newlines_before = 0u64;
 
+    // PGN written with blank lines between games gives one game per slice;
+    // without them (no blank-line start in the block), a slice holds many.
+    let tight = slices.len() == 1;
+    // A reader that stopped early (rejected header, error) holds state for
+    // the game it left; it is never reused for another game.
+    let mut dirty = false;
+    let max_game = settings.limits.max_game_bytes;
     for slice in slices {
+        if dirty {
+            reader = new_reader(window());
+            dirty = false;
+        }
         pos.set(slice.start);
         end.set(slice.end);
+        let mut resync_at = None;
         loop {
+            if let Some(at) = resync_at.take() {
+                pos.set(at);
+                reader = new_reader(window());
+            }
             let consumed = pos.get() - reader.buffer().len();
             let start = skip_whitespace(data, consumed, slice.end);
             if start >= slice.end {
@@ -313,10 +329,28 @@ pub fn process_block(
             newline_cursor = start;
             let offset = start as u64;
             let line = newlines_before;
-            match reader.read_game(visitor) {
+            if !tight && slice.end - start > max_game {
+                // One game longer than --max-game-bytes: reject unparsed.
+                out.games.push(GameRecord {
+                    offset,
+                    line,
+                    verdict: Verdict::Rejected {
+                        reason: RejectReason::GameTooLarge,
+                        detail: Some(format!(
+                            "{} bytes exceed --max-game-bytes {max_game}",
+                            slice.end - start
+                        )),
+                        ply: None,
+                        id: site_id(&data[start..slice.end.min(start + 4096)]),
+                    },
+                });
+                break;
+            }
+            let verdict = match reader.read_game(visitor) {
                 Ok(None) => break,
                 Ok(Some(parsed)) => {
                     let game_end = pos.get() - reader.buffer().len();
+                    let stopped = parsed != Parsed::Complete;
                     let verdict = judge(
                         parsed,
                         &data[start..game_end.max(start)],
@@ -325,31 +359,44 @@ pub fn process_block(
                         settings,
                         &mut out,
                     );
-                    out.games.push(GameRecord {
-                        offset,
-                        line,
-                        verdict,
-                    });
+                    if stopped {
+                        // pgn-reader would skip the rest of this game on the
+                        // next call; resynchronise at the next game instead.
+                        dirty = true;
+                        resync_at = tight
+                            .then(|| next_game_start(data, game_end, slice.end))
+                            .flatten();
+                    }
+                    verdict
                 }
                 Err(e) => {
-                    out.games.push(GameRecord {
-                        offset,
-                        line,
-                        verdict: Verdict::Rejected {
-                            reason: RejectReason::ParseError,
-                            detail: Some(e.to_string()),
-                            ply: None,
-                            id: visitor
-                                .tags
-                                .get(Tag::Site)
-                                .and_then(lichess_id)
-                                .map(Box::from),
-                        },
-                    });
-                    // Resynchronise at the next game start with a fresh reader.
-                    reader = new_reader(window());
-                    break;
+                    let here = pos.get() - reader.buffer().len();
+                    dirty = true;
+                    resync_at = tight
+                        .then(|| next_game_start(data, here.max(start), slice.end))
+                        .flatten();
+                    Verdict::Rejected {
+                        reason: RejectReason::ParseError,
+                        detail: Some(e.to_string()),
+                        ply: None,
+                        id: visitor
+                            .tags
+                            .get(Tag::Site)
+                            .and_then(lichess_id)
+                            .map(Box::from),
+                    }
                 }
+            };
+            out.games.push(GameRecord {
+                offset,
+                line,
+                verdict,
+            });
+            if dirty && resync_at.is_none() {
+                break;
+            }
+            if resync_at.is_some() {
+                dirty = false;
             }
         }
     }
@@ -611,6 +658,82 @@ mod tests {
             panic!()
         };
         assert_eq!(detail.as_deref(), Some("unterminated comment"));
+    }
+
+    /// Review finding: a parse error in PGN without blank lines between
+    /// games must not drop the games after it.
+    #[test]
+    fn parse_error_in_tight_pgn_keeps_the_following_games() {
+        let mut pgn = b"[Event \"a\"]\n1. e4 e5 *\n[Event \"b\"]\n[Annotator \"".to_vec();
+        pgn.extend(std::iter::repeat_n(b'z', 20_000));
+        pgn.extend_from_slice(b"\"]\n1. d4 *\n[Event \"c\"]\n1. c4 *\n[Event \"d\"]\n1. Nf3 *\n");
+        let r = run(&pgn, false, None);
+        let reasons = reasons(&r);
+        assert_eq!(reasons.first(), Some(&"accepted"));
+        assert!(reasons.contains(&"parse_error"), "{reasons:?}");
+        assert_eq!(
+            reasons.iter().filter(|r| **r == "accepted").count(),
+            3,
+            "{reasons:?}"
+        );
+        assert!(pgn[r.games.last().unwrap().offset as usize..].starts_with(b"[Event \"d\"]"));
+    }
+
+    /// Review finding: a game rejected at its header must not eat the first
+    /// tag of the next game (pgn-reader defers skipping its movetext).
+    #[test]
+    fn header_rejection_does_not_touch_the_next_game() {
+        let pgn = b"[Event \"x\"]\n[Variant \"Atomic\"]\n\n[Event \"Casual Blitz game\"]\n[WhiteElo \"1500\"]\n[BlackElo \"1500\"]\n\n1. e4 *\n\n";
+        let s = WorkerSettings {
+            filter: GameFilter {
+                rated_only: true,
+                ..GameFilter::default()
+            },
+            ..settings(Emit::Keys)
+        };
+        let mut v = GameVisitor::new(s.filter.clone(), s.limits);
+        let block = Block {
+            seq: 0,
+            input: 0,
+            data: pgn.to_vec(),
+            kind: BlockKind::Games,
+            newlines: 0,
+            last: true,
+            error: None,
+        };
+        let r = process_block(&block, &s, &mut v, Vec::new());
+        assert_eq!(reasons(&r), ["variant", "filtered_unrated"]);
+        let Verdict::Rejected { detail, .. } = &r.games[1].verdict else {
+            panic!()
+        };
+        assert_eq!(detail.as_deref(), Some("Casual Blitz game"));
+    }
+
+    /// Review finding: --max-game-bytes holds whatever the block size.
+    #[test]
+    fn games_over_the_limit_are_rejected_in_any_block() {
+        let mut pgn = b"[Event \"big\"]\n\n1. e4 { ".to_vec();
+        pgn.extend(std::iter::repeat_n(b'z', 9000));
+        pgn.extend_from_slice(b" } e5 *\n\n[Event \"small\"]\n\n1. d4 *\n");
+        let s = WorkerSettings {
+            limits: Limits {
+                max_game_bytes: 4096,
+                ..Limits::default()
+            },
+            ..settings(Emit::Keys)
+        };
+        let mut v = GameVisitor::new(s.filter.clone(), s.limits);
+        let block = Block {
+            seq: 0,
+            input: 0,
+            data: pgn.clone(),
+            kind: BlockKind::Games,
+            newlines: 0,
+            last: true,
+            error: None,
+        };
+        let r = process_block(&block, &s, &mut v, Vec::new());
+        assert_eq!(reasons(&r), ["game_too_large", "accepted"]);
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! the renames from the journal: readers never see half an ingest.
 //!
 //! `RUN/.lock` is held (an OS file lock) while a stage works on the run, so
-//! two ingests cannot interleave.
+//! two ingests cannot interleave. `RUN/.commit.lock` is held exclusively
+//! while a commit renames directories and shared by readers
+//! ([`RunDir::read`]), so a reader never sees half a commit.
 
 use std::{
     fs::{self, File, TryLockError},
@@ -26,6 +28,7 @@ const STAGING: &str = ".staging";
 const TRASH: &str = ".trash";
 const JOURNAL: &str = ".commit-journal.json";
 const LOCK: &str = ".lock";
+const COMMIT_LOCK: &str = ".commit.lock";
 /// File name of the run manifest.
 pub const MANIFEST: &str = "manifest.json";
 
@@ -94,18 +97,27 @@ impl RunDir {
         Ok(run)
     }
 
-    /// Opens a run directory for reading: it must exist; a pending commit is
-    /// finished first when the directory is not locked by a running stage.
-    pub fn open_existing(root: &Path) -> Result<PathBuf, StoreError> {
+    /// Opens a run directory for reading. Holds a shared commit lock until
+    /// the returned guard is dropped, so no commit can change the tables
+    /// meanwhile; a commit a crashed process left half done is finished
+    /// first.
+    pub fn read(root: &Path) -> Result<RunReader, StoreError> {
         if !root.join(MANIFEST).is_file() {
             return Err(StoreError::NotARun(root.to_owned()));
         }
-        if root.join(JOURNAL).exists() {
-            // Roll the commit forward (needs the lock; fails clearly if a
-            // stage is running right now).
+        loop {
+            let guard = commit_lock(root, false)?;
+            // A journal seen under the shared lock is a crashed commit (a
+            // live one holds the lock exclusively from before its journal).
+            if !root.join(JOURNAL).exists() {
+                return Ok(RunReader {
+                    root: root.to_owned(),
+                    _guard: guard,
+                });
+            }
+            drop(guard);
             drop(RunDir::open(root)?);
         }
-        Ok(root.to_owned())
     }
 
     /// The directory.
@@ -121,6 +133,7 @@ impl RunDir {
     fn recover(&self) -> Result<(), StoreError> {
         let journal_path = self.root.join(JOURNAL);
         if journal_path.exists() {
+            let _commit = commit_lock(&self.root, true)?;
             let text =
                 fs::read_to_string(&journal_path).map_err(|e| StoreError::io(&journal_path, e))?;
             let journal: Journal = serde_json::from_str(&text)
@@ -137,7 +150,17 @@ impl RunDir {
         for (i, (src, dst)) in journal.renames.iter().enumerate() {
             let (src, dst) = (self.root.join(src), self.root.join(dst));
             if !src.exists() {
-                continue; // already moved before a crash
+                if dst.exists() {
+                    continue; // moved before a crash
+                }
+                return Err(StoreError::Corrupt(
+                    self.root.join(JOURNAL),
+                    format!(
+                        "neither {} nor {} exists; the run needs a fresh ingest of this split",
+                        src.display(),
+                        dst.display()
+                    ),
+                ));
             }
             if dst.exists() {
                 let old = trash.join(i.to_string());
@@ -171,8 +194,54 @@ impl RunDir {
             run: self,
             rel: PathBuf::from(STAGING).join(name),
             dir,
+            journaled: false,
         })
     }
+}
+
+/// A run directory open for reading (see [`RunDir::read`]).
+#[derive(Debug)]
+pub struct RunReader {
+    root: PathBuf,
+    _guard: Option<File>,
+}
+
+impl std::ops::Deref for RunReader {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.root
+    }
+}
+
+/// Takes the commit lock, exclusive (commits) or shared (readers). On a
+/// read-only run directory readers go without (nothing can commit there).
+fn commit_lock(root: &Path, exclusive: bool) -> Result<Option<File>, StoreError> {
+    let path = root.join(COMMIT_LOCK);
+    let file = match File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e)
+            if !exclusive
+                && matches!(
+                    e.kind(),
+                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+                ) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(StoreError::io(&path, e)),
+    };
+    let locked = if exclusive {
+        file.lock()
+    } else {
+        file.lock_shared()
+    };
+    locked.map_err(|e| StoreError::io(&path, e))?;
+    Ok(Some(file))
 }
 
 /// Files staged for one atomic commit.
@@ -181,6 +250,8 @@ pub struct Transaction<'a> {
     run: &'a RunDir,
     rel: PathBuf,
     dir: PathBuf,
+    /// The journal points at the staging directory: keep it for roll-forward.
+    journaled: bool,
 }
 
 /// `TABLE/split=NAME`, the hive partition directory.
@@ -207,7 +278,7 @@ impl Transaction<'_> {
     /// Publishes the staged partitions of `tables` x `splits` (replacing
     /// those partitions if they exist) and the new manifest, atomically.
     pub fn commit(
-        self,
+        mut self,
         tables: &[Table],
         splits: &[String],
         manifest: Manifest,
@@ -226,7 +297,11 @@ impl Transaction<'_> {
         let journal = Journal { renames, manifest };
         let bytes = serde_json::to_vec_pretty(&journal)
             .map_err(|e| StoreError::Corrupt(self.run.root.join(JOURNAL), e.to_string()))?;
+        let _commit = commit_lock(&self.run.root, true)?;
         write_atomic(&self.run.root.join(JOURNAL), &bytes)?;
+        // From here the commit happens: if renaming fails (disk full, ...),
+        // the staged files stay for the next open to roll forward.
+        self.journaled = true;
         self.run.apply(&journal)?;
         remove_dir_if_exists(&self.dir)?;
         // Leave no empty staging directory behind (another transaction of
@@ -239,8 +314,11 @@ impl Transaction<'_> {
 impl Drop for Transaction<'_> {
     fn drop(&mut self) {
         // An abandoned (failed) transaction leaves nothing behind; after a
-        // commit the directory is already gone.
-        let _ = fs::remove_dir_all(&self.dir);
+        // commit the directory is already gone; a journaled commit that
+        // failed half-way keeps it for roll-forward.
+        if !self.journaled {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -309,6 +387,63 @@ mod tests {
         }
         assert!(!tmp.path().join("boards").exists());
         assert_eq!(fs::read_dir(tmp.path().join(STAGING)).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn missing_source_and_destination_is_corruption_not_success() {
+        let tmp = tempfile::tempdir().unwrap();
+        let journal = Journal {
+            renames: vec![(
+                PathBuf::from(STAGING).join("gone/boards/split=train"),
+                partition_dir(Table::Boards, "train"),
+            )],
+            manifest: Manifest::default(),
+        };
+        fs::write(
+            tmp.path().join(JOURNAL),
+            serde_json::to_vec(&journal).unwrap(),
+        )
+        .unwrap();
+        assert!(matches!(
+            RunDir::open(tmp.path()),
+            Err(StoreError::Corrupt(..))
+        ));
+        assert!(
+            !tmp.path().join(MANIFEST).exists(),
+            "no manifest for a broken commit"
+        );
+    }
+
+    #[test]
+    fn readers_finish_a_crashed_commit_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let staged = PathBuf::from(STAGING).join("dead");
+        touch(
+            &tmp.path()
+                .join(&staged)
+                .join(partition_dir(Table::Boards, "train"))
+                .join("p"),
+        );
+        let journal = Journal {
+            renames: vec![(
+                staged.join(partition_dir(Table::Boards, "train")),
+                partition_dir(Table::Boards, "train"),
+            )],
+            manifest: Manifest::default(),
+        };
+        fs::write(
+            tmp.path().join(JOURNAL),
+            serde_json::to_vec(&journal).unwrap(),
+        )
+        .unwrap();
+        fs::write(
+            tmp.path().join(MANIFEST),
+            b"{\"format\":\"chessbench-run\",\"schema_version\":1}",
+        )
+        .unwrap();
+        let reader = RunDir::read(tmp.path()).unwrap();
+        assert!(reader.join("boards/split=train/p").is_file());
+        assert!(!tmp.path().join(JOURNAL).exists());
     }
 
     #[test]

@@ -144,6 +144,21 @@ proptest! {
         prop_assert!(blank || !games.is_empty());
     }
 
+}
+
+/// Cases for the end-to-end property: a tenth of PROPTEST_CASES (each case
+/// is a whole ingest with fsyncs), at least 8.
+fn pipeline_cases() -> u32 {
+    let cases: u32 = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
+    (cases / 10).max(8)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(pipeline_cases()))]
+
     #[test]
     fn fuzz_pipeline_commits_consistent_runs(mutations in prop::collection::vec(mutation(), 0..6)) {
         let mut data = real_pgn();
@@ -190,5 +205,46 @@ fn fuzz_block_size_does_not_change_results_on_real_data() {
             (expected.clone(), keys),
             "block size {block}"
         );
+    }
+}
+
+/// Windows line endings change nothing but byte offsets.
+#[test]
+fn crlf_input_gives_the_same_games() {
+    let data = std::fs::read(lichess_1000k()).unwrap();
+    let crlf: Vec<u8> = data
+        .iter()
+        .flat_map(|&b| {
+            if b == b'\n' {
+                vec![b'\r', b'\n']
+            } else {
+                vec![b]
+            }
+        })
+        .collect();
+    let (lf_games, lf_keys) = verdicts(&data, 1 << 20);
+    let (crlf_games, crlf_keys) = verdicts(&crlf, 4096);
+    let reasons = |g: &[(u64, &'static str)]| g.iter().map(|x| x.1).collect::<Vec<_>>();
+    assert_eq!(reasons(&crlf_games), reasons(&lf_games));
+    assert_eq!(crlf_keys, lf_keys);
+}
+
+/// PGN without blank lines between games (some exporters write it) gives
+/// the same games as the original, whatever the block size: an independent
+/// check that no game is lost or merged.
+#[test]
+fn tight_pgn_gives_the_same_games() {
+    let data = std::fs::read(lichess_1000k()).unwrap();
+    let tight: Vec<u8> = String::from_utf8(data.clone())
+        .unwrap()
+        .replace("\n\n[Event ", "\n[Event ")
+        .into_bytes();
+    assert!(tight.len() < data.len());
+    let (games, keys) = verdicts(&data, 1 << 20);
+    let reasons = |g: &[(u64, &'static str)]| g.iter().map(|x| x.1).collect::<Vec<_>>();
+    for block in [1 << 20, 65_536, 4096] {
+        let (tg, tk) = verdicts(&tight, block);
+        assert_eq!(reasons(&tg), reasons(&games), "block {block}");
+        assert_eq!(tk, keys, "block {block}");
     }
 }

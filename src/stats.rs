@@ -180,8 +180,8 @@ pub fn splits(run: &Path) -> Result<Vec<String>, StatsError> {
     Ok(out)
 }
 
-fn distinct_fens(run: &Path, split: &str) -> Result<HashSet<u128>, StatsError> {
-    let mut set = HashSet::new();
+/// Calls `f` with the 128-bit hash of every FEN of a split's boards.
+fn for_fen_hashes(run: &Path, split: &str, mut f: impl FnMut(u128)) -> Result<(), StatsError> {
     for_column(&partition(run, Table::Boards, split), "fen", |col, path| {
         let fens =
             col.as_any()
@@ -191,39 +191,29 @@ fn distinct_fens(run: &Path, split: &str) -> Result<HashSet<u128>, StatsError> {
                     column: "fen",
                     expected: "string",
                 })?;
-        for fen in fens.iter().flatten() {
-            set.insert(xxh3_128(fen.as_bytes()));
-        }
+        fens.iter()
+            .flatten()
+            .for_each(|fen| f(xxh3_128(fen.as_bytes())));
         Ok(())
-    })?;
-    Ok(set)
+    })
 }
 
 /// Fraction of `test` boards that occur in `train`: a set of 128-bit FEN
-/// hashes of the smaller split, probed with the other (collision odds below
-/// 1e-20 at ChessBench scale).
+/// hashes of the test split (the small one in the paper's setup), probed
+/// with train's (collision odds below 1e-20 at ChessBench scale).
 pub fn overlap(run: &Path, train: &str, test: &str) -> Result<Option<f64>, StatsError> {
-    let test_set = distinct_fens(run, test)?;
+    let mut test_set = HashSet::new();
+    for_fen_hashes(run, test, |h| {
+        test_set.insert(h);
+    })?;
     if test_set.is_empty() {
         return Ok(None);
     }
     let mut found: HashSet<u128> = HashSet::new();
-    for_column(&partition(run, Table::Boards, train), "fen", |col, path| {
-        let fens =
-            col.as_any()
-                .downcast_ref::<StringArray>()
-                .ok_or_else(|| StatsError::Column {
-                    path: path.to_owned(),
-                    column: "fen",
-                    expected: "string",
-                })?;
-        for fen in fens.iter().flatten() {
-            let h = xxh3_128(fen.as_bytes());
-            if test_set.contains(&h) {
-                found.insert(h);
-            }
+    for_fen_hashes(run, train, |h| {
+        if test_set.contains(&h) {
+            found.insert(h);
         }
-        Ok(())
     })?;
     Ok(Some(found.len() as f64 / test_set.len() as f64))
 }

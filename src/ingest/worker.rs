@@ -549,10 +549,8 @@ mod tests {
         }
     }
 
-    fn run(pgn: &[u8], last: bool, error: Option<&str>) -> BlockResult {
-        let s = settings(Emit::Keys);
-        let mut v = GameVisitor::new(s.filter.clone(), s.limits);
-        let block = Block {
+    fn block(pgn: &[u8], last: bool, error: Option<&str>) -> Block {
+        Block {
             seq: 0,
             input: 0,
             data: pgn.to_vec(),
@@ -560,8 +558,16 @@ mod tests {
             newlines: 0,
             last,
             error: error.map(str::to_owned),
-        };
-        process_block(&block, &s, &mut v, Vec::new())
+        }
+    }
+
+    fn run_with(s: &WorkerSettings, pgn: &[u8], last: bool, error: Option<&str>) -> BlockResult {
+        let mut v = GameVisitor::new(s.filter.clone(), s.limits);
+        process_block(&block(pgn, last, error), s, &mut v, Vec::new())
+    }
+
+    fn run(pgn: &[u8], last: bool, error: Option<&str>) -> BlockResult {
+        run_with(&settings(Emit::Keys), pgn, last, error)
     }
 
     fn reasons(r: &BlockResult) -> Vec<&'static str> {
@@ -691,17 +697,7 @@ mod tests {
             },
             ..settings(Emit::Keys)
         };
-        let mut v = GameVisitor::new(s.filter.clone(), s.limits);
-        let block = Block {
-            seq: 0,
-            input: 0,
-            data: pgn.to_vec(),
-            kind: BlockKind::Games,
-            newlines: 0,
-            last: true,
-            error: None,
-        };
-        let r = process_block(&block, &s, &mut v, Vec::new());
+        let r = run_with(&s, pgn, true, None);
         assert_eq!(reasons(&r), ["variant", "filtered_unrated"]);
         let Verdict::Rejected { detail, .. } = &r.games[1].verdict else {
             panic!()
@@ -722,17 +718,7 @@ mod tests {
             },
             ..settings(Emit::Keys)
         };
-        let mut v = GameVisitor::new(s.filter.clone(), s.limits);
-        let block = Block {
-            seq: 0,
-            input: 0,
-            data: pgn.clone(),
-            kind: BlockKind::Games,
-            newlines: 0,
-            last: true,
-            error: None,
-        };
-        let r = process_block(&block, &s, &mut v, Vec::new());
+        let r = run_with(&s, &pgn, true, None);
         assert_eq!(reasons(&r), ["game_too_large", "accepted"]);
     }
 

@@ -331,6 +331,15 @@ mod tests {
         fs::write(path, b"x").unwrap();
     }
 
+    /// Writes a journal as a crashed commit would leave it.
+    fn leave_journal(root: &Path, renames: Vec<(PathBuf, PathBuf)>) {
+        let journal = Journal {
+            renames,
+            manifest: Manifest::default(),
+        };
+        fs::write(root.join(JOURNAL), serde_json::to_vec(&journal).unwrap()).unwrap();
+    }
+
     #[test]
     fn commit_replaces_partitions_atomically() {
         let tmp = tempfile::tempdir().unwrap();
@@ -392,18 +401,13 @@ mod tests {
     #[test]
     fn missing_source_and_destination_is_corruption_not_success() {
         let tmp = tempfile::tempdir().unwrap();
-        let journal = Journal {
-            renames: vec![(
+        leave_journal(
+            tmp.path(),
+            vec![(
                 PathBuf::from(STAGING).join("gone/boards/split=train"),
                 partition_dir(Table::Boards, "train"),
             )],
-            manifest: Manifest::default(),
-        };
-        fs::write(
-            tmp.path().join(JOURNAL),
-            serde_json::to_vec(&journal).unwrap(),
-        )
-        .unwrap();
+        );
         assert!(matches!(
             RunDir::open(tmp.path()),
             Err(StoreError::Corrupt(..))
@@ -424,18 +428,13 @@ mod tests {
                 .join(partition_dir(Table::Boards, "train"))
                 .join("p"),
         );
-        let journal = Journal {
-            renames: vec![(
+        leave_journal(
+            tmp.path(),
+            vec![(
                 staged.join(partition_dir(Table::Boards, "train")),
                 partition_dir(Table::Boards, "train"),
             )],
-            manifest: Manifest::default(),
-        };
-        fs::write(
-            tmp.path().join(JOURNAL),
-            serde_json::to_vec(&journal).unwrap(),
-        )
-        .unwrap();
+        );
         fs::write(
             tmp.path().join(MANIFEST),
             b"{\"format\":\"chessbench-run\",\"schema_version\":1}",
@@ -473,8 +472,9 @@ mod tests {
             };
             touch(&file);
         }
-        let journal = Journal {
-            renames: [Table::Games, Table::Boards]
+        leave_journal(
+            tmp.path(),
+            [Table::Games, Table::Boards]
                 .iter()
                 .map(|t| {
                     (
@@ -483,13 +483,7 @@ mod tests {
                     )
                 })
                 .collect(),
-            manifest: Manifest::default(),
-        };
-        fs::write(
-            tmp.path().join(JOURNAL),
-            serde_json::to_vec(&journal).unwrap(),
-        )
-        .unwrap();
+        );
         drop(RunDir::open(tmp.path()).unwrap());
         assert!(
             tmp.path()

@@ -2,8 +2,6 @@
 //! exactly, from files, from stdin, and whatever the memory limit or thread
 //! count.
 
-use std::path::Path;
-
 use super::util::*;
 
 /// Reference counts, from the golden file when present, else the values it
@@ -34,12 +32,7 @@ fn lichess_1000k_matches_table_a1_reference() {
     assert_eq!(counts(&stats_json(tmp.path()), "train"), want);
     // games read = accepted + rejected
     let split = &summary["splits"]["train"];
-    let rejected: u64 = split["rejected"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_u64().unwrap())
-        .sum();
+    let rejected = rejected_total(split);
     assert_eq!(summary["games_read"], 438);
     assert_eq!(split["games"].as_u64().unwrap() + rejected, 438);
     assert_eq!(split["rejected"]["no_moves"], 5);
@@ -229,15 +222,7 @@ fn written_files_carry_the_documented_schemas() {
 fn demo_pipeline_config_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("demo");
-    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("pipeline/demo.toml");
-    let o = run(&[
-        "ingest",
-        "--config",
-        config.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ingest_demo(&out);
     let stats = stats_json(&out);
     assert_eq!(counts(&stats, "train"), [433, 26_981, 26_874, 798_435]);
     // The master games: cross-checked with python-chess 1.11.

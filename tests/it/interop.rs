@@ -24,15 +24,7 @@ fn duckdb_reproduces_table_a1_from_the_parquet_tables() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let run_dir = tmp.path().join("demo");
-    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("pipeline/demo.toml");
-    let o = run(&[
-        "ingest",
-        "--config",
-        config.to_str().unwrap(),
-        "--out",
-        run_dir.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ingest_demo(&run_dir);
     let sql_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("sql");
     let script = format!(
         r#"

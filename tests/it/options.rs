@@ -92,12 +92,7 @@ fn header_filters_reject_with_a_reason() {
     assert_eq!(speeds, HashSet::from([Some("blitz".to_owned())]));
     let filtered = split["rejected"]["filtered_speed"].as_u64().unwrap();
     assert!(filtered > 100);
-    let rejected: u64 = split["rejected"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_u64().unwrap())
-        .sum();
+    let rejected = rejected_total(split);
     assert_eq!(split["games"].as_u64().unwrap() + rejected, 438);
 
     let tmp = tempfile::tempdir().unwrap();
@@ -135,12 +130,7 @@ fn max_games_counts_accepted_games() {
     );
     assert_eq!(s["splits"]["train"]["games"], 123);
     let read = s["games_read"].as_u64().unwrap();
-    let rejected: u64 = s["splits"]["train"]["rejected"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_u64().unwrap())
-        .sum();
+    let rejected = rejected_total(&s["splits"]["train"]);
     assert_eq!(read, 123 + rejected);
 }
 

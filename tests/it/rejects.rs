@@ -113,12 +113,7 @@ fn truncated_zst_keeps_what_was_read_and_records_the_error() {
     assert!(read > 100 && read < 438, "{read}");
     assert!(summary["inputs"][0]["error"].is_string());
     let split = &summary["splits"]["train"];
-    let rejected: u64 = split["rejected"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_u64().unwrap())
-        .sum();
+    let rejected = rejected_total(split);
     assert_eq!(split["games"].as_u64().unwrap() + rejected, read);
     assert_eq!(split["rejected"]["truncated"], 1);
     let manifest: serde_json::Value =

@@ -202,3 +202,23 @@ pub fn counts(stats: &serde_json::Value, split: &str) -> [u64; 4] {
 pub fn zstd(data: &[u8]) -> Vec<u8> {
     zstd::encode_all(data, 3).unwrap()
 }
+
+/// Games rejected in a split of an ingest summary (`--json`), all reasons.
+pub fn rejected_total(split: &serde_json::Value) -> u64 {
+    split["rejected"]
+        .as_object()
+        .map_or(0, |r| r.values().map(|v| v.as_u64().unwrap()).sum())
+}
+
+/// Runs the demo pipeline config into `out`.
+pub fn ingest_demo(out: &Path) {
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("pipeline/demo.toml");
+    let o = run(&[
+        "ingest",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

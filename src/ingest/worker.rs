@@ -2,7 +2,7 @@
 //! accepted ones and emits the key of every board (or, when games must be
 //! selected globally first, their moves).
 
-use std::{cell::Cell, io, ops::Range};
+use std::{cell::Cell, io};
 
 use pgn_reader::{Outcome, Reader};
 use shakmaty::{CastlingMode, Chess, Move, Position, Role, Square, uci::UciMove};
@@ -159,17 +159,17 @@ pub fn decode_move(code: u16) -> UciMove {
     }
 }
 
-/// `Read` over a window of a block whose bounds the worker moves between
-/// games, and whose position tells how far pgn-reader has read.
+/// `Read` over a block from a position the worker can move (restarts), which
+/// also tells how far pgn-reader has read.
 struct Window<'a> {
     data: &'a [u8],
     pos: &'a Cell<usize>,
-    end: &'a Cell<usize>,
+    end: usize,
 }
 
 impl io::Read for Window<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let (pos, end) = (self.pos.get(), self.end.get());
+        let (pos, end) = (self.pos.get(), self.end);
         let n = buf.len().min(end.saturating_sub(pos));
         buf[..n].copy_from_slice(&self.data[pos..pos + n]);
         self.pos.set(pos + n);
@@ -194,6 +194,17 @@ fn skip_whitespace(data: &[u8], mut i: usize, end: usize) -> usize {
         i += 1;
     }
     i
+}
+
+/// Where the next game starts after position `from` of a game that was left
+/// early: the next blank-line start, or in PGN without blank lines the next
+/// `[` line after a movetext line (the end of the block if none).
+fn resume_after(data: &[u8], from: usize, bound: usize, tight: bool) -> usize {
+    if tight {
+        next_game_start(data, from, data.len()).unwrap_or(data.len())
+    } else {
+        bound
+    }
 }
 
 /// Where to find the Site tag of an unparsed game (oversized games).
@@ -281,72 +292,57 @@ pub fn process_block(
     if settings.emit == Emit::Keys {
         out.keys.reserve(data.len() / 24);
     }
-    let mut slices: Vec<Range<usize>> = Vec::new();
-    let mut prev = 0;
-    for s in game_starts(data) {
-        slices.push(prev..s);
-        prev = s;
-    }
-    slices.push(prev..data.len());
+    // Game starts by the blank-line rule. The reader runs over the whole
+    // block (refilling its buffer once per 16 KiB, like a stream); the starts
+    // bound each game for --max-game-bytes and are where the reader restarts
+    // after a game it left early. Without any (PGN without blank lines
+    // between games) the after-movetext rule finds restart points.
+    let starts: Vec<usize> = game_starts(data).collect();
+    let tight = starts.is_empty();
+    let max_game = settings.limits.max_game_bytes;
+    let next_start = |after: usize| -> usize {
+        starts
+            .get(starts.partition_point(|&s| s <= after))
+            .copied()
+            .unwrap_or(data.len())
+    };
 
     let pos = Cell::new(0);
-    let end = Cell::new(0);
     let window = || Window {
         data,
         pos: &pos,
-        end: &end,
+        end: data.len(),
     };
     let mut reader = new_reader(window());
     let mut newline_cursor = 0usize;
     let mut newlines_before = 0u64;
-
-    // PGN written with blank lines between games gives one game per slice;
-    // without them (no blank-line start in the block), a slice holds many.
-    let tight = slices.len() == 1;
-    // A reader that stopped early (rejected header, error) holds state for
-    // the game it left; it is never reused for another game.
-    let mut dirty = false;
-    let max_game = settings.limits.max_game_bytes;
-    for slice in slices {
-        if dirty {
-            reader = new_reader(window());
-            dirty = false;
+    loop {
+        let consumed = pos.get() - reader.buffer().len();
+        let start = skip_whitespace(data, consumed, data.len());
+        if start >= data.len() {
+            break;
         }
-        pos.set(slice.start);
-        end.set(slice.end);
-        let mut resync_at = None;
-        loop {
-            if let Some(at) = resync_at.take() {
-                pos.set(at);
-                reader = new_reader(window());
+        newlines_before += count_newlines(&data[newline_cursor..start]);
+        newline_cursor = start;
+        let (offset, line) = (start as u64, newlines_before);
+        let bound = next_start(start);
+        // Where to restart with a fresh reader, when the current one cannot
+        // go on (it left a game early, or failed).
+        let restart: Option<usize>;
+        let verdict = if !tight && bound - start > max_game {
+            // One game longer than --max-game-bytes: reject it unparsed.
+            restart = Some(bound);
+            Verdict::Rejected {
+                reason: RejectReason::GameTooLarge,
+                detail: Some(format!(
+                    "{} bytes exceed --max-game-bytes {max_game}",
+                    bound - start
+                )),
+                ply: None,
+                id: site_id(&data[start..bound.min(start + 4096)]),
             }
-            let consumed = pos.get() - reader.buffer().len();
-            let start = skip_whitespace(data, consumed, slice.end);
-            if start >= slice.end {
-                break;
-            }
-            newlines_before += count_newlines(&data[newline_cursor..start]);
-            newline_cursor = start;
-            let offset = start as u64;
-            let line = newlines_before;
-            if !tight && slice.end - start > max_game {
-                // One game longer than --max-game-bytes: reject unparsed.
-                out.games.push(GameRecord {
-                    offset,
-                    line,
-                    verdict: Verdict::Rejected {
-                        reason: RejectReason::GameTooLarge,
-                        detail: Some(format!(
-                            "{} bytes exceed --max-game-bytes {max_game}",
-                            slice.end - start
-                        )),
-                        ply: None,
-                        id: site_id(&data[start..slice.end.min(start + 4096)]),
-                    },
-                });
-                break;
-            }
-            let verdict = match reader.read_game(visitor) {
+        } else {
+            match reader.read_game(visitor) {
                 Ok(None) => break,
                 Ok(Some(parsed)) => {
                     let game_end = pos.get() - reader.buffer().len();
@@ -359,22 +355,14 @@ pub fn process_block(
                         settings,
                         &mut out,
                     );
-                    if stopped {
-                        // pgn-reader would skip the rest of this game on the
-                        // next call; resynchronise at the next game instead.
-                        dirty = true;
-                        resync_at = tight
-                            .then(|| next_game_start(data, game_end, slice.end))
-                            .flatten();
-                    }
+                    // pgn-reader would skip the rest of a game it left early
+                    // on its next call; restart at the next game instead.
+                    restart = stopped.then(|| resume_after(data, game_end, bound, tight));
                     verdict
                 }
                 Err(e) => {
-                    let here = pos.get() - reader.buffer().len();
-                    dirty = true;
-                    resync_at = tight
-                        .then(|| next_game_start(data, here.max(start), slice.end))
-                        .flatten();
+                    let here = (pos.get() - reader.buffer().len()).max(start);
+                    restart = Some(resume_after(data, here, bound, tight));
                     Verdict::Rejected {
                         reason: RejectReason::ParseError,
                         detail: Some(e.to_string()),
@@ -386,18 +374,19 @@ pub fn process_block(
                             .map(Box::from),
                     }
                 }
-            };
-            out.games.push(GameRecord {
-                offset,
-                line,
-                verdict,
-            });
-            if dirty && resync_at.is_none() {
+            }
+        };
+        out.games.push(GameRecord {
+            offset,
+            line,
+            verdict,
+        });
+        if let Some(at) = restart {
+            if at >= data.len() {
                 break;
             }
-            if resync_at.is_some() {
-                dirty = false;
-            }
+            pos.set(at);
+            reader = new_reader(window());
         }
     }
     out.newlines = newlines_before + count_newlines(&data[newline_cursor..]);

@@ -222,6 +222,20 @@ fn main() {
         times[3].push(time(Command::new(&pv).arg(&plain)));
         times[4].push(time(&mut ingest_cmd(&plain, &out)));
     }
+    // Per-round ratios (each round runs both commands back to back), to show
+    // how much this machine's speed varies.
+    let round_ratios = |pv: usize, ours: usize| -> (f64, f64) {
+        let r: Vec<f64> = times[pv]
+            .iter()
+            .zip(&times[ours])
+            .map(|(a, b)| a / b)
+            .collect();
+        (
+            r.iter().copied().fold(f64::INFINITY, f64::min),
+            r.iter().copied().fold(0.0, f64::max),
+        )
+    };
+    let spread = [round_ratios(1, 2), round_ratios(3, 4)];
     let med: Vec<Option<f64>> = times
         .iter_mut()
         .map(|t| (!t.is_empty()).then(|| median(t)))
@@ -238,7 +252,9 @@ fn main() {
         pgn_bytes as f64 / 1e6,
         zst_bytes as f64 / 1e6
     );
-    println!("| command | seconds | games/s | MB/s (PGN) | speed vs parallel_validate |");
+    println!(
+        "| command | seconds | games/s | MB/s (PGN) | speed vs parallel_validate (rounds: min-max) |"
+    );
     println!("|---|---:|---:|---:|---:|");
     let mut ratios = Vec::new();
     for (i, name) in names.iter().enumerate() {
@@ -255,8 +271,13 @@ fn main() {
         if let Some(r) = ratio {
             ratios.push((name, r));
         }
+        let range = match i {
+            2 => format!(" ({:.2}-{:.2})", spread[0].0, spread[0].1),
+            4 => format!(" ({:.2}-{:.2})", spread[1].0, spread[1].1),
+            _ => String::new(),
+        };
         println!(
-            "| {name} | {t:.3} | {:.0} | {:.0} | {} |",
+            "| {name} | {t:.3} | {:.0} | {:.0} | {}{range} |",
             games as f64 / t,
             pgn_bytes as f64 / 1e6 / t,
             ratio.map_or("".into(), |r| format!("{r:.2}x"))

@@ -53,13 +53,26 @@ impl Block {
     }
 }
 
-/// True if `data[i]` is a `[` starting a line after a blank line.
+/// True if `data[i]` is a `[` starting a line after a blank line, and what
+/// precedes the blank line is not a tag line: pgn-reader (like python-chess)
+/// reads a tag section on through blank lines, so tags after tags belong to
+/// the same game.
 #[inline]
 fn is_game_start(data: &[u8], i: usize) -> bool {
-    i >= 2
+    let after_blank = i >= 2
         && data[i] == b'['
         && data[i - 1] == b'\n'
-        && (data[i - 2] == b'\n' || (i >= 3 && data[i - 2] == b'\r' && data[i - 3] == b'\n'))
+        && (data[i - 2] == b'\n' || (i >= 3 && data[i - 2] == b'\r' && data[i - 3] == b'\n'));
+    if !after_blank {
+        return false;
+    }
+    match data[..i].iter().rposition(|b| !b.is_ascii_whitespace()) {
+        None => true,
+        Some(j) => {
+            let line_start = memchr::memrchr(b'\n', &data[..j]).map_or(0, |k| k + 1);
+            data[line_start] != b'['
+        }
+    }
 }
 
 /// How a game start was recognised.
@@ -362,6 +375,16 @@ mod tests {
             assert_eq!(count_newlines(slice), want);
         }
         assert_eq!(count_newlines(b"\n\x0b\x8a\n"), 2);
+    }
+
+    #[test]
+    fn blank_lines_inside_a_tag_section_do_not_start_a_game() {
+        // A cut-off header block, a blank line, then the next game's tags:
+        // pgn-reader reads them as one tag section, so there is no start.
+        let pgn = b"[Event \"a\"]\n[Round \"-\"]\n\n[Event \"b\"]\n\n1. e4 *\n\n[Event \"c\"]\n";
+        let starts: Vec<usize> = game_starts(pgn).collect();
+        assert_eq!(starts.len(), 1);
+        assert!(pgn[starts[0]..].starts_with(b"[Event \"c\"]"));
     }
 
     #[test]

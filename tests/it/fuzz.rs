@@ -248,3 +248,26 @@ fn tight_pgn_gives_the_same_games() {
         assert_eq!(tk, keys, "block {block}");
     }
 }
+
+/// A game cut off inside its headers followed by a blank line and more
+/// games (what concatenating truncated dumps gives): the parser reads the
+/// next game's tags as the same tag section, at every block size.
+#[test]
+fn cut_headers_before_a_game_read_the_same_in_any_block() {
+    let mut data = Vec::new();
+    let one = std::fs::read(lichess_1000k()).unwrap();
+    for _ in 0..3 {
+        data.extend_from_slice(&one);
+        data.extend_from_slice(
+            b"\n\n[Event \"Cut\"]\n[Site \"https://lichess.org/cutcutcu\"]\n[Round \"-\"]\n\n",
+        );
+    }
+    let (expected, keys) = verdicts(&data, 1 << 20);
+    for block in [512, 4096, 100_000] {
+        assert_eq!(
+            verdicts(&data, block),
+            (expected.clone(), keys),
+            "block {block}"
+        );
+    }
+}

@@ -678,7 +678,6 @@ mod tests {
     /// tag of the next game (pgn-reader defers skipping its movetext).
     #[test]
     fn header_rejection_does_not_touch_the_next_game() {
-        let pgn = b"[Event \"x\"]\n[Variant \"Atomic\"]\n\n[Event \"Casual Blitz game\"]\n[WhiteElo \"1500\"]\n[BlackElo \"1500\"]\n\n1. e4 *\n\n";
         let s = WorkerSettings {
             filter: GameFilter {
                 rated_only: true,
@@ -686,12 +685,21 @@ mod tests {
             },
             ..settings(Emit::Keys)
         };
-        let r = run_with(&s, pgn, true, None);
+        let next = b"[Event \"Casual Blitz game\"]\n[WhiteElo \"1500\"]\n[BlackElo \"1500\"]\n\n1. e4 *\n\n";
+        let mut pgn = b"[Event \"x\"]\n[Variant \"Atomic\"]\n\n1. e4 e5 *\n\n".to_vec();
+        pgn.extend_from_slice(next);
+        let r = run_with(&s, &pgn, true, None);
         assert_eq!(reasons(&r), ["variant", "filtered_unrated"]);
         let Verdict::Rejected { detail, .. } = &r.games[1].verdict else {
             panic!()
         };
         assert_eq!(detail.as_deref(), Some("Casual Blitz game"));
+        // Without any movetext, the blank line does not end the tag section
+        // (pgn-reader and python-chess read on): one game, with both tags.
+        let mut merged = b"[Event \"x\"]\n[Variant \"Atomic\"]\n\n".to_vec();
+        merged.extend_from_slice(next);
+        let r = run_with(&s, &merged, true, None);
+        assert_eq!(reasons(&r), ["variant"]);
     }
 
     /// Review finding: --max-game-bytes holds whatever the block size.

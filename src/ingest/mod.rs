@@ -314,17 +314,19 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     mark("dedup", &mut phases);
     let done = Arc::new(AtomicU64::new(0));
     let mut totals = Vec::with_capacity(splits.len());
-    let writing = AtomicBool::new(true);
     std::thread::scope(|scope| -> Result<(), IngestError> {
-        // Progress: boards written so far.
-        let (writing, done_ref, bar) = (&writing, &done, &bar);
+        // Progress: boards written so far, until the writers are done (the
+        // channel closes then, waking the thread at once).
+        let (finished_tx, finished_rx) = bounded::<()>(0);
+        let (done_ref, bar) = (&done, &bar);
         spawn_named(scope, "cb-progress", move || {
-            while writing.load(Ordering::Relaxed) {
+            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                finished_rx.recv_timeout(Duration::from_millis(200))
+            {
                 bar.set_message(format!(
                     "writing boards and legal moves: {} boards",
                     group(done_ref.load(Ordering::Relaxed))
                 ));
-                std::thread::sleep(Duration::from_millis(200));
             }
         });
         let result = (|| {
@@ -339,7 +341,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
             }
             Ok(())
         })();
-        writing.store(false, Ordering::Relaxed);
+        drop(finished_tx);
         result
     })?;
     mark("boards", &mut phases);

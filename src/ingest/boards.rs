@@ -238,11 +238,6 @@ impl BoardSet {
         }
     }
 
-    /// Bytes held.
-    fn bytes(&self) -> usize {
-        self.entries.capacity() * std::mem::size_of::<Entry>() + self.index.slots.len() * 8
-    }
-
     /// Writes every entry to its partition file, in order, and empties the
     /// table.
     fn spill(&mut self) -> Result<(), IngestError> {
@@ -334,11 +329,6 @@ impl Aggregator {
         }
     }
 
-    /// Entries one generation may hold (all splits together).
-    pub fn max_entries(&self) -> usize {
-        self.max_entries
-    }
-
     /// Makes room in split `s` for `n` more entries (n <= max_entries),
     /// spilling the biggest split when the memory limit is reached.
     fn make_room(&mut self, s: usize, n: usize) -> Result<(), IngestError> {
@@ -401,11 +391,6 @@ impl Aggregator {
             }
         }
         Ok(())
-    }
-
-    /// Memory held by the tables now.
-    pub fn bytes(&self) -> usize {
-        self.sets.iter().map(BoardSet::bytes).sum()
     }
 
     /// Whether any split spilled to disk.

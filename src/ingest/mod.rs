@@ -43,7 +43,7 @@ use self::{
     chunker::{Block, Chunker},
     config::{ConfigError, IngestConfig, Source},
     finalize::{BoardTotals, write_split},
-    game::{GameVisitor, RejectReason},
+    game::GameVisitor,
     sample::{Candidate, Reservoir},
     tables::{GamesBuilder, Position, RejectsBuilder, RowSink},
     worker::{BlockResult, Emit, Verdict, WorkerSettings, process_block, replay},
@@ -736,9 +736,4 @@ pub fn group(n: u64) -> String {
         out.push(ch);
     }
     out
-}
-
-/// Reason names, for documentation and tests.
-pub fn reject_reason_names() -> Vec<&'static str> {
-    RejectReason::ALL.iter().map(|r| r.name()).collect()
 }

@@ -96,26 +96,39 @@ struct MovesChunk {
     actions: Vec<u16>,
 }
 
+/// Calls `f` on items numbered 0, 1, 2, ... in that order, whatever order
+/// they arrive in from the render threads.
+fn in_order<T>(
+    items: crossbeam_channel::Receiver<(usize, T)>,
+    mut f: impl FnMut(T) -> Result<(), IngestError>,
+) -> Result<(), IngestError> {
+    let mut pending = std::collections::BTreeMap::new();
+    let mut next = 0usize;
+    for (i, item) in items {
+        pending.insert(i, item);
+        while let Some(item) = pending.remove(&next) {
+            f(item)?;
+            next += 1;
+        }
+    }
+    Ok(())
+}
+
 /// In-order writer for a `legal_moves` part, fed from several threads.
 fn ordered_moves_writer(
     path: &Path,
     chunks: crossbeam_channel::Receiver<(usize, MovesChunk)>,
 ) -> Result<(), IngestError> {
     let mut out = LegalMovesWriter::create(path)?;
-    let mut pending = std::collections::BTreeMap::new();
-    let mut next = 0usize;
-    for (i, chunk) in chunks {
-        pending.insert(i, chunk);
-        while let Some(chunk) = pending.remove(&next) {
-            let mut at = 0usize;
-            for (j, &n) in chunk.counts.iter().enumerate() {
-                let n = usize::from(n);
-                out.push(chunk.first_id + j as u64, &chunk.actions[at..at + n])?;
-                at += n;
-            }
-            next += 1;
+    in_order(chunks, |chunk| {
+        let mut at = 0usize;
+        for (j, &n) in chunk.counts.iter().enumerate() {
+            let n = usize::from(n);
+            out.push(chunk.first_id + j as u64, &chunk.actions[at..at + n])?;
+            at += n;
         }
-    }
+        Ok(())
+    })?;
     out.finish()?;
     Ok(())
 }
@@ -127,15 +140,7 @@ fn ordered_writer(
     batches: crossbeam_channel::Receiver<(usize, RecordBatch)>,
 ) -> Result<(), IngestError> {
     let mut out = PartWriter::create(path, table)?;
-    let mut pending = std::collections::BTreeMap::new();
-    let mut next = 0usize;
-    for (i, batch) in batches {
-        pending.insert(i, batch);
-        while let Some(batch) = pending.remove(&next) {
-            out.write(&batch)?;
-            next += 1;
-        }
-    }
+    in_order(batches, |batch| Ok(out.write(&batch)?))?;
     if out.rows() == 0 {
         out.write(&RecordBatch::new_empty(table.schema()))?;
     }

@@ -9,6 +9,11 @@ use std::{
 
 use anyhow::{Context, Result};
 use chessbench::{
+    annotate::{
+        self,
+        config::{AnnotateOptions, Mode},
+        plan,
+    },
     ingest::{
         self,
         config::{IngestOptions, RawInput},
@@ -51,6 +56,23 @@ Stream a month from the web without storing it:\n\
     | chessbench ingest - --out runs/2023-01 --sample-games 10000 --seed 1"
     )]
     Ingest(Box<IngestArgs>),
+    /// Stockfish state values and action values for every board of a run.
+    #[command(
+        long_about = "Annotate the boards of a run with a UCI engine (default: Stockfish), as \
+the paper's oracle: per board one search for the state value and, per legal move, one search restricted \
+to that move with `searchmoves` (the action value); win probability from the centipawn score with \
+Lichess's formula (mates: 1.0 / 0.0); checkmate 0.0 and stalemate 0.5 without a search. Writes, per \
+split:\n\n\
+  state_values/split=S/   one row per board: value, raw cp/mate, depth, nodes, time, best action\n\
+  action_values/split=S/  one row per (board, legal move)\n\
+  failures/split=S/       boards the engine could not annotate after --max-attempts tries\n\n\
+Work is committed per chunk of boards, so a killed run resumes where it stopped when started \
+again with the same settings. For a cluster, --shard I/N (or a Slurm job array, or a Kubernetes \
+Indexed Job with CHESSBENCH_SHARD_COUNT) annotates a deterministic slice of the chunks; any number \
+of shards can run on one run directory at once.\n\n\
+Cost first: `chessbench annotate RUN --plan` counts the searches and CPU-days."
+    )]
+    Annotate(Box<AnnotateArgs>),
     /// Print Table A1 (record counts per split, bytes on disk, test-in-train overlap).
     Stats(StatsArgs),
 }
@@ -125,6 +147,82 @@ struct IngestArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+struct AnnotateArgs {
+    /// Run directory written by `chessbench ingest`.
+    #[arg(value_name = "RUN_DIR")]
+    run: Option<PathBuf>,
+    /// Pipeline file whose [annotate] table gives defaults; options given
+    /// here override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Splits to annotate [default: all].
+    #[arg(long = "split", value_name = "NAME", value_delimiter = ',')]
+    splits: Vec<String>,
+    /// Print the number of searches and the CPU-days they cost, then exit.
+    #[arg(long)]
+    plan: bool,
+    /// Milliseconds per search (the paper: 50) [default limit: 50 ms].
+    #[arg(long, value_name = "MS", help_heading = "Search")]
+    movetime_ms: Option<u64>,
+    /// Nodes per search (deterministic with --new-game-per-board).
+    #[arg(long, value_name = "N", help_heading = "Search")]
+    nodes: Option<u64>,
+    /// Depth per search.
+    #[arg(long, value_name = "D", help_heading = "Search")]
+    depth: Option<u32>,
+    /// per-move (the paper: one searchmoves search per legal move) or
+    /// multipv (one MultiPV search per board, far cheaper, shallower).
+    #[arg(long, value_enum, help_heading = "Search")]
+    mode: Option<ModeArg>,
+    /// Send ucinewgame (clear hash and history) before every board, so a
+    /// board's values do not depend on which boards a worker saw before
+    /// [default: true].
+    #[arg(long, value_name = "BOOL", help_heading = "Search")]
+    new_game_per_board: Option<bool>,
+    /// Engine executable [default: stockfish, or /usr/games/stockfish].
+    #[arg(long, value_name = "PATH", help_heading = "Engine")]
+    engine: Option<PathBuf>,
+    /// Engine hash table size in MiB [default: 16].
+    #[arg(long, value_name = "MIB", help_heading = "Engine")]
+    hash_mb: Option<u32>,
+    /// Engine processes, one search thread each [default: number of cores].
+    #[arg(short = 'j', long, value_name = "N", help_heading = "Resources")]
+    workers: Option<usize>,
+    /// Annotate slice I of N (0-based); also read from SLURM_ARRAY_TASK_ID /
+    /// SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX / CHESSBENCH_SHARD_COUNT.
+    #[arg(long, value_name = "I/N", help_heading = "Resources")]
+    shard: Option<String>,
+    /// Boards per committed chunk, a power of two [default: 1024].
+    #[arg(long, value_name = "N", help_heading = "Resources")]
+    chunk_boards: Option<u64>,
+    /// Annotate only the first N boards of each split (ids 0..N).
+    #[arg(long, value_name = "N", help_heading = "Resources")]
+    max_boards: Option<u64>,
+    /// Tries per board before it goes to `failures` [default: 3].
+    #[arg(long, value_name = "N", help_heading = "Faults")]
+    max_attempts: Option<u32>,
+    /// Deadline per search in ms [default: 3 x movetime + 2 s; 10 s for
+    /// nodes limits].
+    #[arg(long, value_name = "MS", help_heading = "Faults")]
+    search_timeout_ms: Option<u64>,
+    /// Delete the splits' existing annotations and start over.
+    #[arg(long)]
+    overwrite: bool,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+    /// Print the summary (or the plan) as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ModeArg {
+    PerMove,
+    Multipv,
 }
 
 #[derive(Args)]
@@ -257,6 +355,56 @@ fn ingest_cmd(args: IngestArgs) -> Result<()> {
     Ok(())
 }
 
+fn annotate_cmd(args: AnnotateArgs) -> Result<()> {
+    let cli = AnnotateOptions {
+        run: args.run.clone(),
+        splits: (!args.splits.is_empty()).then_some(args.splits),
+        engine: args.engine,
+        hash_mb: args.hash_mb,
+        movetime_ms: args.movetime_ms,
+        nodes: args.nodes,
+        depth: args.depth,
+        mode: args.mode.map(|m| match m {
+            ModeArg::PerMove => Mode::PerMove,
+            ModeArg::Multipv => Mode::Multipv,
+        }),
+        workers: args.workers,
+        chunk_boards: args.chunk_boards,
+        max_boards: args.max_boards,
+        max_attempts: args.max_attempts,
+        search_timeout_ms: args.search_timeout_ms,
+        new_game_per_board: args.new_game_per_board,
+        shard: args.shard,
+        progress: Some(!args.no_progress),
+        overwrite: args.overwrite.then_some(true),
+        ..AnnotateOptions::default()
+    };
+    let options = match &args.config {
+        Some(path) => AnnotateOptions::from_pipeline_file(path)?.merge(cli),
+        None => cli,
+    };
+    let config = options.validate(|k| std::env::var(k).ok())?;
+    let mut stdout = io::stdout().lock();
+    if args.plan {
+        let p = plan::plan(&config)
+            .with_context(|| format!("planning the annotation of {}", config.run.display()))?;
+        if args.json {
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&p)?)?;
+        } else {
+            write!(stdout, "{}", plan::render(&p))?;
+        }
+        return Ok(());
+    }
+    let summary =
+        annotate::run(&config).with_context(|| format!("annotating {}", config.run.display()))?;
+    if args.json {
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&summary)?)?;
+    } else {
+        write!(stdout, "{}", annotate::render(&summary, &config.run))?;
+    }
+    Ok(())
+}
+
 fn stats_cmd(args: StatsArgs) -> Result<()> {
     let stats =
         stats::compute(&args.run).with_context(|| format!("reading run {}", args.run.display()))?;
@@ -280,6 +428,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Ingest(args) => ingest_cmd(*args),
+        Command::Annotate(args) => annotate_cmd(*args),
         Command::Stats(args) => stats_cmd(args),
     };
     match result {

@@ -51,6 +51,12 @@ pub struct SplitStats {
     pub behavioral_cloning: u64,
     pub action_value: u64,
     pub rejected: u64,
+    /// Annotated boards (rows of `state_values`; 0 before `annotate`).
+    pub state_values: u64,
+    /// Rows of `action_values`.
+    pub action_values: u64,
+    /// Boards the engine could not annotate (rows of `failures`).
+    pub failures: u64,
     /// Bytes on disk per table.
     pub bytes: BTreeMap<&'static str, u64>,
 }
@@ -232,6 +238,9 @@ pub fn compute(run: &Path) -> Result<RunStats, StatsError> {
                 Table::Boards => s.state_value = rows,
                 Table::LegalMoves => s.action_value = rows,
                 Table::Rejects => s.rejected = rows,
+                Table::StateValues => s.state_values = rows,
+                Table::ActionValues => s.action_values = rows,
+                Table::Failures => s.failures = rows,
             }
         }
         let mut bc = 0u64;
@@ -280,7 +289,16 @@ pub const PAPER_TABLE_A1: [(&str, u64, u64, u64, u64); 5] = [
     ("test 1e3", 1_000, 62_829, 62_561, 1_838_218),
 ];
 
-/// Human-readable Table A1.
+/// Bytes per record of a table, or "-".
+fn per_record(s: &SplitStats, table: &str, n: u64) -> String {
+    if n == 0 {
+        "-".to_owned()
+    } else {
+        format!("{:.1}", *s.bytes.get(table).unwrap_or(&0) as f64 / n as f64)
+    }
+}
+
+/// Human-readable Table A1 (and annotation progress, once there is some).
 pub fn render(stats: &RunStats) -> String {
     use crate::ingest::group;
     let mut out = String::new();
@@ -295,13 +313,7 @@ pub fn render(stats: &RunStats) -> String {
         "AV B/rec"
     ));
     for (name, s) in &stats.splits {
-        let per = |table: &str, n: u64| {
-            if n == 0 {
-                "-".to_owned()
-            } else {
-                format!("{:.1}", *s.bytes.get(table).unwrap_or(&0) as f64 / n as f64)
-            }
-        };
+        let per = |table: &str, n: u64| per_record(s, table, n);
         out.push_str(&format!(
             "{:<12} {:>12} {:>14} {:>18} {:>16} {:>10} {:>10}\n",
             name,
@@ -312,6 +324,26 @@ pub fn render(stats: &RunStats) -> String {
             per("boards", s.state_value),
             per("legal_moves", s.action_value),
         ));
+    }
+    if stats
+        .splits
+        .values()
+        .any(|s| s.state_values + s.failures > 0)
+    {
+        out.push_str(&format!(
+            "\n{:<12} {:>14} {:>16} {:>10} {:>10}\n",
+            "annotated", "state_values", "action_values", "failures", "AV B/rec"
+        ));
+        for (name, s) in &stats.splits {
+            out.push_str(&format!(
+                "{:<12} {:>14} {:>16} {:>10} {:>10}\n",
+                name,
+                format!("{}/{}", group(s.state_values), group(s.state_value)),
+                group(s.action_values),
+                group(s.failures),
+                per_record(s, "action_values", s.action_values),
+            ));
+        }
     }
     match stats.test_in_train {
         Some(f) => out.push_str(&format!(

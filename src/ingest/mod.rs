@@ -401,7 +401,12 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
         );
     }
     bar.set_message("committing");
-    txn.commit(&Table::ALL, &splits, manifest)?;
+    txn.commit(&Table::INGEST, &splits, manifest)?;
+    // The splits' boards were replaced: annotations of the old boards no
+    // longer apply (`annotate` also checks, should this be interrupted).
+    for split in &splits {
+        crate::store::commit::remove_annotations(&config.out, split)?;
+    }
     mark("commit", &mut phases);
     bar.finish_and_clear();
     Ok(Summary {

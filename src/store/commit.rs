@@ -199,6 +199,78 @@ impl RunDir {
     }
 }
 
+/// Directory of the annotate stage's chunk entries inside a run.
+pub const ANNOTATE_ENTRIES: &str = "annotate";
+
+/// Deletes a split's annotations (tables and chunk entries): they describe
+/// boards that an ingest has just replaced, or the user asked to start over.
+pub fn remove_annotations(root: &Path, split: &str) -> Result<(), StoreError> {
+    let mut dirs = vec![root.join(ANNOTATE_ENTRIES).join(format!("split={split}"))];
+    dirs.extend(
+        Table::ANNOTATE
+            .iter()
+            .map(|&t| root.join(partition_dir(t, split))),
+    );
+    for dir in dirs {
+        remove_dir_if_exists(&dir)?;
+    }
+    Ok(())
+}
+
+/// A stage that works beside others of its kind on a run (annotate shards):
+/// holds `.lock` shared, so an ingest (which holds it exclusively) cannot
+/// replace the boards underneath, while any number of shards run.
+#[derive(Debug)]
+pub struct SharedRun {
+    _lock: File,
+}
+
+impl RunDir {
+    /// Opens a run for a shared stage. Finishes a crashed commit first if no
+    /// other process holds the run.
+    pub fn open_shared(root: &Path) -> Result<SharedRun, StoreError> {
+        if !root.join(MANIFEST).is_file() {
+            return Err(StoreError::NotARun(root.to_owned()));
+        }
+        match RunDir::open(root) {
+            Ok(run) => drop(run),
+            Err(StoreError::Locked(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let lock_path = root.join(LOCK);
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| StoreError::io(&lock_path, e))?;
+        match lock.try_lock_shared() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Err(StoreError::Locked(root.to_owned())),
+            Err(TryLockError::Error(e)) => return Err(StoreError::io(&lock_path, e)),
+        }
+        if root.join(JOURNAL).exists() {
+            return Err(StoreError::Corrupt(
+                root.join(JOURNAL),
+                "an interrupted commit is pending; stop the other chessbench processes on this run and retry".into(),
+            ));
+        }
+        Ok(SharedRun { _lock: lock })
+    }
+}
+
+/// Reads, changes and atomically rewrites the manifest under the exclusive
+/// commit lock (for stages that add their own section).
+pub fn update_manifest(root: &Path, change: impl FnOnce(&mut Manifest)) -> Result<(), StoreError> {
+    let _commit = commit_lock(root, true)?;
+    let path = root.join(MANIFEST);
+    let mut manifest = Manifest::read(&path)?;
+    change(&mut manifest);
+    let bytes = serde_json::to_vec_pretty(&manifest)
+        .map_err(|e| StoreError::Corrupt(path.clone(), e.to_string()))?;
+    write_atomic(&path, &bytes)
+}
+
 /// A run directory open for reading (see [`RunDir::read`]).
 #[derive(Debug)]
 pub struct RunReader {
@@ -345,14 +417,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let run = RunDir::open(tmp.path()).unwrap();
         let txn = run.begin().unwrap();
-        for t in Table::ALL {
+        for t in Table::INGEST {
             touch(
                 &txn.partition(t, "train")
                     .unwrap()
                     .join("part-00000.parquet"),
             );
         }
-        txn.commit(&Table::ALL, &["train".into()], Manifest::default())
+        txn.commit(&Table::INGEST, &["train".into()], Manifest::default())
             .unwrap();
         assert!(
             tmp.path()
@@ -365,14 +437,14 @@ mod tests {
 
         // A second commit replaces the partition (old file gone).
         let txn = run.begin().unwrap();
-        for t in Table::ALL {
+        for t in Table::INGEST {
             touch(
                 &txn.partition(t, "train")
                     .unwrap()
                     .join("part-00001.parquet"),
             );
         }
-        txn.commit(&Table::ALL, &["train".into()], Manifest::default())
+        txn.commit(&Table::INGEST, &["train".into()], Manifest::default())
             .unwrap();
         assert!(
             !tmp.path()

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Version of the on-disk table layout (directory `schemas/v{N}`).
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The tables a run directory holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Table {
     /// One row per accepted game.
@@ -22,15 +22,35 @@ pub enum Table {
     LegalMoves,
     /// One row per game that was skipped or malformed.
     Rejects,
+    /// One row per annotated board: its state value (annotate stage).
+    StateValues,
+    /// One row per (board, legal move): its action value (annotate stage).
+    ActionValues,
+    /// One row per board the engine could not annotate, with the reason.
+    Failures,
 }
 
 impl Table {
-    /// Every table, in commit order.
-    pub const ALL: [Table; 4] = [
+    /// The tables `ingest` writes, in commit order.
+    pub const INGEST: [Table; 4] = [
         Table::Games,
         Table::Boards,
         Table::LegalMoves,
         Table::Rejects,
+    ];
+
+    /// The tables `annotate` writes.
+    pub const ANNOTATE: [Table; 3] = [Table::StateValues, Table::ActionValues, Table::Failures];
+
+    /// Every table.
+    pub const ALL: [Table; 7] = [
+        Table::Games,
+        Table::Boards,
+        Table::LegalMoves,
+        Table::Rejects,
+        Table::StateValues,
+        Table::ActionValues,
+        Table::Failures,
     ];
 
     /// Directory name of the table inside a run directory.
@@ -40,6 +60,9 @@ impl Table {
             Table::Boards => "boards",
             Table::LegalMoves => "legal_moves",
             Table::Rejects => "rejects",
+            Table::StateValues => "state_values",
+            Table::ActionValues => "action_values",
+            Table::Failures => "failures",
         }
     }
 
@@ -96,6 +119,34 @@ impl Table {
                 Field::new("ply", DataType::UInt32, true),
                 Field::new("id", utf8(), true),
             ],
+            Table::StateValues => vec![
+                Field::new("board_id", DataType::UInt64, false),
+                Field::new("kind", utf8(), false),
+                Field::new("win_prob", DataType::Float64, false),
+                Field::new("cp", DataType::Int32, true),
+                Field::new("mate", DataType::Int32, true),
+                Field::new("depth", DataType::UInt16, true),
+                Field::new("nodes", DataType::UInt64, true),
+                Field::new("time_ms", DataType::UInt32, true),
+                Field::new("best_action", DataType::UInt16, true),
+            ],
+            Table::ActionValues => vec![
+                Field::new("board_id", DataType::UInt64, false),
+                Field::new("action", DataType::UInt16, false),
+                Field::new("win_prob", DataType::Float64, false),
+                Field::new("cp", DataType::Int32, true),
+                Field::new("mate", DataType::Int32, true),
+                Field::new("depth", DataType::UInt16, false),
+                Field::new("nodes", DataType::UInt64, true),
+                Field::new("time_ms", DataType::UInt32, true),
+            ],
+            Table::Failures => vec![
+                Field::new("board_id", DataType::UInt64, false),
+                Field::new("fen", utf8(), false),
+                Field::new("reason", utf8(), false),
+                Field::new("attempts", DataType::UInt32, false),
+                Field::new("detail", utf8(), false),
+            ],
         };
         Arc::new(Schema::new(fields))
     }
@@ -109,6 +160,8 @@ pub fn type_name(data_type: &DataType) -> String {
         DataType::UInt32 => "uint32".into(),
         DataType::UInt64 => "uint64".into(),
         DataType::Utf8 => "string".into(),
+        DataType::Int32 => "int32".into(),
+        DataType::Float64 => "float64".into(),
         DataType::Date32 => "date".into(),
         DataType::Time32(TimeUnit::Second) => "time_seconds".into(),
         other => format!("{other}"),

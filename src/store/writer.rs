@@ -76,9 +76,23 @@ pub fn properties(table: Table) -> WriterProperties {
             // dictionary indices (1.6 vs 2.0 B/row on Lichess 2022-06).
             .set_column_dictionary_enabled(col("action"), false)
             .build(),
-        Table::Rejects => b
+        Table::Rejects | Table::Failures => b
             .set_compression(zstd(3))
             .set_max_row_group_row_count(Some(128 * 1024))
+            .build(),
+        // Annotation chunks: one row group per chunk file. Sorted ids are
+        // delta encoded; values keep dictionaries (a few thousand distinct
+        // centipawn scores and win probabilities per chunk); zstd 3 on the
+        // pages, since these files are written once and read many times.
+        Table::StateValues | Table::ActionValues => b
+            .set_compression(zstd(3))
+            .set_max_row_group_row_count(Some(1 << 20))
+            .set_column_dictionary_enabled(col("board_id"), false)
+            .set_column_encoding(col("board_id"), Encoding::DELTA_BINARY_PACKED)
+            .set_column_dictionary_enabled(col("action"), false)
+            .set_column_encoding(col("action"), Encoding::DELTA_BINARY_PACKED)
+            .set_column_dictionary_enabled(col("nodes"), false)
+            .set_column_encoding(col("nodes"), Encoding::DELTA_BINARY_PACKED)
             .build(),
     }
 }

@@ -1,6 +1,7 @@
 //! Integration tests: the real `chessbench` binary on real Lichess data.
 //! Tests needing `../shared` skip (printing why) when it is absent.
 
+mod annotate;
 mod fuzz;
 mod golden;
 mod interop;

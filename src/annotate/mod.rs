@@ -1,0 +1,485 @@
+//! The annotate stage: Stockfish state values and action values for every
+//! board of a run (Ruoss et al. 2024, §2.1: each legal move searched on its
+//! own, 50 ms per move, best action = argmax).
+//!
+//! Work is split into chunks of boards ([`chunks`]); a process annotates the
+//! chunks of its shard that are not committed yet, with one engine per
+//! worker ([`pool`]), and commits each chunk atomically as it completes. So
+//! a killed run resumes where it stopped, and any number of shards (Slurm
+//! array tasks, Kubernetes pods) can work on one run directory at once.
+
+pub mod board;
+pub mod chunks;
+pub mod config;
+pub mod plan;
+mod pool;
+
+use std::{
+    fs::File,
+    io::IsTerminal,
+    path::{Path, PathBuf},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+use thiserror::Error;
+
+use self::{
+    board::{PrepareError, SearchSettings},
+    chunks::{Outcome, chunk_shard},
+    config::{AnnotateConfig, Mode},
+    pool::{SplitWork, WorkerSettings},
+};
+use crate::{
+    ingest::group,
+    store::{
+        Manifest, StoreError, Table,
+        commit::{MANIFEST, RunDir, partition_dir, update_manifest, write_atomic},
+    },
+    uci::{Engine, EngineError},
+};
+
+/// Annotate failures that stop the run (single boards that fail go to the
+/// `failures` table instead).
+#[derive(Debug, Error)]
+pub enum AnnotateError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the engine is unusable: {0}")]
+    Engine(EngineError),
+    #[error("boards table {}: {message}", path.display())]
+    Boards { path: PathBuf, message: String },
+    #[error("board {board_id}: {source} (is the boards table corrupt?)")]
+    Prepare { board_id: u64, source: PrepareError },
+    #[error("run has no split {split:?} (it has: {available})")]
+    UnknownSplit { split: String, available: String },
+    #[error("run {} has no boards yet; run `chessbench ingest` first", .0.display())]
+    NoSplits(PathBuf),
+    #[error(
+        "split {split}: annotation was started with other settings ({existing}); now: {now}. Resume with the same settings, or pass --overwrite to start the split over"
+    )]
+    SettingsChanged {
+        split: String,
+        existing: String,
+        now: String,
+    },
+    #[error(
+        "split {split}: its boards were re-ingested after annotation started; pass --overwrite to annotate them afresh"
+    )]
+    BoardsChanged { split: String },
+    #[error("--overwrite deletes every shard's work; run it unsharded, not as shard {0}")]
+    OverwriteSharded(String),
+    #[error(
+        "{}: shard {shard} is already being annotated by another process",
+        path.display()
+    )]
+    ShardBusy { path: PathBuf, shard: String },
+    #[error("{0}")]
+    Thread(String),
+}
+
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Per-split result of a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SplitSummary {
+    pub boards_in_scope: u64,
+    pub chunks_total: u64,
+    pub chunks_of_shard: u64,
+    pub chunks_already_done: u64,
+    pub chunks_committed: u64,
+    pub boards_annotated: u64,
+    pub action_values: u64,
+    pub failures: u64,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    pub engine: String,
+    pub shard: String,
+    pub shard_source: String,
+    pub workers: usize,
+    pub seconds: f64,
+    pub searches: u64,
+    pub search_seconds: f64,
+    /// Time inside engine searches / (wall time x workers).
+    pub utilisation: f64,
+    pub fallbacks: u64,
+    /// Failed tries that killed and restarted an engine.
+    pub retries: u64,
+    pub splits: Vec<(String, SplitSummary)>,
+}
+
+impl Summary {
+    pub fn boards(&self) -> u64 {
+        self.splits.iter().map(|s| s.1.boards_annotated).sum()
+    }
+    pub fn failures(&self) -> u64 {
+        self.splits.iter().map(|s| s.1.failures).sum()
+    }
+}
+
+/// The splits to annotate and their board counts, from the manifest.
+pub(crate) fn scope(
+    config: &AnnotateConfig,
+    manifest: &Manifest,
+) -> Result<Vec<(String, u64)>, AnnotateError> {
+    if manifest.splits.is_empty() {
+        return Err(AnnotateError::NoSplits(config.run.clone()));
+    }
+    let names: Vec<String> = match &config.splits {
+        Some(s) => s.clone(),
+        None => manifest.splits.keys().cloned().collect(),
+    };
+    names
+        .into_iter()
+        .map(|name| {
+            let split = manifest
+                .splits
+                .get(&name)
+                .ok_or_else(|| AnnotateError::UnknownSplit {
+                    split: name.clone(),
+                    available: manifest
+                        .splits
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?;
+            let n = split.counts.state_value;
+            let n = config.max_boards.map_or(n, |m| m.min(n));
+            Ok((name, n))
+        })
+        .collect()
+}
+
+fn boards_fingerprint(manifest: &Manifest, split: &str) -> serde_json::Value {
+    manifest
+        .splits
+        .get(split)
+        .map_or(serde_json::Value::Null, |s| {
+            serde_json::json!({
+                "ingest_finished_at": s.ingest.finished_at,
+                "state_value": s.counts.state_value,
+            })
+        })
+}
+
+/// Checks (or records) the settings a split is annotated with.
+fn check_settings(
+    config: &AnnotateConfig,
+    manifest: &Manifest,
+    split: &str,
+) -> Result<(), AnnotateError> {
+    let dir = chunks::entries_dir(&config.run, split);
+    let path = dir.join("settings.json");
+    let now = serde_json::json!({
+        "settings": config.fingerprint(),
+        "boards": boards_fingerprint(manifest, split),
+    });
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let existing: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| StoreError::Corrupt(path.clone(), e.to_string()))?;
+            if existing["boards"] != now["boards"] {
+                return Err(AnnotateError::BoardsChanged {
+                    split: split.to_owned(),
+                });
+            }
+            if existing["settings"] != now["settings"] {
+                return Err(AnnotateError::SettingsChanged {
+                    split: split.to_owned(),
+                    existing: existing["settings"].to_string(),
+                    now: now["settings"].to_string(),
+                });
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+            let bytes = serde_json::to_vec_pretty(&now)
+                .map_err(|e| StoreError::Corrupt(path.clone(), e.to_string()))?;
+            write_atomic(&path, &bytes)?;
+            Ok(())
+        }
+        Err(e) => Err(StoreError::io(&path, e).into()),
+    }
+}
+
+fn shard_lock(config: &AnnotateConfig) -> Result<File, AnnotateError> {
+    let dir = config.run.join(chunks::ENTRIES);
+    std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+    let shard = config.shard;
+    let path = dir.join(format!(".shard-{}-of-{}.lock", shard.index, shard.count));
+    let file = File::create(&path).map_err(|e| StoreError::io(&path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(AnnotateError::ShardBusy {
+            path,
+            shard: shard.to_string(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(StoreError::io(&path, e).into()),
+    }
+}
+
+/// Starts one engine to learn its name (and to fail fast on a bad path).
+pub fn engine_name(config: &AnnotateConfig) -> Result<String, AnnotateError> {
+    let engine = Engine::start(&config.engine).map_err(AnnotateError::Engine)?;
+    let name = engine.id().name.clone();
+    engine.quit();
+    Ok(if name.is_empty() {
+        config.engine.path.display().to_string()
+    } else {
+        name
+    })
+}
+
+/// Runs the annotate stage.
+pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
+    let started = Instant::now();
+    let _run = RunDir::open_shared(&config.run)?;
+    let manifest = Manifest::read(&config.run.join(MANIFEST))?;
+    let scope = scope(config, &manifest)?;
+    let shard = config.shard;
+    if config.overwrite && shard.count > 1 {
+        return Err(AnnotateError::OverwriteSharded(shard.to_string()));
+    }
+    let _shard_lock = shard_lock(config)?;
+    let engine = engine_name(config)?;
+    let mut work = Vec::new();
+    let mut summaries = Vec::new();
+    for (name, n) in &scope {
+        if config.overwrite {
+            chunks::remove_split(&config.run, name)?;
+        }
+        check_settings(config, &manifest, name)?;
+        let done = chunks::recover(&config.run, name, (shard.index, shard.count))?;
+        let total = n.div_ceil(config.chunk_boards);
+        let mine: Vec<u64> = (0..total)
+            .filter(|&c| chunk_shard(c, shard.count) == shard.index)
+            .collect();
+        let todo: Vec<u64> = mine.iter().copied().filter(|c| !done.contains(c)).collect();
+        summaries.push((
+            name.clone(),
+            SplitSummary {
+                boards_in_scope: *n,
+                chunks_total: total,
+                chunks_of_shard: mine.len() as u64,
+                chunks_already_done: (mine.len() - todo.len()) as u64,
+                ..SplitSummary::default()
+            },
+        ));
+        work.push(SplitWork {
+            name: name.clone(),
+            boards_dir: config.run.join(partition_dir(Table::Boards, name)),
+            boards: *n,
+            chunks: todo,
+        });
+    }
+    let pending_boards: u64 = work
+        .iter()
+        .map(|w| {
+            w.chunks
+                .iter()
+                .map(|&c| {
+                    let (a, b) = pool::chunk_range(c, config.chunk_boards, w.boards);
+                    b - a
+                })
+                .sum::<u64>()
+        })
+        .sum();
+    let bar = progress_bar(config, pending_boards);
+    let settings = WorkerSettings {
+        engine: config.engine.clone(),
+        search: SearchSettings {
+            mode: config.mode,
+            limit: config.limit,
+            timeout: config.search_timeout,
+            new_game: config.new_game_per_board,
+        },
+        max_attempts: config.max_attempts,
+        backoff: Duration::from_millis(20),
+    };
+    let workers = config.workers;
+    let pool_start = Instant::now();
+    let (mut searches, mut search_time, mut fallbacks, mut boards, mut retries) =
+        (0u64, Duration::ZERO, 0u64, 0u64, 0u64);
+    let names: Vec<String> = work.iter().map(|w| w.name.clone()).collect();
+    let shard_name = shard.to_string();
+    let run_dir = config.run.clone();
+    let result = pool::run(
+        work,
+        config.chunk_boards,
+        workers,
+        settings,
+        |_outcome: &Outcome, w| {
+            boards += 1;
+            searches += w.searches;
+            search_time += w.search_time;
+            fallbacks += w.fallbacks;
+            retries += w.retries;
+            let secs = pool_start.elapsed().as_secs_f64().max(1e-9);
+            bar.set_position(boards);
+            if boards.is_multiple_of(8) || boards == pending_boards {
+                bar.set_message(format!(
+                    "{:.1} boards/s, {:.0} searches/s, engines busy {:.1}%",
+                    boards as f64 / secs,
+                    searches as f64 / secs,
+                    100.0 * search_time.as_secs_f64() / (secs * workers as f64)
+                ));
+            }
+        },
+        |finished| {
+            let entry = chunks::commit_chunk(
+                &run_dir,
+                &names[finished.split],
+                finished.chunk,
+                finished.first_board,
+                &finished.boards,
+                &finished.work,
+                chunks::Provenance {
+                    engine: &engine,
+                    shard: &shard_name,
+                },
+            )?;
+            let s = &mut summaries[finished.split].1;
+            s.chunks_committed += 1;
+            s.boards_annotated += entry.state_values;
+            s.action_values += entry.action_values;
+            s.failures += entry.failures;
+            Ok(())
+        },
+    );
+    let pool_secs = pool_start.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    result?;
+    let summary = Summary {
+        engine,
+        shard: shard.to_string(),
+        shard_source: config.shard_source.to_owned(),
+        workers,
+        seconds: started.elapsed().as_secs_f64(),
+        searches,
+        search_seconds: search_time.as_secs_f64(),
+        utilisation: if pool_secs > 0.0 && searches > 0 {
+            search_time.as_secs_f64() / (pool_secs * workers as f64)
+        } else {
+            0.0
+        },
+        fallbacks,
+        retries,
+        splits: summaries,
+    };
+    record(config, &summary)?;
+    Ok(summary)
+}
+
+/// Adds this shard's record to the manifest's `annotate` section.
+fn record(config: &AnnotateConfig, summary: &Summary) -> Result<(), AnnotateError> {
+    update_manifest(&config.run, |m| {
+        let section = m
+            .extra
+            .entry("annotate".to_owned())
+            .or_insert_with(|| serde_json::json!({}));
+        if !section.is_object() {
+            *section = serde_json::json!({});
+        }
+        section["engine"] = serde_json::json!({
+            "name": summary.engine,
+            "path": config.engine.path,
+            "threads": config.engine.threads,
+        });
+        section["settings"] = config.fingerprint();
+        for (split, s) in &summary.splits {
+            let entry = &mut section["splits"][split.as_str()];
+            entry["chunks_total"] = serde_json::json!(s.chunks_total);
+            entry["shards"][summary.shard.as_str()] = serde_json::json!({
+                "finished_at": unix_now(),
+                "source": summary.shard_source,
+                "chunks": s.chunks_of_shard,
+                "boards_annotated_now": s.boards_annotated,
+                "failures_now": s.failures,
+                "workers": summary.workers,
+                "utilisation": summary.utilisation,
+            });
+        }
+    })?;
+    Ok(())
+}
+
+fn progress_bar(config: &AnnotateConfig, total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    if !config.progress || !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+        return bar;
+    }
+    let template =
+        "{spinner} annotate [{elapsed_precise}] {bar:30} {pos}/{len} boards, ETA {eta}  {msg}";
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(250));
+    bar
+}
+
+/// Human-readable summary lines.
+pub fn render(summary: &Summary, run: &Path) -> String {
+    let mut out = format!(
+        "annotated {} boards ({} failed) with {} on {} worker(s), shard {} ({}), in {:.1} s: {} searches, engines busy {:.1}% of the time{}{}\n",
+        group(summary.boards()),
+        group(summary.failures()),
+        summary.engine,
+        summary.workers,
+        summary.shard,
+        summary.shard_source,
+        summary.seconds,
+        group(summary.searches),
+        100.0 * summary.utilisation,
+        if summary.retries > 0 {
+            format!(
+                "; {} tries failed (engine crashed, hung or sent garbage) and were retried on a restarted engine",
+                group(summary.retries)
+            )
+        } else {
+            String::new()
+        },
+        if summary.fallbacks > 0 {
+            format!(
+                "; {} MultiPV lines searched again on their own",
+                group(summary.fallbacks)
+            )
+        } else {
+            String::new()
+        }
+    );
+    for (name, s) in &summary.splits {
+        out.push_str(&format!(
+            "  {name}: {} boards in scope, {} chunks ({} of this shard: {} done before, {} now); {} state values, {} action values, {} failures written now\n",
+            group(s.boards_in_scope),
+            group(s.chunks_total),
+            group(s.chunks_of_shard),
+            group(s.chunks_already_done),
+            group(s.chunks_committed),
+            group(s.boards_annotated),
+            group(s.action_values),
+            group(s.failures),
+        ));
+    }
+    out.push_str(&format!(
+        "wrote {} (run `chessbench stats {}` for the counts)\n",
+        run.display(),
+        run.display()
+    ));
+    out
+}
+
+/// Mode name for messages.
+pub fn mode_name(mode: Mode) -> &'static str {
+    mode.name()
+}

@@ -1,0 +1,552 @@
+//! The annotate stage with the real Stockfish: semantics on hand-checkable
+//! boards, coverage of the legal moves, fault injection, SIGKILL and resume,
+//! sharding. Skips (printing why) when no Stockfish is installed.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use arrow_array::{Array, Float64Array, Int32Array, StringArray, UInt16Array, UInt64Array};
+use tempfile::TempDir;
+
+use crate::util::{self, BIN, col, read_table};
+
+fn have_stockfish() -> bool {
+    let config = chessbench::uci::EngineConfig::default();
+    match chessbench::uci::Engine::start(&config) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("skipping: no stockfish ({e}); apt-get install stockfish");
+            false
+        }
+    }
+}
+
+/// An ingested (not annotated) run of the pgn-reader Lichess sample, made
+/// once and copied per test.
+fn base_run() -> &'static Path {
+    static BASE: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
+    let (_, path) = BASE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("base");
+        util::ingest(
+            &run,
+            &[util::lichess_1000k().to_str().unwrap(), "--split", "train"],
+        );
+        (dir, run)
+    });
+    path
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name
+            .to_str()
+            .is_some_and(|n| n.starts_with(".lock") || n.starts_with(".commit"))
+        {
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to.join(&name));
+        } else {
+            std::fs::copy(entry.path(), to.join(&name)).unwrap();
+        }
+    }
+}
+
+fn fresh_run(dir: &TempDir, name: &str) -> PathBuf {
+    let run = dir.path().join(name);
+    copy_dir(base_run(), &run);
+    run
+}
+
+/// Small, fast settings shared by the tests (nodes limit: deterministic).
+const SMALL: [&str; 6] = [
+    "--nodes",
+    "300",
+    "--max-boards",
+    "192",
+    "--chunk-boards",
+    "32",
+];
+
+fn annotate(run: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["annotate", run.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    let o = util::run(&args);
+    assert!(
+        o.status.success(),
+        "annotate {extra:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// state_values as board_id -> (kind, win_prob, best_action).
+fn state_values(run: &Path) -> BTreeMap<u64, (String, f64, Option<u16>)> {
+    let mut out = BTreeMap::new();
+    for b in read_table(run, "state_values", "train") {
+        let ids = col::<UInt64Array>(&b, "board_id");
+        let kind = col::<StringArray>(&b, "kind");
+        let wp = col::<Float64Array>(&b, "win_prob");
+        let best = col::<UInt16Array>(&b, "best_action");
+        for i in 0..b.num_rows() {
+            let prev = out.insert(
+                ids.value(i),
+                (
+                    kind.value(i).to_owned(),
+                    wp.value(i),
+                    (!best.is_null(i)).then(|| best.value(i)),
+                ),
+            );
+            assert!(
+                prev.is_none(),
+                "board {} twice in state_values",
+                ids.value(i)
+            );
+        }
+    }
+    out
+}
+
+/// (board_id, action) -> (win_prob, cp, mate).
+type ActionValues = BTreeMap<(u64, u16), (f64, Option<i32>, Option<i32>)>;
+
+/// The action_values table of the train split.
+fn action_values(run: &Path) -> ActionValues {
+    let mut out = BTreeMap::new();
+    for b in read_table(run, "action_values", "train") {
+        let ids = col::<UInt64Array>(&b, "board_id");
+        let act = col::<UInt16Array>(&b, "action");
+        let wp = col::<Float64Array>(&b, "win_prob");
+        let cp = col::<Int32Array>(&b, "cp");
+        let mate = col::<Int32Array>(&b, "mate");
+        for i in 0..b.num_rows() {
+            let v = (
+                wp.value(i),
+                (!cp.is_null(i)).then(|| cp.value(i)),
+                (!mate.is_null(i)).then(|| mate.value(i)),
+            );
+            let prev = out.insert((ids.value(i), act.value(i)), v);
+            assert!(prev.is_none(), "({}, {}) twice", ids.value(i), act.value(i));
+        }
+    }
+    out
+}
+
+fn failures(run: &Path) -> usize {
+    let dir = run.join("failures/split=train");
+    if !dir.exists() {
+        return 0;
+    }
+    read_table(run, "failures", "train")
+        .iter()
+        .map(|b| b.num_rows())
+        .sum()
+}
+
+/// legal_moves keys of boards below `max`.
+fn legal_keys(run: &Path, max: u64) -> BTreeSet<(u64, u16)> {
+    let b = read_table(run, "legal_moves", "train");
+    let ids = util::u64s(&b, "board_id");
+    let acts = util::u16s(&b, "action");
+    ids.into_iter()
+        .zip(acts)
+        .filter(|(id, _)| *id < max)
+        .collect()
+}
+
+/// A clean run with the SMALL settings, made once.
+fn clean_run() -> &'static Path {
+    static CLEAN: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
+    let (_, path) = CLEAN.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let run = fresh_run(&dir, "clean");
+        annotate(&run, &SMALL);
+        (dir, run)
+    });
+    path
+}
+
+#[test]
+fn action_values_cover_exactly_the_legal_moves() {
+    if !have_stockfish() {
+        return;
+    }
+    let run = clean_run();
+    let sv = state_values(run);
+    assert_eq!(sv.len(), 192);
+    assert_eq!(
+        sv.keys().copied().collect::<Vec<_>>(),
+        (0..192).collect::<Vec<_>>()
+    );
+    let av: BTreeSet<(u64, u16)> = action_values(run).into_keys().collect();
+    assert_eq!(av, legal_keys(run, 192));
+    assert_eq!(failures(run), 0);
+    // The best action is the argmax of the board's action values.
+    let avs = action_values(run);
+    let mut terminal = 0;
+    for (id, (kind, wp, best)) in &sv {
+        if kind != "search" {
+            terminal += 1;
+            assert_eq!(*wp, if kind == "checkmate" { 0.0 } else { 0.5 });
+            assert_eq!(*best, None);
+            assert!(avs.range((*id, 0)..(*id + 1, 0)).next().is_none());
+            continue;
+        }
+        let best = best.expect("non-terminal boards have a best action");
+        let top = avs
+            .range((*id, 0)..(*id + 1, 0))
+            .map(|(_, v)| v.0)
+            .fold(f64::MIN, f64::max);
+        assert_eq!(avs[&(*id, best)].0, top, "board {id}");
+    }
+    assert!(
+        terminal >= 1,
+        "the sample has a checkmate among its first boards"
+    );
+    // Every stage's counts are in the stats.
+    let stats = util::stats_json(run);
+    assert_eq!(stats["splits"]["train"]["state_values"], 192);
+    assert_eq!(stats["splits"]["train"]["action_values"], av.len() as u64);
+}
+
+#[test]
+fn mate_in_one_and_checkmate() {
+    if !have_stockfish() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pgn = dir.path().join("scholar.pgn");
+    std::fs::write(
+        &pgn,
+        "[Event \"Scholar's mate\"]\n[Site \"https://lichess.org/abcdefgh\"]\n[Result \"1-0\"]\n\n\
+         1. e4 e5 2. Qh5 Nc6 3. Bc4 Nf6 4. Qxf7# 1-0\n",
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    util::ingest(&run, &[pgn.to_str().unwrap(), "--split", "train"]);
+    annotate(&run, &["--nodes", "3000", "-j", "1"]);
+    let sv = state_values(&run);
+    assert_eq!(sv.len(), 8);
+    // Board 6: before 4. Qxf7#, White to move; board 7: Black is mated.
+    let vocab = chessbench::chess::actions::vocabulary();
+    let mate = vocab.parse("h5f7").unwrap();
+    let (kind, wp, best) = &sv[&6];
+    assert_eq!((kind.as_str(), *wp, *best), ("search", 1.0, Some(mate)));
+    let av = action_values(&run);
+    let (mate_wp, _, mate_score) = av[&(6, mate)];
+    assert_eq!((mate_wp, mate_score), (1.0, Some(1)));
+    for ((id, action), (wp, _, mate_in)) in av.range((6, 0)..(7, 0)) {
+        if *action != mate {
+            assert!(
+                *wp < 1.0 || mate_in.is_some_and(|m| m > 1),
+                "board {id}: action {action} ties the mate in 1"
+            );
+        }
+    }
+    assert_eq!(sv[&7], ("checkmate".to_owned(), 0.0, None));
+    assert!(av.range((7, 0)..(8, 0)).next().is_none());
+}
+
+#[test]
+fn per_move_and_multipv_agree_on_clearly_decided_boards() {
+    if !have_stockfish() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = fresh_run(&dir, "multipv");
+    annotate(
+        &run,
+        &[
+            "--mode",
+            "multipv",
+            "--nodes",
+            "20000",
+            "--max-boards",
+            "192",
+            "--chunk-boards",
+            "32",
+        ],
+    );
+    let per_move = action_values(clean_run());
+    let per_move_sv = state_values(clean_run());
+    let multipv_sv = state_values(&run);
+    assert_eq!(
+        action_values(&run).into_keys().collect::<Vec<_>>(),
+        per_move.keys().copied().collect::<Vec<_>>()
+    );
+    let mut decided = 0;
+    for (id, (_, _, best)) in &per_move_sv {
+        let mut values: Vec<f64> = per_move
+            .range((*id, 0)..(*id + 1, 0))
+            .map(|(_, v)| v.0)
+            .collect();
+        values.sort_by(|a, b| b.total_cmp(a));
+        // Clearly decided: one move wins, every other move loses badly.
+        if values.len() >= 2 && values[0] - values[1] >= 0.5 {
+            decided += 1;
+            assert_eq!(
+                multipv_sv[id].2, *best,
+                "board {id}: per-move best {best:?} vs multipv"
+            );
+        }
+    }
+    assert!(decided >= 3, "only {decided} clearly decided boards");
+}
+
+fn assert_same_as_clean(run: &Path) {
+    let clean = clean_run();
+    let (a, b) = (state_values(run), state_values(clean));
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    let (a, b) = (action_values(run), action_values(clean));
+    assert_eq!(a.len(), b.len());
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    // Nodes limit + ucinewgame per board: the values are reproducible too.
+    let differ = a.iter().filter(|(k, v)| b[*k] != **v).count();
+    assert_eq!(
+        differ, 0,
+        "{differ} action values differ from the clean run"
+    );
+    assert_eq!(failures(run), 0);
+}
+
+#[test]
+fn flaky_engine_gives_the_same_keys_and_counts() {
+    if !have_stockfish() || Command::new("python3").arg("-V").output().is_err() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = fresh_run(&dir, "flaky");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/engines/flaky_engine.py");
+    let mut args = vec![
+        "annotate",
+        run.to_str().unwrap(),
+        "--json",
+        "--engine",
+        script.to_str().unwrap(),
+        "--max-attempts",
+        "12",
+        "--search-timeout-ms",
+        "1500",
+    ];
+    args.extend_from_slice(&SMALL);
+    let o = Command::new(BIN)
+        .args(&args)
+        .arg("--no-progress")
+        .env("FLAKY_CRASH", "0.004")
+        .env("FLAKY_HANG", "0.001")
+        .env("FLAKY_GARBAGE", "0.004")
+        .env("FLAKY_SEED", "7")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let retries = summary["retries"].as_u64().unwrap();
+    assert!(retries >= 5, "the proxy should have misbehaved: {summary}");
+    assert_same_as_clean(&run);
+}
+
+#[test]
+fn a_board_that_always_fails_goes_to_failures() {
+    if !have_stockfish() || Command::new("python3").arg("-V").output().is_err() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = fresh_run(&dir, "broken");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/engines/flaky_engine.py");
+    let o = Command::new(BIN)
+        .args(["annotate", run.to_str().unwrap(), "--json", "--no-progress"])
+        .args(["--engine", script.to_str().unwrap(), "--max-attempts", "2"])
+        .args(["--nodes", "300", "--max-boards", "4", "--chunk-boards", "4"])
+        .env("FLAKY_CRASH", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let f = read_table(&run, "failures", "train");
+    let reasons = util::strings(&f, "reason");
+    assert_eq!(reasons.len(), 4, "every board is in failures");
+    assert!(reasons.iter().all(|r| r.as_deref() == Some("crash")));
+    let detail = util::strings(&f, "detail");
+    assert!(
+        detail[0]
+            .as_deref()
+            .unwrap()
+            .contains("crashing on purpose"),
+        "{detail:?}"
+    );
+    assert_eq!(state_values(&run).len(), 0);
+    assert_eq!(util::stats_json(&run)["splits"]["train"]["failures"], 4);
+}
+
+#[test]
+fn sigkill_and_resume_lose_and_duplicate_nothing() {
+    if !have_stockfish() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = fresh_run(&dir, "killed");
+    let mut child = Command::new(BIN)
+        .args(["annotate", run.to_str().unwrap(), "--no-progress"])
+        .args(SMALL)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let entries = run.join("annotate/split=train");
+    let start = Instant::now();
+    loop {
+        let n = std::fs::read_dir(&entries)
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref().is_ok_and(|e| {
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        name.starts_with("chunk-") && name.ends_with(".json")
+                    })
+                })
+                .count()
+            })
+            .unwrap_or(0);
+        if n >= 2 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no chunk committed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let done_before = state_values(&run).len();
+    assert!(done_before > 0 && done_before < 192, "{done_before}");
+    let summary = annotate(&run, &SMALL);
+    let train = &summary["splits"][0][1];
+    assert!(
+        train["chunks_already_done"].as_u64().unwrap() >= 2,
+        "{summary}"
+    );
+    assert_same_as_clean(&run);
+    // A third run has nothing left to do.
+    let summary = annotate(&run, &SMALL);
+    assert_eq!(summary["splits"][0][1]["chunks_committed"], 0);
+}
+
+#[test]
+fn four_shards_equal_one_unsharded_run() {
+    if !have_stockfish() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = fresh_run(&dir, "sharded");
+    // Two shards at once (they share the run), then the other two via the
+    // environment, as a Slurm array would run them.
+    let spawn = |shard: &str| {
+        Command::new(BIN)
+            .args([
+                "annotate",
+                run.to_str().unwrap(),
+                "--no-progress",
+                "-j",
+                "1",
+            ])
+            .args(["--shard", shard])
+            .args(SMALL)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn("0/4"), spawn("1/4"));
+    for c in [a, b] {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    for id in ["2", "3"] {
+        let o = Command::new(BIN)
+            .args(["annotate", run.to_str().unwrap(), "--no-progress", "--json"])
+            .args(SMALL)
+            .env("SLURM_ARRAY_TASK_ID", id)
+            .env("SLURM_ARRAY_TASK_COUNT", "4")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(s["shard"], format!("{id}/4"));
+        assert_eq!(s["shard_source"], "Slurm job array");
+    }
+    assert_same_as_clean(&run);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("manifest.json")).unwrap()).unwrap();
+    let shards = manifest["annotate"]["splits"]["train"]["shards"]
+        .as_object()
+        .unwrap();
+    assert_eq!(shards.len(), 4, "{manifest}");
+}
+
+#[test]
+fn changed_settings_and_bad_engines_are_clear_errors() {
+    if !have_stockfish() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = fresh_run(&dir, "errors");
+    let r = run.to_str().unwrap();
+    let o = util::run(&[
+        "annotate",
+        r,
+        "--engine",
+        "/nonexistent/sf",
+        "--nodes",
+        "10",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("/nonexistent/sf"), "{err}");
+    annotate(
+        &run,
+        &["--nodes", "100", "--max-boards", "8", "--chunk-boards", "8"],
+    );
+    let o = util::run(&[
+        "annotate",
+        r,
+        "--nodes",
+        "200",
+        "--max-boards",
+        "8",
+        "--chunk-boards",
+        "8",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("other settings") && err.contains("--overwrite"),
+        "{err}"
+    );
+    annotate(
+        &run,
+        &[
+            "--nodes",
+            "200",
+            "--max-boards",
+            "8",
+            "--chunk-boards",
+            "8",
+            "--overwrite",
+        ],
+    );
+    let o = util::run(&["annotate", dir.path().to_str().unwrap(), "--nodes", "10"]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not a chessbench run"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -9,6 +9,7 @@ pub mod annotate;
 pub mod chess;
 pub mod ingest;
 pub mod metrics;
+pub mod pipeline;
 pub mod stats;
 pub mod store;
 #[doc(hidden)]

@@ -187,21 +187,19 @@ struct PipelineFile {
 impl AnnotateOptions {
     /// Reads the `[annotate]` table of a pipeline file.
     pub fn from_pipeline_file(path: &Path) -> Result<AnnotateOptions, AnnotateConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| AnnotateConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let file: PipelineFile = toml::from_str(&text).map_err(|e| AnnotateConfigError::Toml {
-            path: path.to_owned(),
-            message: e.to_string(),
+        use crate::pipeline::{self, PipelineFileError};
+        let (file, base): (PipelineFile, _) = pipeline::read(path).map_err(|e| match e {
+            PipelineFileError::Read(source) => AnnotateConfigError::Read {
+                path: path.to_owned(),
+                source,
+            },
+            PipelineFileError::Toml(message) => AnnotateConfigError::Toml {
+                path: path.to_owned(),
+                message,
+            },
         })?;
         let mut options = file.annotate.unwrap_or_default();
-        let dir = path.parent().unwrap_or(Path::new("."));
-        options.base_dir = Some(if dir.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            dir.to_owned()
-        });
+        options.base_dir = Some(base);
         Ok(options)
     }
 

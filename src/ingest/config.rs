@@ -301,21 +301,19 @@ struct PipelineFile {
 impl IngestOptions {
     /// Reads the `[ingest]` table of a pipeline file.
     pub fn from_pipeline_file(path: &Path) -> Result<IngestOptions, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let file: PipelineFile = toml::from_str(&text).map_err(|e| ConfigError::Toml {
-            path: path.to_owned(),
-            message: e.to_string(),
+        use crate::pipeline::{self, PipelineFileError};
+        let (file, base): (PipelineFile, _) = pipeline::read(path).map_err(|e| match e {
+            PipelineFileError::Read(source) => ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            },
+            PipelineFileError::Toml(message) => ConfigError::Toml {
+                path: path.to_owned(),
+                message,
+            },
         })?;
         let mut options = file.ingest.unwrap_or_default();
-        let dir = path.parent().unwrap_or(Path::new("."));
-        options.base_dir = Some(if dir.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            dir.to_owned()
-        });
+        options.base_dir = Some(base);
         Ok(options)
     }
 

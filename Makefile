@@ -7,24 +7,36 @@
 CARGO       ?= cargo
 TARGET_DIR  ?= $(or $(CARGO_TARGET_DIR),target)
 BIN         := $(TARGET_DIR)/release/chessbench
-SOURCES     := Cargo.toml Cargo.lock $(shell find src -name '*.rs')
+SOURCES     := Cargo.toml Cargo.lock build.rs $(shell find src -name '*.rs') $(wildcard sql/*.sql)
+# DuckDB's prebuilt shared library (npm registry), linked by the duckdb crate.
+DUCKDB_LIB  := .duckdb/1.5.6/libduckdb.so
+PYTHON      ?= python3
 PIPELINE    ?= pipeline/demo.toml
 RUN         ?= runs/demo
 FUZZ_CASES  ?= 20000
 
-.PHONY: all build ingest annotate plan stats test lint unit fuzz fuzz-smoke bench \
-        bench-ingest bench-annotate test-slurm stockfish doc clean
+.PHONY: all build ingest annotate plan stats notebooks python-deps duckdb test lint unit \
+        fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql test-slurm stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
 
-## Demo pipeline (as far as it exists): ingest, annotate, print Table A1.
-all: annotate stats
+## Demo pipeline (as far as it exists): ingest, annotate, print Table A1,
+## execute the notebooks into HTML.
+all: annotate stats notebooks
 
 build: $(BIN)
 
-$(BIN): $(SOURCES)
+$(BIN): $(SOURCES) | $(DUCKDB_LIB)
 	$(CARGO) build --release --locked
+	@touch $@
+
+## DuckDB 1.5.6's libduckdb.so from the npm registry (checksum pinned), so
+## the duckdb crate links it instead of compiling DuckDB (20+ minutes).
+duckdb: $(DUCKDB_LIB)
+
+$(DUCKDB_LIB): scripts/fetch-libduckdb
+	scripts/fetch-libduckdb
 	@touch $@
 
 $(RUN)/manifest.json: $(BIN) $(PIPELINE)
@@ -49,14 +61,30 @@ annotate: $(RUN)/annotate/.done
 plan: $(RUN)/manifest.json | stockfish
 	$(BIN) annotate --config $(PIPELINE) $(RUN) --plan
 
+## Table A1 of the demo run, by the SQL layer (sql/table_a1.sql).
 stats: $(RUN)/manifest.json
-	$(BIN) stats $(RUN)
+	$(BIN) sql $(RUN) table_a1
+	$(BIN) sql $(RUN) overlap --only overlap --quiet
+
+## Python packages of the notebooks and the Python interop tests.
+python-deps:
+	@$(PYTHON) -c "import duckdb, polars, pyarrow, matplotlib, nbconvert, ipykernel, apache_beam" 2>/dev/null || \
+	  $(PYTHON) -m pip install --quiet --disable-pip-version-check -r notebooks/requirements.txt
+
+## Execute the notebooks against the demo run: $(RUN)/report/*.html.
+NOTEBOOKS   := $(wildcard notebooks/*.ipynb)
+notebooks: $(patsubst notebooks/%.ipynb,$(RUN)/report/%.html,$(NOTEBOOKS))
+
+$(RUN)/report/%.html: notebooks/%.ipynb notebooks/cbsql.py $(wildcard sql/*.sql) $(RUN)/annotate/.done | python-deps
+	cd notebooks && CHESSBENCH_RUN=$(abspath $(RUN)) $(PYTHON) -m jupyter nbconvert --to html --execute $*.ipynb \
+	  --output-dir $(abspath $(RUN))/report --ExecutePreprocessor.timeout=1200
 
 ## Tests: formatting, clippy, unit + integration tests, a fuzz smoke run.
 test: lint unit fuzz-smoke
 
 # The annotate tests run the real Stockfish (they skip without one).
-unit: | stockfish
+unit: | stockfish $(DUCKDB_LIB)
+lint fuzz fuzz-smoke doc: | $(DUCKDB_LIB)
 
 lint:
 	$(CARGO) fmt --all --check
@@ -74,13 +102,19 @@ fuzz:
 
 ## Benchmarks: ingest throughput vs zstd -dc and pgn-reader's
 ## parallel_validate; annotate engine utilisation, bytes per record, MultiPV.
-bench: bench-ingest bench-annotate
+bench: bench-ingest bench-annotate bench-sql
 
-bench-ingest:
+bench-ingest: | $(DUCKDB_LIB)
 	$(CARGO) bench --locked --bench ingest
 
-bench-annotate: | stockfish
+bench-annotate: | stockfish $(DUCKDB_LIB)
 	$(CARGO) bench --locked --bench annotate
+
+## Table A1 query time (SQL vs the Rust stats) and Parquet vs .bag bytes per
+## record of each ChessBench set, on the demo run (or BENCH_RUN=...).
+BENCH_RUN   ?= $(RUN)
+bench-sql: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
+	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) $(CARGO) bench --locked --bench sql
 
 ## A real single-node Slurm cluster (slurm-wlm, munge; needs root): a 4-task
 ## job array must equal an unsharded run. Not part of `make test`, see README.

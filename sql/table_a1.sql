@@ -1,27 +1,55 @@
--- Table A1 of Ruoss et al. (2024) for a chessbench run directory, computed by
--- DuckDB straight from the Parquet tables (the same numbers as
--- `chessbench stats RUN_DIR --json`).
+-- Table A1 of Ruoss et al. (2024) per split: games, the three record sets and
+-- bytes on disk, plus annotation progress. The same numbers as
+-- `chessbench stats RUN --json` (tests/it/sql.rs checks that they agree).
 --
--- DuckDB CLI:  SET VARIABLE run_dir = 'runs/demo'; .read sql/table_a1.sql
+--   state_value        = distinct boards
+--   behavioral_cloning = distinct boards with at least one legal move
+--   action_value       = the legal moves of those boards (rows of legal_moves)
+--   state_values, action_values, failures = rows annotated so far
+--   *_bytes            = Parquet bytes on disk of the table's split
 --
--- state_value        = distinct boards
--- behavioral_cloning = distinct boards with at least one legal move
--- action_value       = legal moves of those boards (rows of legal_moves)
-WITH games AS (
-    SELECT split, count(*) AS games
-    FROM read_parquet(getvariable('run_dir') || '/games/*/*.parquet', hive_partitioning = true)
-    GROUP BY split
-), boards AS (
-    SELECT split,
-           count(*) AS state_value,
-           count(*) FILTER (WHERE num_legal_moves > 0) AS behavioral_cloning
-    FROM read_parquet(getvariable('run_dir') || '/boards/*/*.parquet', hive_partitioning = true)
-    GROUP BY split
-), moves AS (
-    SELECT split, count(*) AS action_value
-    FROM read_parquet(getvariable('run_dir') || '/legal_moves/*/*.parquet', hive_partitioning = true)
-    GROUP BY split
+-- Row counts and sizes come from the Parquet footers (no data is scanned but
+-- boards.num_legal_moves), so this is fast on any run, annotated or not.
+-- Needs views.sql (chessbench sql preloads it).
+
+-- @name table_a1
+WITH files AS (
+    -- Every committed Parquet file of the run: TABLE/split=NAME/FILE.parquet.
+    SELECT regexp_extract(file_name, '([^/]+)/split=([^/]+)/[^/]+$', ['tbl', 'split']) AS p,
+           num_rows, file_size_bytes
+    FROM parquet_file_metadata(getvariable('cb_run') || '/*/split=*/*.parquet')
+), per_split AS (
+    SELECT p.split AS split,
+           sum(num_rows) FILTER (WHERE p.tbl = 'games') AS games,
+           sum(num_rows) FILTER (WHERE p.tbl = 'boards') AS state_value,
+           sum(num_rows) FILTER (WHERE p.tbl = 'legal_moves') AS action_value,
+           sum(num_rows) FILTER (WHERE p.tbl = 'rejects') AS rejected,
+           sum(num_rows) FILTER (WHERE p.tbl = 'state_values') AS state_values,
+           sum(num_rows) FILTER (WHERE p.tbl = 'action_values') AS action_values,
+           sum(num_rows) FILTER (WHERE p.tbl = 'failures') AS failures,
+           sum(file_size_bytes) FILTER (WHERE p.tbl = 'games') AS games_bytes,
+           sum(file_size_bytes) FILTER (WHERE p.tbl = 'boards') AS boards_bytes,
+           sum(file_size_bytes) FILTER (WHERE p.tbl = 'legal_moves') AS legal_moves_bytes,
+           sum(file_size_bytes) FILTER (WHERE p.tbl = 'state_values') AS state_values_bytes,
+           sum(file_size_bytes) FILTER (WHERE p.tbl = 'action_values') AS action_values_bytes
+    FROM files GROUP BY p.split
+), bc AS (
+    SELECT split, count(*) FILTER (WHERE num_legal_moves > 0) AS behavioral_cloning
+    FROM boards GROUP BY split
 )
-SELECT split, games, state_value, behavioral_cloning, action_value
-FROM games JOIN boards USING (split) JOIN moves USING (split)
+SELECT split,
+       coalesce(games, 0)::UBIGINT AS games,
+       coalesce(state_value, 0)::UBIGINT AS state_value,
+       behavioral_cloning::UBIGINT AS behavioral_cloning,
+       coalesce(action_value, 0)::UBIGINT AS action_value,
+       coalesce(rejected, 0)::UBIGINT AS rejected,
+       coalesce(state_values, 0)::UBIGINT AS state_values,
+       coalesce(action_values, 0)::UBIGINT AS action_values,
+       coalesce(failures, 0)::UBIGINT AS failures,
+       coalesce(games_bytes, 0)::UBIGINT AS games_bytes,
+       coalesce(boards_bytes, 0)::UBIGINT AS boards_bytes,
+       coalesce(legal_moves_bytes, 0)::UBIGINT AS legal_moves_bytes,
+       coalesce(state_values_bytes, 0)::UBIGINT AS state_values_bytes,
+       coalesce(action_values_bytes, 0)::UBIGINT AS action_values_bytes
+FROM bc JOIN per_split USING (split)
 ORDER BY split;

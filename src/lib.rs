@@ -6,10 +6,12 @@
 //! arguments and reports.
 
 pub mod annotate;
+pub mod bag;
 pub mod chess;
 pub mod ingest;
 pub mod metrics;
 pub mod pipeline;
+pub mod sql;
 pub mod stats;
 pub mod store;
 #[doc(hidden)]

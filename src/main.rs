@@ -14,14 +14,16 @@ use chessbench::{
         config::{AnnotateOptions, Mode},
         plan,
     },
+    bag::{self, RecordSet},
     ingest::{
         self,
         config::{IngestOptions, RawInput},
         group,
     },
+    sql::{self, Format},
     stats,
 };
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
 #[command(
@@ -75,6 +77,170 @@ Cost first: `chessbench annotate RUN --plan` counts the searches and CPU-days."
     Annotate(Box<AnnotateArgs>),
     /// Print Table A1 (record counts per split, bytes on disk, test-in-train overlap).
     Stats(StatsArgs),
+    /// Query a run's tables in SQL (embedded DuckDB, views preloaded).
+    #[command(
+        long_about = "Run DuckDB SQL against a run directory. The views of sql/views.sql are \
+preloaded: games, rejects, boards, legal_moves, state_values, action_values, failures (all splits, \
+with a `split` column) and ChessBench's record sets sv_records, bc_records and av_records.\n\n\
+QUERY is a SQL file or one of the built-in files of sql/ by name: table_a1 (Table A1 per split, \
+the numbers `chessbench stats` prints), dataset_stats (Figure A1 histograms, phases, Elo and time \
+controls, mate scores, failures), overlap (test boards also in train), sampling (uniform vs \
+weighted sampler weights). Each query in a file prints as its own result, named by a \
+`-- @name NAME` comment.\n\n\
+Examples:\n\
+  chessbench sql runs/demo table_a1\n\
+  chessbench sql runs/demo -e \"SELECT split, avg(win_prob) FROM sv_records GROUP BY ALL\"\n\
+  chessbench sql runs/demo sampling --only sampling_weights --format csv > weights.csv\n\n\
+The same SQL runs in the DuckDB CLI or Python duckdb (DuckDB 1.5):\n\
+  duckdb -c \"SET VARIABLE run_dir = 'runs/demo'; .read sql/views.sql; .read sql/table_a1.sql\""
+    )]
+    Sql(SqlArgs),
+    /// Export or import ChessBench .bag files (state_value, behavioral_cloning, action_value).
+    #[command(subcommand)]
+    Bag(BagCommand),
+}
+
+#[derive(Args)]
+struct SqlArgs {
+    /// Run directory.
+    #[arg(value_name = "RUN_DIR")]
+    run: PathBuf,
+    /// A SQL file, or a built-in query: table_a1, dataset_stats, overlap, sampling, views.
+    #[arg(
+        value_name = "QUERY",
+        required_unless_present = "execute",
+        conflicts_with = "execute"
+    )]
+    query: Option<String>,
+    /// Run this SQL instead of a file.
+    #[arg(short = 'e', long = "execute", value_name = "SQL")]
+    execute: Option<String>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+    /// Print only the result of the query named NAME (`-- @name NAME`).
+    #[arg(long, value_name = "NAME")]
+    only: Option<String>,
+    /// Rows shown per result in table and markdown output (0: all).
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    max_rows: usize,
+    /// Set a DuckDB variable before the query (getvariable('NAME')), e.g.
+    /// --var test_split=holdout. Repeatable.
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    vars: Vec<String>,
+    /// No notes on standard error (e.g. about partially annotated splits).
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum OutputFormat {
+    Table,
+    Csv,
+    Json,
+    Markdown,
+}
+
+#[derive(Subcommand)]
+enum BagCommand {
+    /// Write a split's record sets as ChessBench .bag files.
+    #[command(
+        long_about = "Write the annotated records of one split as the three ChessBench files \
+state_value_data.bag (fen, win_prob), behavioral_cloning_data.bag (fen, best move) and \
+action_value_data.bag (fen, move, win_prob), with searchless_chess's record encoding (Apache Beam \
+TupleCoder of StrUtf8Coder / FloatCoder) and bagz.py's file layout, so its data loaders read them. \
+Sets larger than --records-per-shard are sharded as SET-00000-of-0000N_data.bag (read them as \
+SET@N_data.bag). Files appear under their final names only when complete."
+    )]
+    Export(BagExportArgs),
+    /// Read ChessBench .bag files into a split of a run directory.
+    #[command(
+        long_about = "Import published ChessBench .bag files (or ones exported here) into a run \
+directory's Parquet layout: boards (with their legal moves), state_values, action_values, with \
+best actions from behavioral_cloning records. Give a directory holding the ChessBench file names \
+(e.g. the downloaded data/test/), or files per set; SET@N_data.bag stands for N shards. Every FEN is \
+parsed and every move checked to be legal. Columns the .bag files do not carry (games, occurrence \
+counts, centipawns, depths) are null. The split is committed atomically and replaces one of the \
+same name."
+    )]
+    Import(BagImportArgs),
+}
+
+#[derive(Args)]
+struct BagExportArgs {
+    /// Run directory.
+    #[arg(value_name = "RUN_DIR")]
+    run: PathBuf,
+    /// Split to export.
+    #[arg(long, value_name = "NAME")]
+    split: String,
+    /// Output directory [default: RUN_DIR/bag/SPLIT].
+    #[arg(short, long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Record sets to write [default: all three].
+    #[arg(long = "set", value_enum, value_delimiter = ',')]
+    sets: Vec<SetArg>,
+    /// Shard a set into files of at most this many records (ChessBench's
+    /// train action values: ~7.1M per shard).
+    #[arg(long, value_name = "N", default_value_t = 7_200_000)]
+    records_per_shard: u64,
+    /// Zstd-compress every record (.bagz files).
+    #[arg(long)]
+    compress: bool,
+    /// Replace existing files.
+    #[arg(long)]
+    overwrite: bool,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+    /// Print a JSON summary.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct BagImportArgs {
+    /// Run directory to write (created if needed).
+    #[arg(value_name = "RUN_DIR")]
+    run: PathBuf,
+    /// Split to write (replaced if it exists).
+    #[arg(long, value_name = "NAME")]
+    split: String,
+    /// Directory with ChessBench's file names (state_value_data.bag, ...).
+    #[arg(value_name = "DIR", required_unless_present_any = ["state_value", "behavioral_cloning", "action_value"])]
+    dir: Option<PathBuf>,
+    /// state_value .bag file (or SET@N pattern).
+    #[arg(long, value_name = "FILE")]
+    state_value: Option<PathBuf>,
+    /// behavioral_cloning .bag file (or SET@N pattern).
+    #[arg(long, value_name = "FILE")]
+    behavioral_cloning: Option<PathBuf>,
+    /// action_value .bag file (or SET@N pattern).
+    #[arg(long, value_name = "FILE")]
+    action_value: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+    /// Print a JSON summary.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SetArg {
+    StateValue,
+    BehavioralCloning,
+    ActionValue,
+}
+
+impl From<SetArg> for RecordSet {
+    fn from(s: SetArg) -> RecordSet {
+        match s {
+            SetArg::StateValue => RecordSet::StateValue,
+            SetArg::BehavioralCloning => RecordSet::BehavioralCloning,
+            SetArg::ActionValue => RecordSet::ActionValue,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -417,6 +583,136 @@ fn stats_cmd(args: StatsArgs) -> Result<()> {
     Ok(())
 }
 
+fn sql_cmd(args: SqlArgs) -> Result<()> {
+    let variables = args
+        .vars
+        .iter()
+        .map(|v| sql::parse_variable(v))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (source_name, text) = match (&args.query, &args.execute) {
+        (_, Some(sql)) => ("-e".to_owned(), sql.clone()),
+        (Some(q), None) => sql::resolve(q)?,
+        (None, None) => anyhow::bail!("give a SQL file, a built-in query name or -e SQL"),
+    };
+    let session = sql::Session::open(&args.run, &variables)
+        .with_context(|| format!("opening run {}", args.run.display()))?;
+    if !args.quiet {
+        for (split, boards, annotated, failed) in session.partial_annotation()? {
+            eprintln!(
+                "note: split {split}: {} of {} boards annotated{}; value tables and record sets cover those only",
+                group(annotated),
+                group(boards),
+                if failed > 0 {
+                    format!(", {} failed", group(failed))
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    let results = session.run_script(&source_name, &text, args.only.as_deref())?;
+    let format = match args.format {
+        OutputFormat::Table => Format::Table,
+        OutputFormat::Csv => Format::Csv,
+        OutputFormat::Json => Format::Json,
+        OutputFormat::Markdown => Format::Markdown,
+    };
+    let mut stdout = io::BufWriter::new(io::stdout().lock());
+    sql::output::write(&mut stdout, &results, format, args.max_rows)?;
+    stdout.flush()?;
+    Ok(())
+}
+
+fn bag_cmd(command: BagCommand) -> Result<()> {
+    match command {
+        BagCommand::Export(args) => {
+            let sets = if args.sets.is_empty() {
+                RecordSet::ALL.to_vec()
+            } else {
+                args.sets.iter().map(|&s| s.into()).collect()
+            };
+            let config = bag::export::ExportConfig {
+                out: args
+                    .out
+                    .clone()
+                    .unwrap_or_else(|| bag::export::default_out(&args.run, &args.split)),
+                run: args.run.clone(),
+                split: args.split.clone(),
+                sets,
+                records_per_shard: args.records_per_shard,
+                compress: args.compress,
+                overwrite: args.overwrite,
+                progress: !args.no_progress,
+            };
+            let done = bag::export::export(&config).with_context(|| {
+                format!(
+                    "exporting split {} of run {}",
+                    args.split,
+                    args.run.display()
+                )
+            })?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&done)?);
+            } else {
+                for set in &done {
+                    eprintln!(
+                        "{:<20} {:>14} records {:>14} bytes {:>6.1} B/record  {} file(s) in {}",
+                        set.set,
+                        group(set.records),
+                        group(set.bytes),
+                        set.bytes as f64 / set.records.max(1) as f64,
+                        set.files.len(),
+                        config.out.display()
+                    );
+                }
+            }
+        }
+        BagCommand::Import(args) => {
+            let mut inputs = match &args.dir {
+                Some(dir) => bag::import::discover(dir)?,
+                None => Vec::new(),
+            };
+            for (set, file) in [
+                (RecordSet::StateValue, &args.state_value),
+                (RecordSet::BehavioralCloning, &args.behavioral_cloning),
+                (RecordSet::ActionValue, &args.action_value),
+            ] {
+                if let Some(f) = file {
+                    inputs.retain(|(s, _)| *s != set);
+                    inputs.push((set, f.clone()));
+                }
+            }
+            let config = bag::import::ImportConfig {
+                run: args.run.clone(),
+                split: args.split.clone(),
+                inputs,
+                progress: !args.no_progress,
+            };
+            let summary = bag::import::import(&config).with_context(|| {
+                format!(
+                    "importing into split {} of run {}",
+                    args.split,
+                    args.run.display()
+                )
+            })?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                eprintln!(
+                    "imported split {}: {} boards, {} legal moves; records: {} state_value, {} behavioral_cloning, {} action_value",
+                    summary.split,
+                    group(summary.boards),
+                    group(summary.legal_moves),
+                    group(summary.state_value_records),
+                    group(summary.behavioral_cloning_records),
+                    group(summary.action_value_records)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|e| {
         e.downcast_ref::<io::Error>()
@@ -430,6 +726,8 @@ fn main() -> ExitCode {
         Command::Ingest(args) => ingest_cmd(*args),
         Command::Annotate(args) => annotate_cmd(*args),
         Command::Stats(args) => stats_cmd(args),
+        Command::Sql(args) => sql_cmd(args),
+        Command::Bag(command) => bag_cmd(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -77,6 +77,10 @@ pub enum AnnotateError {
     ShardBusy { path: PathBuf, shard: String },
     #[error("{0}")]
     Thread(String),
+    #[error(
+        "split {0} was imported from ChessBench .bag files and already has its values; re-ingest it from PGN to annotate it here"
+    )]
+    Imported(String),
 }
 
 pub(crate) fn unix_now() -> u64 {
@@ -133,10 +137,30 @@ pub(crate) fn scope(
     if manifest.splits.is_empty() {
         return Err(AnnotateError::NoSplits(config.run.clone()));
     }
+    let imported = |name: &str| {
+        manifest
+            .splits
+            .get(name)
+            .is_some_and(|s| s.extra.contains_key("import"))
+    };
+    // Splits imported from ChessBench .bag files already carry their values.
     let names: Vec<String> = match &config.splits {
         Some(s) => s.clone(),
-        None => manifest.splits.keys().cloned().collect(),
+        None => manifest
+            .splits
+            .keys()
+            .filter(|n| !imported(n))
+            .cloned()
+            .collect(),
     };
+    if let Some(name) = names.iter().find(|n| imported(n)).or_else(|| {
+        names
+            .is_empty()
+            .then(|| manifest.splits.keys().next())
+            .flatten()
+    }) {
+        return Err(AnnotateError::Imported(name.clone()));
+    }
     names
         .into_iter()
         .map(|name| {

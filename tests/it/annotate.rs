@@ -13,18 +13,7 @@ use std::{
 use arrow_array::{Array, Float64Array, Int32Array, StringArray, UInt16Array, UInt64Array};
 use tempfile::TempDir;
 
-use crate::util::{self, BIN, col, read_table};
-
-fn have_stockfish() -> bool {
-    let config = chessbench::uci::EngineConfig::default();
-    match chessbench::uci::Engine::start(&config) {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("skipping: no stockfish ({e}); apt-get install stockfish");
-            false
-        }
-    }
-}
+use crate::util::{self, BIN, col, copy_dir, have_stockfish, read_table};
 
 /// An ingested (not annotated) run of the pgn-reader Lichess sample, made
 /// once and copied per test.
@@ -40,25 +29,6 @@ fn base_run() -> &'static Path {
         (dir, run)
     });
     path
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if name
-            .to_str()
-            .is_some_and(|n| n.starts_with(".lock") || n.starts_with(".commit"))
-        {
-            continue;
-        }
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &to.join(&name));
-        } else {
-            std::fs::copy(entry.path(), to.join(&name)).unwrap();
-        }
-    }
 }
 
 fn fresh_run(dir: &TempDir, name: &str) -> PathBuf {

@@ -1,25 +1,15 @@
 //! Other tools read the tables: DuckDB (through Python, as analysts use it)
-//! runs `sql/table_a1.sql` and gets the numbers `chessbench stats` prints.
+//! loads `sql/views.sql`, runs `sql/table_a1.sql` and `sql/overlap.sql` and
+//! gets the numbers `chessbench stats` prints.
 //! Skipped, with the reason, when Python's duckdb module is not installed.
 
 use std::{path::Path, process::Command};
 
 use super::util::*;
 
-fn duckdb_available() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import duckdb"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipping: python3 -c 'import duckdb' failed (pip install duckdb==1.5.6)");
-    }
-    ok
-}
-
 #[test]
 fn duckdb_reproduces_table_a1_from_the_parquet_tables() {
-    if !duckdb_available() {
+    if !python_has("duckdb") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -31,8 +21,9 @@ fn duckdb_reproduces_table_a1_from_the_parquet_tables() {
 import duckdb, json
 con = duckdb.connect()
 con.execute("SET VARIABLE run_dir = '{run}'")
-rows = con.execute(open('{sql}/table_a1.sql').read()).fetchall()
-overlap = con.execute(open('{sql}/test_in_train.sql').read()).fetchone()[0]
+con.execute(open('{sql}/views.sql').read())
+rows = [r[:5] for r in con.execute(open('{sql}/table_a1.sql').read()).fetchall()]
+overlap = con.execute(con.extract_statements(open('{sql}/overlap.sql').read())[0]).fetchone()[2]
 types = con.execute("DESCRIBE SELECT * FROM read_parquet('{run}/boards/*/*.parquet', hive_partitioning = true)").fetchall()
 print(json.dumps({{"rows": rows, "overlap": overlap, "types": {{t[0]: t[1] for t in types}}}}))
 "#,

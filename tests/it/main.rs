@@ -7,4 +7,5 @@ mod golden;
 mod interop;
 mod options;
 mod rejects;
+mod sql;
 mod util;

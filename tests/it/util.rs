@@ -222,3 +222,48 @@ pub fn ingest_demo(out: &Path) {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// Whether Stockfish can be started (else prints why the caller skips).
+pub fn have_stockfish() -> bool {
+    match chessbench::uci::Engine::start(&chessbench::uci::EngineConfig::default()) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("skipping: no stockfish ({e}); apt-get install stockfish");
+            false
+        }
+    }
+}
+
+/// Copies a run directory, without its lock files.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name
+            .to_str()
+            .is_some_and(|n| n.starts_with(".lock") || n.starts_with(".commit"))
+        {
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to.join(&name));
+        } else {
+            std::fs::copy(entry.path(), to.join(&name)).unwrap();
+        }
+    }
+}
+
+/// Whether python3 can import `modules` (else prints why the caller skips).
+pub fn python_has(modules: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!(
+            "skipping: python3 cannot import {modules} (pip install -r notebooks/requirements.txt)"
+        );
+    }
+    ok
+}

@@ -1,0 +1,121 @@
+-- Dataset statistics: the paper's Figure A1 (Ruoss et al. 2024: histograms
+-- of action-value and state-value win% and the distribution of legal-move
+-- counts) and what an analyst asks next. Needs views.sql.
+
+-- @name figure_a1_action_values
+-- Action-value win% in 50 equal buckets of [0, 1] (bucket i holds
+-- [i/50, (i+1)/50), the last one includes 1).
+SELECT split,
+       least(floor(win_prob * 50), 49)::INTEGER AS bucket,
+       round(bucket / 50, 2) AS win_prob_from,
+       count(*) AS records,
+       round(count(*) / sum(count(*)) OVER (PARTITION BY split), 5) AS share
+FROM action_values
+GROUP BY 1, 2 ORDER BY 1, 2;
+
+-- @name figure_a1_state_values
+SELECT split,
+       least(floor(win_prob * 50), 49)::INTEGER AS bucket,
+       round(bucket / 50, 2) AS win_prob_from,
+       count(*) AS records,
+       round(count(*) / sum(count(*)) OVER (PARTITION BY split), 5) AS share
+FROM state_values
+GROUP BY 1, 2 ORDER BY 1, 2;
+
+-- @name figure_a1_legal_moves
+-- Legal moves per distinct board (0 = checkmate or stalemate).
+SELECT split, num_legal_moves, count(*) AS boards,
+       round(count(*) / sum(count(*)) OVER (PARTITION BY split), 5) AS share
+FROM boards
+GROUP BY 1, 2 ORDER BY 1, 2;
+
+-- @name legal_moves_summary
+SELECT split, count(*) AS boards,
+       round(avg(num_legal_moves), 2) AS mean_legal_moves,
+       median(num_legal_moves) AS median_legal_moves,
+       max(num_legal_moves) AS max_legal_moves,
+       count(*) FILTER (WHERE terminal = 'checkmate') AS checkmates,
+       count(*) FILTER (WHERE terminal = 'stalemate') AS stalemates
+FROM boards
+GROUP BY 1 ORDER BY 1;
+
+-- @name boards_by_phase
+-- Game phase of each distinct board: opening up to full-move 10, endgame at
+-- 12 or fewer pieces (kings included), middlegame otherwise.
+WITH b AS (
+    SELECT split,
+           CAST(split_part(fen, ' ', 6) AS INTEGER) AS fullmove,
+           length(regexp_replace(split_part(fen, ' ', 1), '[^A-Za-z]', '', 'g')) AS pieces
+    FROM boards
+)
+SELECT split,
+       CASE WHEN fullmove <= 10 THEN 'opening' WHEN pieces <= 12 THEN 'endgame' ELSE 'middlegame' END AS phase,
+       count(*) AS boards,
+       round(count(*) / sum(count(*)) OVER (PARTITION BY split), 4) AS share
+FROM b
+GROUP BY 1, 2 ORDER BY 1, 2;
+
+-- @name boards_by_piece_count
+SELECT split,
+       length(regexp_replace(split_part(fen, ' ', 1), '[^A-Za-z]', '', 'g')) AS pieces,
+       count(*) AS boards
+FROM boards
+GROUP BY 1, 2 ORDER BY 1, 2;
+
+-- @name games_by_elo
+-- Mean rating of the two players, in 200-point bands (unrated: a tag missing).
+SELECT split,
+       CASE WHEN white_elo IS NULL OR black_elo IS NULL THEN 'unrated'
+            ELSE lpad(CAST((floor((white_elo + black_elo) / 2 / 200) * 200)::INTEGER AS VARCHAR), 4, '0') || '+'
+       END AS mean_elo,
+       count(*) AS games,
+       round(count(*) / sum(count(*)) OVER (PARTITION BY split), 4) AS share
+FROM games
+GROUP BY 1, 2 ORDER BY 1, 2;
+
+-- @name games_by_speed
+-- Lichess speed class (from TimeControl) and the most common time controls.
+SELECT split, coalesce(speed, 'unknown') AS speed, count(*) AS games,
+       round(count(*) / sum(count(*)) OVER (PARTITION BY split), 4) AS share,
+       mode(time_control) AS top_time_control
+FROM games
+GROUP BY 1, 2 ORDER BY 1, 3 DESC;
+
+-- @name games_by_result
+SELECT split, coalesce(result, '?') AS result, count(*) AS games,
+       round(avg(plies), 1) AS mean_plies
+FROM games
+GROUP BY 1, 2 ORDER BY 1, 2;
+
+-- @name mate_scores
+-- Share of engine values that are mate scores (and of terminal boards).
+SELECT s.split,
+       count(*) AS state_values,
+       round(count(*) FILTER (WHERE s.mate IS NOT NULL) / count(*), 4) AS sv_mate_share,
+       count(*) FILTER (WHERE s.kind <> 'search') AS terminal_boards,
+       any_value(a.action_values) AS action_values,
+       round(any_value(a.av_mates) / any_value(a.action_values), 4) AS av_mate_share
+FROM state_values AS s
+LEFT JOIN (
+    SELECT split, count(*) AS action_values, count(*) FILTER (WHERE mate IS NOT NULL) AS av_mates
+    FROM action_values GROUP BY split
+) AS a USING (split)
+GROUP BY 1 ORDER BY 1;
+
+-- @name annotation_coverage
+-- Annotated boards of each split, engine effort, and failures by reason.
+SELECT b.split,
+       count(*) AS boards,
+       count(s.board_id) AS annotated,
+       round(count(s.board_id) / count(*), 4) AS annotated_share,
+       round(avg(s.depth), 1) AS mean_sv_depth,
+       round(avg(s.nodes), 0) AS mean_sv_nodes,
+       (SELECT count(*) FROM failures AS f WHERE f.split = b.split) AS failures
+FROM boards AS b
+LEFT JOIN state_values AS s USING (split, board_id)
+GROUP BY 1 ORDER BY 1;
+
+-- @name failures_by_reason
+SELECT split, reason, count(*) AS boards, max(attempts) AS max_attempts
+FROM failures
+GROUP BY 1, 2 ORDER BY 1, 2;

@@ -1,0 +1,116 @@
+-- chessbench views over one run directory's Parquet tables (schema v1).
+--
+-- Set the run directory first, then read this file; every other file in sql/
+-- queries these views.
+--
+--   chessbench:  chessbench sql runs/demo table_a1        (views preloaded)
+--   DuckDB CLI:  duckdb -c "SET VARIABLE run_dir = 'runs/demo'; .read sql/views.sql; .read sql/table_a1.sql"
+--   Python:      con = duckdb.connect()
+--                con.execute("SET VARIABLE run_dir = 'runs/demo'")
+--                con.execute(open('sql/views.sql').read())
+--
+-- Tables (one view each, all splits, with a `split` column from the hive
+-- partition `TABLE/split=NAME/`): games, rejects, boards, legal_moves
+-- (ingest), state_values, action_values, failures (annotate). Columns are
+-- documented in schemas/v1/*.json.
+--
+-- ChessBench's three record sets (Ruoss et al. 2024, Table A1), as views:
+--   sv_records(split, board_id, fen, win_prob)                state-value records
+--   bc_records(split, board_id, fen, move)                    behavioural cloning: the best action
+--   av_records(split, board_id, action, fen, move, win_prob)  action-value records
+-- They hold the annotated boards only; an unannotated run has none.
+--
+-- A table with no Parquet files at all becomes a view that fails with a
+-- message naming the table and the run (rejects and failures, which are
+-- legitimately empty, become empty views instead). Views are bound when this
+-- file is read: re-read it after a stage adds tables.
+
+SET VARIABLE cb_run = rtrim(getvariable('run_dir'), '/');
+
+-- Committed Parquet files per table (temporary `.tmp` files never match).
+SET VARIABLE cb_n_games = (SELECT count(*) FROM glob(getvariable('cb_run') || '/games/split=*/*.parquet'));
+SET VARIABLE cb_n_rejects = (SELECT count(*) FROM glob(getvariable('cb_run') || '/rejects/split=*/*.parquet'));
+SET VARIABLE cb_n_boards = (SELECT count(*) FROM glob(getvariable('cb_run') || '/boards/split=*/*.parquet'));
+SET VARIABLE cb_n_legal_moves = (SELECT count(*) FROM glob(getvariable('cb_run') || '/legal_moves/split=*/*.parquet'));
+SET VARIABLE cb_n_state_values = (SELECT count(*) FROM glob(getvariable('cb_run') || '/state_values/split=*/*.parquet'));
+SET VARIABLE cb_n_action_values = (SELECT count(*) FROM glob(getvariable('cb_run') || '/action_values/split=*/*.parquet'));
+SET VARIABLE cb_n_failures = (SELECT count(*) FROM glob(getvariable('cb_run') || '/failures/split=*/*.parquet'));
+
+-- The query text of a table's view: a scan of its files when there are any;
+-- otherwise a relation with the table's columns that is empty (`hint` NULL)
+-- or raises an error naming the table, the run and what to do (`hint`).
+CREATE OR REPLACE TEMP MACRO cb_view_sql(tbl, n_files, columns, hint) AS
+    CASE
+        WHEN n_files > 0 THEN
+            'SELECT * FROM read_parquet(''' || replace(getvariable('cb_run'), '''', '''''') || '/' || tbl
+            || '/split=*/*.parquet'', hive_partitioning = true, hive_types = {''split'': VARCHAR})'
+        WHEN hint IS NULL THEN
+            'SELECT ' || columns || ', NULL::VARCHAR AS split FROM range(0)'
+        ELSE
+            'SELECT ' || columns || ', NULL::VARCHAR AS split FROM range(1) WHERE error('''
+            || replace('chessbench: table ' || tbl || ' has no Parquet files in run '
+                       || getvariable('cb_run') || ' (' || hint || ')', '''', '''''')
+            || ''')'
+    END;
+
+CREATE OR REPLACE VIEW games AS SELECT * FROM query(cb_view_sql('games', getvariable('cb_n_games'),
+    'NULL::UBIGINT AS game_no, NULL::VARCHAR AS id, NULL::VARCHAR AS event, NULL::USMALLINT AS white_elo, '
+    || 'NULL::USMALLINT AS black_elo, NULL::VARCHAR AS time_control, NULL::UINTEGER AS base_seconds, '
+    || 'NULL::UINTEGER AS increment_seconds, NULL::VARCHAR AS speed, NULL::VARCHAR AS result, '
+    || 'NULL::VARCHAR AS termination, NULL::DATE AS utc_date, NULL::INTEGER AS utc_time, NULL::VARCHAR AS eco, '
+    || 'NULL::VARCHAR AS opening, NULL::UINTEGER AS plies, NULL::VARCHAR AS source, NULL::UBIGINT AS game_index, '
+    || 'NULL::UBIGINT AS byte_offset, NULL::UBIGINT AS line',
+    'not ingested: run `chessbench ingest --out RUN` first'));
+
+CREATE OR REPLACE VIEW rejects AS SELECT * FROM query(cb_view_sql('rejects', getvariable('cb_n_rejects'),
+    'NULL::UBIGINT AS game_no, NULL::VARCHAR AS source, NULL::UBIGINT AS game_index, NULL::UBIGINT AS byte_offset, '
+    || 'NULL::UBIGINT AS line, NULL::VARCHAR AS reason, NULL::VARCHAR AS detail, NULL::UINTEGER AS ply, '
+    || 'NULL::VARCHAR AS id',
+    NULL));
+
+CREATE OR REPLACE VIEW boards AS SELECT * FROM query(cb_view_sql('boards', getvariable('cb_n_boards'),
+    'NULL::UBIGINT AS board_id, NULL::VARCHAR AS fen, NULL::VARCHAR AS side_to_move, NULL::UBIGINT AS occurrences, '
+    || 'NULL::UTINYINT AS num_legal_moves, NULL::VARCHAR AS terminal, NULL::UBIGINT AS first_game_no, '
+    || 'NULL::UINTEGER AS first_ply',
+    'not ingested: run `chessbench ingest --out RUN` first'));
+
+CREATE OR REPLACE VIEW legal_moves AS SELECT * FROM query(cb_view_sql('legal_moves', getvariable('cb_n_legal_moves'),
+    'NULL::UBIGINT AS board_id, NULL::USMALLINT AS action, NULL::VARCHAR AS uci',
+    'not ingested: run `chessbench ingest --out RUN` first'));
+
+CREATE OR REPLACE VIEW state_values AS SELECT * FROM query(cb_view_sql('state_values', getvariable('cb_n_state_values'),
+    'NULL::UBIGINT AS board_id, NULL::VARCHAR AS kind, NULL::DOUBLE AS win_prob, NULL::INTEGER AS cp, '
+    || 'NULL::INTEGER AS mate, NULL::USMALLINT AS depth, NULL::UBIGINT AS nodes, NULL::UINTEGER AS time_ms, '
+    || 'NULL::USMALLINT AS best_action',
+    'not annotated: run `chessbench annotate RUN` first'));
+
+CREATE OR REPLACE VIEW action_values AS SELECT * FROM query(cb_view_sql('action_values', getvariable('cb_n_action_values'),
+    'NULL::UBIGINT AS board_id, NULL::USMALLINT AS action, NULL::DOUBLE AS win_prob, NULL::INTEGER AS cp, '
+    || 'NULL::INTEGER AS mate, NULL::USMALLINT AS depth, NULL::UBIGINT AS nodes, NULL::UINTEGER AS time_ms',
+    'not annotated: run `chessbench annotate RUN` first'));
+
+CREATE OR REPLACE VIEW failures AS SELECT * FROM query(cb_view_sql('failures', getvariable('cb_n_failures'),
+    'NULL::UBIGINT AS board_id, NULL::VARCHAR AS fen, NULL::VARCHAR AS reason, NULL::UINTEGER AS attempts, '
+    || 'NULL::VARCHAR AS detail',
+    NULL));
+
+-- ChessBench record sets. Board identity is the full FEN; win_prob is the
+-- side to move's win probability (state values) or the mover's after the
+-- move (action values), both from Stockfish's score (Ruoss et al. 2024, §2).
+
+CREATE OR REPLACE VIEW sv_records AS
+SELECT s.split, s.board_id, b.fen, s.win_prob
+FROM state_values AS s
+JOIN boards AS b USING (split, board_id);
+
+CREATE OR REPLACE VIEW bc_records AS
+SELECT s.split, s.board_id, b.fen, m.uci AS move
+FROM state_values AS s
+JOIN boards AS b USING (split, board_id)
+JOIN legal_moves AS m ON m.split = s.split AND m.board_id = s.board_id AND m.action = s.best_action;
+
+CREATE OR REPLACE VIEW av_records AS
+SELECT a.split, a.board_id, a.action, b.fen, m.uci AS move, a.win_prob
+FROM action_values AS a
+JOIN boards AS b USING (split, board_id)
+JOIN legal_moves AS m USING (split, board_id, action);

@@ -1,0 +1,399 @@
+//! The Bagz file layout of searchless_chess's `bagz.py`.
+//!
+//! ```text
+//! [record 0][record 1]...[record n-1][end_0 u64 LE][end_1]...[end_{n-1}]
+//! ```
+//!
+//! `end_i` is the byte offset where record i ends (record i spans
+//! `[end_{i-1}, end_i)`, with 0 before the first). The last 8 bytes, the last
+//! end offset, are therefore where the index starts, which is how readers
+//! find it; an empty file holds no records. In a `.bagz` file each record is
+//! a zstd frame of its own (with the content size in the frame header, which
+//! python-zstandard's `decompress` needs) and the offsets are into the
+//! compressed data. Sharded sets are named with `@N`: `action_value@4_data.bag`
+//! stands for `action_value-00000-of-00004_data.bag` ... `-00003-of-00004`.
+
+use std::{
+    fs::{self, File},
+    io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write},
+    path::{Path, PathBuf},
+};
+
+use thiserror::Error;
+
+/// Failures reading or writing bag files, naming the file.
+#[derive(Debug, Error)]
+pub enum BagError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{}: not a bag file: {reason}", path.display())]
+    Format { path: PathBuf, reason: String },
+    #[error("{}: record {index}: {reason}", path.display())]
+    Record {
+        path: PathBuf,
+        index: u64,
+        reason: String,
+    },
+    #[error(
+        "{0}: expected a shard count after '@' (e.g. action_value@2148_data.bag) between 1 and 99999"
+    )]
+    ShardPattern(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> BagError + '_ {
+    move |source| BagError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Whether a name means zstd-compressed records (`.bagz`).
+pub fn is_compressed(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "bagz")
+}
+
+/// Expands `name@N` into its N shard paths (`name-0000i-of-0000N`); a path
+/// without `@` is itself.
+pub fn shard_paths(pattern: &Path) -> Result<Vec<PathBuf>, BagError> {
+    let text = pattern.to_string_lossy();
+    let name = pattern
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let Some(at) = name.find('@') else {
+        return Ok(vec![pattern.to_owned()]);
+    };
+    let digits: String = name[at + 1..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let count: u32 = digits
+        .parse()
+        .ok()
+        .filter(|&n| (1..100_000).contains(&n))
+        .ok_or_else(|| BagError::ShardPattern(text.to_string()))?;
+    let rest = &name[at + 1 + digits.len()..];
+    let dir = pattern.parent().unwrap_or(Path::new(""));
+    Ok((0..count)
+        .map(|i| dir.join(format!("{}-{i:05}-of-{count:05}{rest}", &name[..at])))
+        .collect())
+}
+
+/// `stem-0000i-of-0000N_data.bag`, or `stem_data.bag` for a single shard.
+pub fn shard_file_name(stem: &str, shard: u32, count: u32, compressed: bool) -> String {
+    let ext = if compressed { "bagz" } else { "bag" };
+    if count <= 1 {
+        format!("{stem}_data.{ext}")
+    } else {
+        format!("{stem}-{shard:05}-of-{count:05}_data.{ext}")
+    }
+}
+
+/// Writes one bag file: records go to `PATH.tmp`, end offsets to a side
+/// file; `finish` appends the index and renames the file into place.
+pub struct BagWriter {
+    path: PathBuf,
+    tmp: PathBuf,
+    limits_path: PathBuf,
+    records: BufWriter<File>,
+    limits: BufWriter<File>,
+    offset: u64,
+    count: u64,
+    compress: Option<i32>,
+    scratch: Vec<u8>,
+}
+
+impl BagWriter {
+    /// Creates a writer; `.bagz` names get zstd-compressed records.
+    pub fn create(path: &Path) -> Result<BagWriter, BagError> {
+        let tmp = path.with_extension(format!(
+            "{}.tmp",
+            path.extension()
+                .map(|e| e.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ));
+        let limits_path = path.with_extension("limits.tmp");
+        let records = File::create(&tmp).map_err(io_err(&tmp))?;
+        let limits = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&limits_path)
+            .map_err(io_err(&limits_path))?;
+        Ok(BagWriter {
+            path: path.to_owned(),
+            tmp,
+            limits_path,
+            records: BufWriter::with_capacity(1 << 20, records),
+            limits: BufWriter::with_capacity(1 << 16, limits),
+            offset: 0,
+            count: 0,
+            compress: is_compressed(path).then_some(3),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Appends one record.
+    pub fn write(&mut self, record: &[u8]) -> Result<(), BagError> {
+        let data = match self.compress {
+            Some(level) if !record.is_empty() => {
+                self.scratch = zstd::bulk::compress(record, level).map_err(io_err(&self.tmp))?;
+                &self.scratch[..]
+            }
+            _ => record,
+        };
+        self.records.write_all(data).map_err(io_err(&self.tmp))?;
+        self.offset += data.len() as u64;
+        self.limits
+            .write_all(&self.offset.to_le_bytes())
+            .map_err(io_err(&self.limits_path))?;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Records written.
+    pub fn len(&self) -> u64 {
+        self.count
+    }
+
+    /// Whether no record was written.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Appends the index, syncs and renames the file into place. Returns the
+    /// number of records and the file's size.
+    pub fn finish(mut self) -> Result<(u64, u64), BagError> {
+        self.limits.flush().map_err(io_err(&self.limits_path))?;
+        let limits = self.limits.get_mut();
+        limits
+            .seek(SeekFrom::Start(0))
+            .map_err(io_err(&self.limits_path))?;
+        io::copy(limits, &mut self.records).map_err(io_err(&self.tmp))?;
+        self.records.flush().map_err(io_err(&self.tmp))?;
+        self.records
+            .get_ref()
+            .sync_all()
+            .map_err(io_err(&self.tmp))?;
+        fs::remove_file(&self.limits_path).map_err(io_err(&self.limits_path))?;
+        fs::rename(&self.tmp, &self.path).map_err(io_err(&self.path))?;
+        Ok((self.count, self.offset + 8 * self.count))
+    }
+}
+
+impl Drop for BagWriter {
+    fn drop(&mut self) {
+        // Unfinished writers leave nothing behind (finish renamed `tmp`).
+        let _ = fs::remove_file(&self.tmp);
+        let _ = fs::remove_file(&self.limits_path);
+    }
+}
+
+/// Reads one bag file sequentially.
+pub struct BagReader {
+    path: PathBuf,
+    file: BufReader<File>,
+    limits: Vec<u64>,
+    next: usize,
+    start: u64,
+    compressed: bool,
+    raw: Vec<u8>,
+}
+
+impl BagReader {
+    /// Opens a bag file and reads its index.
+    pub fn open(path: &Path) -> Result<BagReader, BagError> {
+        let mut file = File::open(path).map_err(io_err(path))?;
+        let size = file.metadata().map_err(io_err(path))?.len();
+        let format = |reason: String| BagError::Format {
+            path: path.to_owned(),
+            reason,
+        };
+        let mut limits = Vec::new();
+        if size > 0 {
+            if size < 8 {
+                return Err(format(format!("{size} bytes, too small for an index")));
+            }
+            file.seek(SeekFrom::End(-8)).map_err(io_err(path))?;
+            let mut last = [0u8; 8];
+            file.read_exact(&mut last).map_err(io_err(path))?;
+            let index_start = u64::from_le_bytes(last);
+            if index_start > size - 8 || (size - index_start) % 8 != 0 {
+                return Err(format(format!(
+                    "the last 8 bytes point at offset {index_start}, which is no index start for a \
+                     {size}-byte file"
+                )));
+            }
+            let n = (size - index_start) / 8;
+            file.seek(SeekFrom::Start(index_start))
+                .map_err(io_err(path))?;
+            let mut bytes = vec![0u8; (n * 8) as usize];
+            file.read_exact(&mut bytes).map_err(io_err(path))?;
+            limits = bytes
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect();
+            let mut prev = 0;
+            for (i, &end) in limits.iter().enumerate() {
+                if end < prev || end > index_start {
+                    return Err(format(format!(
+                        "index entry {i} ({end}) is out of order or past the records ({index_start} bytes)"
+                    )));
+                }
+                prev = end;
+            }
+            file.seek(SeekFrom::Start(0)).map_err(io_err(path))?;
+        }
+        Ok(BagReader {
+            path: path.to_owned(),
+            file: BufReader::with_capacity(1 << 20, file),
+            limits,
+            next: 0,
+            start: 0,
+            compressed: is_compressed(path),
+            raw: Vec::new(),
+        })
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> u64 {
+        self.limits.len() as u64
+    }
+
+    /// Whether the bag holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.limits.is_empty()
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Index of the record the next `read` returns.
+    pub fn position(&self) -> u64 {
+        self.next as u64
+    }
+
+    /// Reads the next record into `buf`; false at the end.
+    pub fn read(&mut self, buf: &mut Vec<u8>) -> Result<bool, BagError> {
+        let Some(&end) = self.limits.get(self.next) else {
+            return Ok(false);
+        };
+        let len = (end - self.start) as usize;
+        let target = if self.compressed {
+            &mut self.raw
+        } else {
+            &mut *buf
+        };
+        target.resize(len, 0);
+        self.file.read_exact(target).map_err(io_err(&self.path))?;
+        if self.compressed {
+            buf.clear();
+            if len > 0 {
+                *buf = zstd::stream::decode_all(&self.raw[..]).map_err(|e| BagError::Record {
+                    path: self.path.clone(),
+                    index: self.next as u64,
+                    reason: format!("zstd: {e}"),
+                })?;
+            }
+        }
+        self.start = end;
+        self.next += 1;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_matches_bagz_py() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x_data.bag");
+        let mut w = BagWriter::create(&path).unwrap();
+        for r in [&b"abc"[..], b"", b"defgh"] {
+            w.write(r).unwrap();
+        }
+        assert_eq!(w.finish().unwrap(), (3, 32));
+        let bytes = fs::read(&path).unwrap();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "6162636465666768030000000000000003000000000000000800000000000000"
+        );
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temp files left"
+        );
+        let mut r = BagReader::open(&path).unwrap();
+        let mut buf = Vec::new();
+        let mut got = Vec::new();
+        while r.read(&mut buf).unwrap() {
+            got.push(buf.clone());
+        }
+        assert_eq!(got, [b"abc".to_vec(), vec![], b"defgh".to_vec()]);
+    }
+
+    #[test]
+    fn compressed_and_empty_bags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x_data.bagz");
+        let mut w = BagWriter::create(&path).unwrap();
+        w.write(b"hello hello hello").unwrap();
+        w.write(b"").unwrap();
+        w.finish().unwrap();
+        let mut r = BagReader::open(&path).unwrap();
+        let mut buf = Vec::new();
+        assert!(r.read(&mut buf).unwrap());
+        assert_eq!(buf, b"hello hello hello");
+        assert!(r.read(&mut buf).unwrap());
+        assert!(buf.is_empty());
+        assert!(!r.read(&mut buf).unwrap());
+
+        let empty = dir.path().join("e.bag");
+        BagWriter::create(&empty).unwrap().finish().unwrap();
+        assert_eq!(fs::metadata(&empty).unwrap().len(), 0);
+        assert!(BagReader::open(&empty).unwrap().is_empty());
+    }
+
+    #[test]
+    fn corrupt_bags_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.bag");
+        fs::write(&path, b"abc").unwrap();
+        assert!(matches!(
+            BagReader::open(&path),
+            Err(BagError::Format { .. })
+        ));
+        fs::write(&path, [1, 2, 3, 4, 5, 6, 7, 8, 0xff, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        let e = BagReader::open(&path).err().unwrap().to_string();
+        assert!(e.contains("bad.bag") && e.contains("index"), "{e}");
+    }
+
+    #[test]
+    fn shard_names() {
+        let p = shard_paths(Path::new("d/action_value@3_data.bag")).unwrap();
+        assert_eq!(
+            p,
+            [
+                PathBuf::from("d/action_value-00000-of-00003_data.bag"),
+                PathBuf::from("d/action_value-00001-of-00003_data.bag"),
+                PathBuf::from("d/action_value-00002-of-00003_data.bag"),
+            ]
+        );
+        assert!(shard_paths(Path::new("a@0_data.bag")).is_err());
+        assert_eq!(shard_paths(Path::new("a_data.bag")).unwrap().len(), 1);
+        assert_eq!(
+            shard_file_name("action_value", 7, 2148, false),
+            "action_value-00007-of-02148_data.bag"
+        );
+        assert_eq!(
+            shard_file_name("state_value", 0, 1, false),
+            "state_value_data.bag"
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! `chessbench bag export`: a split's record sets as ChessBench `.bag` files,
+//! read through the SQL layer's record views (`sv_records`, `bc_records`,
+//! `av_records`) and streamed out of DuckDB batch by batch.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use arrow_array::{Array, Float64Array, RecordBatch, StringArray, cast::AsArray};
+use serde::Serialize;
+
+use super::{
+    BagSetError,
+    bagz::{BagWriter, shard_file_name},
+    coder::{self, RecordSet},
+};
+use crate::sql::{Session, SqlError, literal};
+
+/// What to export.
+#[derive(Debug, Clone)]
+pub struct ExportConfig {
+    pub run: PathBuf,
+    pub split: String,
+    pub out: PathBuf,
+    pub sets: Vec<RecordSet>,
+    /// Records per shard; a set with more is split into
+    /// `-0000i-of-0000N` files (ChessBench's train action values: ~7.1M).
+    pub records_per_shard: u64,
+    /// Zstd-compress each record (`.bagz`).
+    pub compress: bool,
+    pub overwrite: bool,
+    pub progress: bool,
+}
+
+/// One exported set.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExportedSet {
+    pub set: &'static str,
+    pub records: u64,
+    pub bytes: u64,
+    pub files: Vec<PathBuf>,
+}
+
+fn query(set: RecordSet, split: &str) -> String {
+    let split = literal(split);
+    match set {
+        RecordSet::StateValue => {
+            format!("SELECT fen, win_prob FROM sv_records WHERE split = {split} ORDER BY board_id")
+        }
+        RecordSet::BehavioralCloning => {
+            format!("SELECT fen, move FROM bc_records WHERE split = {split} ORDER BY board_id")
+        }
+        RecordSet::ActionValue => format!(
+            "SELECT fen, move, win_prob FROM av_records WHERE split = {split} ORDER BY board_id, action"
+        ),
+    }
+}
+
+fn count(session: &Session, set: RecordSet, split: &str) -> Result<u64, SqlError> {
+    let view = match set {
+        RecordSet::StateValue => "sv_records",
+        RecordSet::BehavioralCloning => "bc_records",
+        RecordSet::ActionValue => "av_records",
+    };
+    let sql = format!(
+        "SELECT count(*) FROM {view} WHERE split = {}",
+        literal(split)
+    );
+    session
+        .connection()
+        .query_row(&sql, [], |r| r.get::<_, u64>(0))
+        .map_err(|e| session_error(session, e))
+}
+
+fn session_error(session: &Session, e: duckdb::Error) -> SqlError {
+    session.error(&format!("bag export of {}", session.run().display()), 1, e)
+}
+
+/// Exports the sets of one split. Files are written under temporary names
+/// and renamed when complete.
+pub fn export(config: &ExportConfig) -> Result<Vec<ExportedSet>, BagSetError> {
+    let session = Session::open(&config.run, &[])?;
+    fs::create_dir_all(&config.out).map_err(|source| BagSetError::Io {
+        path: config.out.clone(),
+        source,
+    })?;
+    let mut done = Vec::new();
+    for &set in &config.sets {
+        let n = count(&session, set, &config.split)?;
+        if n == 0 {
+            return Err(BagSetError::Empty {
+                set: set.stem(),
+                split: config.split.clone(),
+                run: config.run.clone(),
+            });
+        }
+        let shards = n.div_ceil(config.records_per_shard.max(1)).max(1) as u32;
+        let files: Vec<PathBuf> = (0..shards)
+            .map(|i| {
+                config
+                    .out
+                    .join(shard_file_name(set.stem(), i, shards, config.compress))
+            })
+            .collect();
+        if !config.overwrite
+            && let Some(f) = files.iter().find(|f| f.exists())
+        {
+            return Err(BagSetError::Exists(f.clone()));
+        }
+        let bar = super::progress(config.progress, n, set);
+
+        let mut stmt = session
+            .connection()
+            .prepare(&query(set, &config.split))
+            .map_err(|e| session_error(&session, e))?;
+        drop(
+            stmt.stream_arrow([])
+                .map_err(|e| session_error(&session, e))?,
+        );
+        let mut shard = 0usize;
+        let mut writer = BagWriter::create(&files[0])?;
+        let per_shard = n.div_ceil(u64::from(shards));
+        let mut record = Vec::with_capacity(128);
+        let (mut written, mut bytes) = (0u64, 0u64);
+        while let Some(batch) = stmt.step().map_err(|e| session_error(&session, e))? {
+            let batch = RecordBatch::from(batch);
+            let fen = string_column(&batch, 0)?;
+            for row in 0..batch.num_rows() {
+                match set {
+                    RecordSet::StateValue => coder::encode_state_value(
+                        &mut record,
+                        fen.value(row),
+                        f64_column(&batch, 1)?.value(row),
+                    ),
+                    RecordSet::BehavioralCloning => coder::encode_behavioral_cloning(
+                        &mut record,
+                        fen.value(row),
+                        string_column(&batch, 1)?.value(row),
+                    ),
+                    RecordSet::ActionValue => coder::encode_action_value(
+                        &mut record,
+                        fen.value(row),
+                        string_column(&batch, 1)?.value(row),
+                        f64_column(&batch, 2)?.value(row),
+                    ),
+                }
+                if writer.len() == per_shard && shard + 1 < files.len() {
+                    bytes += writer.finish()?.1;
+                    shard += 1;
+                    writer = BagWriter::create(&files[shard])?;
+                }
+                writer.write(&record)?;
+                written += 1;
+            }
+            bar.inc(batch.num_rows() as u64);
+        }
+        bytes += writer.finish()?.1;
+        // Sets smaller than expected leave no stale shard names behind.
+        for f in &files[shard + 1..] {
+            BagWriter::create(f)?.finish()?;
+        }
+        bar.finish_and_clear();
+        done.push(ExportedSet {
+            set: set.stem(),
+            records: written,
+            bytes,
+            files,
+        });
+    }
+    Ok(done)
+}
+
+fn string_column(batch: &RecordBatch, i: usize) -> Result<&StringArray, BagSetError> {
+    batch
+        .column(i)
+        .as_string_opt::<i32>()
+        .filter(|c| c.null_count() == 0)
+        .ok_or(BagSetError::Column(i))
+}
+
+fn f64_column(batch: &RecordBatch, i: usize) -> Result<&Float64Array, BagSetError> {
+    batch
+        .column(i)
+        .as_primitive_opt::<arrow_array::types::Float64Type>()
+        .filter(|c| c.null_count() == 0)
+        .ok_or(BagSetError::Column(i))
+}
+
+/// Output directory default: `RUN/bag/SPLIT`.
+pub fn default_out(run: &Path, split: &str) -> PathBuf {
+    run.join("bag").join(split)
+}

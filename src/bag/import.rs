@@ -1,0 +1,539 @@
+//! `chessbench bag import`: published ChessBench `.bag` files into a split of
+//! a run directory, in chessbench's Parquet layout, so they are SQL-queryable
+//! and trainable here.
+//!
+//! Boards get dense ids in order of first appearance (state-value records
+//! first, then behavioural cloning, then action values); each FEN is parsed
+//! and its legal moves written to `legal_moves`, and every imported move is
+//! checked to be legal in its board. What the bags do not carry (games,
+//! occurrence counts, centipawns, depths) is null or empty. The split is
+//! committed atomically with the run's other tables, replacing a split of
+//! the same name.
+//!
+//! Memory: a 128-bit FEN hash and an id per board (24 B) plus 11 B of values:
+//! about 18 GB for the paper's 530M-board train set, 2 MB for its test set.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use arrow_array::{
+    ArrayRef, Float64Array, Int32Array, RecordBatch, StringArray, UInt8Array, UInt16Array,
+    UInt32Array, UInt64Array, new_empty_array,
+};
+use hashbrown::HashMap;
+use serde::Serialize;
+use xxhash_rust::xxh3::xxh3_128;
+
+use super::{
+    BagSetError,
+    bagz::{BagReader, is_compressed, shard_paths},
+    coder::{self, RecordSet},
+};
+use crate::{
+    annotate::board::{ValueKind, prepare},
+    chess::actions::vocabulary,
+    store::{
+        RunDir, StoreError, Table,
+        commit::remove_annotations,
+        legal_moves::LegalMovesWriter,
+        manifest::{IngestRecord, InputRecord, SplitCounts, SplitManifest},
+        writer::{BOARDS_PER_PART, PartWriter, part_file_name},
+    },
+};
+
+/// Rows per action_values part file.
+const AV_ROWS_PER_PART: u64 = 1 << 24;
+/// Rows per buffered batch.
+const BATCH_ROWS: usize = 64 * 1024;
+
+/// What to import.
+#[derive(Debug, Clone)]
+pub struct ImportConfig {
+    pub run: PathBuf,
+    pub split: String,
+    /// Bag files (or `@N` patterns) per set; sets not given are not imported.
+    pub inputs: Vec<(RecordSet, PathBuf)>,
+    pub progress: bool,
+}
+
+/// Finds the ChessBench files of a directory: `SET_data.bag` or
+/// `SET-00000-of-0000N_data.bag` (`.bagz` too), for each set present.
+pub fn discover(dir: &Path) -> Result<Vec<(RecordSet, PathBuf)>, BagSetError> {
+    let entries = fs::read_dir(dir).map_err(|source| BagSetError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let names: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .collect();
+    let mut found = Vec::new();
+    for set in RecordSet::ALL {
+        for ext in ["bag", "bagz"] {
+            let single = format!("{}_data.{ext}", set.stem());
+            if names.contains(&single) {
+                found.push((set, dir.join(single)));
+                continue;
+            }
+            let prefix = format!("{}-00000-of-", set.stem());
+            let suffix = format!("_data.{ext}");
+            if let Some(n) = names.iter().find_map(|n| {
+                n.strip_prefix(&prefix)?
+                    .strip_suffix(&suffix)?
+                    .parse::<u32>()
+                    .ok()
+            }) {
+                found.push((set, dir.join(format!("{}@{n}_data.{ext}", set.stem()))));
+            }
+        }
+    }
+    if found.is_empty() {
+        return Err(BagSetError::NothingToImport(dir.to_owned()));
+    }
+    Ok(found)
+}
+
+/// What an import wrote.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ImportSummary {
+    pub split: String,
+    pub boards: u64,
+    pub legal_moves: u64,
+    pub state_value_records: u64,
+    pub behavioral_cloning_records: u64,
+    pub action_value_records: u64,
+    pub files: Vec<PathBuf>,
+}
+
+/// Boards seen so far, and the writers of boards / legal_moves.
+struct Boards {
+    ids: HashMap<u128, u64>,
+    terminal: Vec<Option<ValueKind>>,
+    dir: PathBuf,
+    writer: Option<PartWriter>,
+    moves: Option<LegalMovesWriter>,
+    moves_dir: PathBuf,
+    buf: BoardColumns,
+    legal_moves: u64,
+    with_moves: u64,
+}
+
+#[derive(Default)]
+struct BoardColumns {
+    board_id: Vec<u64>,
+    fen: Vec<String>,
+    side: Vec<&'static str>,
+    num_moves: Vec<u8>,
+    terminal: Vec<&'static str>,
+}
+
+impl Boards {
+    fn len(&self) -> u64 {
+        self.terminal.len() as u64
+    }
+
+    /// The id of a board, adding it (parsed, with its legal moves) if new.
+    fn id(&mut self, fen: &str, at: &dyn Fn(String) -> BagSetError) -> Result<u64, BagSetError> {
+        let key = xxh3_128(fen.as_bytes());
+        if let Some(&id) = self.ids.get(&key) {
+            return Ok(id);
+        }
+        let p = prepare(fen, None).map_err(|e| at(e.to_string()))?;
+        let id = self.len();
+        if id.is_multiple_of(BOARDS_PER_PART) {
+            self.flush_part()?;
+            let part = id / BOARDS_PER_PART;
+            let path = self.dir.join(part_file_name(part));
+            self.writer = Some(PartWriter::create(&path, Table::Boards)?);
+            let path = self.moves_dir.join(part_file_name(part));
+            self.moves = Some(LegalMovesWriter::create(&path)?);
+        }
+        let actions: Vec<u16> = p.moves.iter().map(|m| m.0).collect();
+        if let Some(w) = self.moves.as_mut() {
+            w.push(id, &actions)?;
+        }
+        self.legal_moves += actions.len() as u64;
+        self.with_moves += u64::from(!actions.is_empty());
+        self.ids.insert(key, id);
+        self.terminal.push(p.terminal);
+        let b = &mut self.buf;
+        b.board_id.push(id);
+        b.side.push(if fen.split(' ').nth(1) == Some("b") {
+            "b"
+        } else {
+            "w"
+        });
+        b.num_moves.push(actions.len().min(255) as u8);
+        b.terminal.push(match p.terminal {
+            Some(ValueKind::Checkmate) => "checkmate",
+            Some(ValueKind::Stalemate) => "stalemate",
+            _ => "none",
+        });
+        b.fen.push(p.fen);
+        if b.board_id.len() == BATCH_ROWS {
+            self.flush_batch()?;
+        }
+        Ok(id)
+    }
+
+    fn flush_batch(&mut self) -> Result<(), BagSetError> {
+        let b = std::mem::take(&mut self.buf);
+        let n = b.board_id.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let nulls64: ArrayRef = Arc::new(UInt64Array::new_null(n));
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(UInt64Array::from(b.board_id)),
+            Arc::new(StringArray::from(b.fen)),
+            Arc::new(StringArray::from(b.side)),
+            nulls64.clone(),
+            Arc::new(UInt8Array::from(b.num_moves)),
+            Arc::new(StringArray::from(b.terminal)),
+            nulls64,
+            Arc::new(UInt32Array::new_null(n)),
+        ];
+        write_batch(self.writer.as_mut(), Table::Boards, columns, &self.dir)
+    }
+
+    fn flush_part(&mut self) -> Result<(), BagSetError> {
+        self.flush_batch()?;
+        if let Some(w) = self.writer.take() {
+            w.finish()?;
+        }
+        if let Some(w) = self.moves.take() {
+            w.finish()?;
+        }
+        Ok(())
+    }
+}
+
+fn write_batch(
+    writer: Option<&mut PartWriter>,
+    table: Table,
+    columns: Vec<ArrayRef>,
+    dir: &Path,
+) -> Result<(), BagSetError> {
+    let batch = RecordBatch::try_new(table.schema(), columns)
+        .map_err(|e| StoreError::Corrupt(dir.to_owned(), e.to_string()))?;
+    match writer {
+        Some(w) => Ok(w.write(&batch)?),
+        None => Err(StoreError::Missing(dir.to_owned()).into()),
+    }
+}
+
+/// Writes a table file with no rows (games and rejects of an imported split).
+fn write_empty(dir: &Path, table: Table) -> Result<(), BagSetError> {
+    let schema = table.schema();
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| new_empty_array(f.data_type()))
+        .collect();
+    let mut w = PartWriter::create(&dir.join(part_file_name(0)), table)?;
+    let batch = RecordBatch::try_new(schema, columns)
+        .map_err(|e| StoreError::Corrupt(dir.to_owned(), e.to_string()))?;
+    w.write(&batch)?;
+    w.finish()?;
+    Ok(())
+}
+
+/// Opens every shard of an input.
+fn open_all(pattern: &Path) -> Result<Vec<BagReader>, BagSetError> {
+    Ok(shard_paths(pattern)?
+        .iter()
+        .map(|p| BagReader::open(p))
+        .collect::<Result<_, _>>()?)
+}
+
+/// Imports bag files into `config.split` of `config.run`.
+pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
+    let started_at = crate::annotate::unix_now();
+    let run = RunDir::open(&config.run)?;
+    let txn = run.begin()?;
+    let split = &config.split;
+    for table in [Table::Games, Table::Rejects] {
+        write_empty(&txn.partition(table, split)?, table)?;
+    }
+    let mut boards = Boards {
+        ids: HashMap::new(),
+        terminal: Vec::new(),
+        dir: txn.partition(Table::Boards, split)?,
+        writer: None,
+        moves: None,
+        moves_dir: txn.partition(Table::LegalMoves, split)?,
+        buf: BoardColumns::default(),
+        legal_moves: 0,
+        with_moves: 0,
+    };
+    let sv_dir = txn.partition(Table::StateValues, split)?;
+    let av_dir = txn.partition(Table::ActionValues, split)?;
+    let mut summary = ImportSummary {
+        split: split.clone(),
+        ..ImportSummary::default()
+    };
+    let mut inputs_record = Vec::new();
+    let mut sv: Vec<f64> = Vec::new();
+    let mut best: Vec<u16> = Vec::new();
+    const NONE: u16 = u16::MAX;
+    let mut record = Vec::new();
+
+    let mut ordered = config.inputs.clone();
+    ordered.sort_by_key(|(set, _)| *set);
+    let mut av_writer: Option<PartWriter> = None;
+    let mut av_part = 0u64;
+    let mut av_rows_in_part = 0u64;
+    let mut av = (Vec::new(), Vec::new(), Vec::new());
+    // The legal actions of the last board an action value named (records of
+    // one board are usually consecutive).
+    let mut legal_cache: (u64, Vec<u16>) = (u64::MAX, Vec::new());
+
+    for (set, pattern) in &ordered {
+        let readers = open_all(pattern)?;
+        let total: u64 = readers.iter().map(BagReader::len).sum();
+        let bar = super::progress(config.progress, total, *set);
+        for mut reader in readers {
+            inputs_record.push(InputRecord {
+                source: reader.path().display().to_string(),
+                split: split.clone(),
+                zstd: is_compressed(reader.path()),
+                bytes_read: fs::metadata(reader.path()).map_or(0, |m| m.len()),
+                pgn_bytes: 0,
+                games_read: 0,
+                error: None,
+            });
+            let path = reader.path().to_owned();
+            loop {
+                let index = reader.position();
+                if !reader.read(&mut record)? {
+                    break;
+                }
+                let at = |reason: String| BagSetError::Record {
+                    path: path.clone(),
+                    index,
+                    reason,
+                };
+                match set {
+                    RecordSet::StateValue => {
+                        let (fen, p) =
+                            coder::decode_state_value(&record).map_err(|e| at(e.to_string()))?;
+                        let id = boards.id(fen, &at)? as usize;
+                        if sv.len() <= id {
+                            sv.resize(id + 1, f64::NAN);
+                        }
+                        sv[id] = p;
+                        summary.state_value_records += 1;
+                    }
+                    RecordSet::BehavioralCloning => {
+                        let (fen, uci) = coder::decode_behavioral_cloning(&record)
+                            .map_err(|e| at(e.to_string()))?;
+                        let id = boards.id(fen, &at)?;
+                        let action = legal_action(id, fen, uci, &mut legal_cache, &at)?;
+                        let id = id as usize;
+                        if best.len() <= id {
+                            best.resize(id + 1, NONE);
+                        }
+                        best[id] = action;
+                        summary.behavioral_cloning_records += 1;
+                    }
+                    RecordSet::ActionValue => {
+                        let (fen, uci, p) =
+                            coder::decode_action_value(&record).map_err(|e| at(e.to_string()))?;
+                        let id = boards.id(fen, &at)?;
+                        let action = legal_action(id, fen, uci, &mut legal_cache, &at)?;
+                        if av_writer.is_none() || av_rows_in_part == AV_ROWS_PER_PART {
+                            flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
+                            if let Some(w) = av_writer.take() {
+                                w.finish()?;
+                                av_part += 1;
+                            }
+                            av_writer = Some(PartWriter::create(
+                                &av_dir.join(part_file_name(av_part)),
+                                Table::ActionValues,
+                            )?);
+                            av_rows_in_part = 0;
+                        }
+                        av.0.push(id);
+                        av.1.push(action);
+                        av.2.push(p);
+                        av_rows_in_part += 1;
+                        if av.0.len() == BATCH_ROWS {
+                            flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
+                        }
+                        summary.action_value_records += 1;
+                    }
+                }
+                if index % 4096 == 0 {
+                    bar.set_position(bar.position().max(index));
+                }
+            }
+            bar.inc(0);
+        }
+        bar.finish_and_clear();
+    }
+    flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
+    match av_writer {
+        Some(w) => {
+            w.finish()?;
+        }
+        None => write_empty(&av_dir, Table::ActionValues)?,
+    }
+    boards.flush_part()?;
+    if boards.len() == 0 {
+        return Err(BagSetError::NothingToImport(config.run.clone()));
+    }
+
+    // state_values: one row per board with a state-value record, in id order.
+    let mut w = PartWriter::create(&sv_dir.join(part_file_name(0)), Table::StateValues)?;
+    let mut cols = SvColumns::default();
+    for (id, &p) in sv.iter().enumerate() {
+        if p.is_nan() {
+            continue;
+        }
+        let kind = boards.terminal[id].unwrap_or(ValueKind::Search);
+        cols.board_id.push(id as u64);
+        cols.kind.push(kind.name());
+        cols.win_prob.push(p);
+        cols.best.push(best.get(id).copied().filter(|&a| a != NONE));
+        if cols.board_id.len() == BATCH_ROWS {
+            write_batch(
+                Some(&mut w),
+                Table::StateValues,
+                std::mem::take(&mut cols).finish(),
+                &sv_dir,
+            )?;
+        }
+    }
+    write_batch(Some(&mut w), Table::StateValues, cols.finish(), &sv_dir)?;
+    w.finish()?;
+
+    summary.boards = boards.len();
+    summary.legal_moves = boards.legal_moves;
+    summary.files = inputs_record
+        .iter()
+        .map(|i| PathBuf::from(&i.source))
+        .collect();
+
+    let mut manifest = run.manifest()?;
+    let mut extra = std::collections::BTreeMap::new();
+    extra.insert(
+        "import".to_owned(),
+        serde_json::json!({
+            "format": "chessbench-bag",
+            "state_value_records": summary.state_value_records,
+            "behavioral_cloning_records": summary.behavioral_cloning_records,
+            "action_value_records": summary.action_value_records,
+        }),
+    );
+    manifest.splits.insert(
+        split.clone(),
+        SplitManifest {
+            ingest: IngestRecord {
+                chessbench_version: env!("CARGO_PKG_VERSION").to_owned(),
+                started_at,
+                finished_at: crate::annotate::unix_now(),
+                options: serde_json::json!({ "imported_from": "chessbench .bag files" }),
+                inputs: inputs_record,
+                splits_written: vec![split.clone()],
+            },
+            counts: SplitCounts {
+                games: 0,
+                rejected: Default::default(),
+                not_sampled: 0,
+                positions: 0,
+                state_value: boards.len(),
+                behavioral_cloning: boards.with_moves,
+                action_value: boards.legal_moves,
+            },
+            extra,
+        },
+    );
+    // Chunk entries of an earlier annotation describe other boards.
+    remove_annotations(run.root(), split)?;
+    txn.commit(
+        &[
+            Table::Games,
+            Table::Rejects,
+            Table::Boards,
+            Table::LegalMoves,
+            Table::StateValues,
+            Table::ActionValues,
+        ],
+        std::slice::from_ref(split),
+        manifest,
+    )?;
+    Ok(summary)
+}
+
+/// The action index of `uci`, which must be legal in board `id` (`fen`).
+fn legal_action(
+    id: u64,
+    fen: &str,
+    uci: &str,
+    cache: &mut (u64, Vec<u16>),
+    at: &dyn Fn(String) -> BagSetError,
+) -> Result<u16, BagSetError> {
+    let action = vocabulary().parse(uci).ok_or_else(|| {
+        at(format!(
+            "move {uci:?} is not one of ChessBench's 1968 actions"
+        ))
+    })?;
+    if cache.0 != id {
+        let p = prepare(fen, None).map_err(|e| at(e.to_string()))?;
+        *cache = (id, p.moves.iter().map(|m| m.0).collect());
+    }
+    if cache.1.binary_search(&action).is_err() {
+        return Err(at(format!("move {uci} is not legal in {fen}")));
+    }
+    Ok(action)
+}
+
+fn flush_av(
+    av: &mut (Vec<u64>, Vec<u16>, Vec<f64>),
+    writer: Option<&mut PartWriter>,
+    dir: &Path,
+) -> Result<(), BagSetError> {
+    if av.0.is_empty() {
+        return Ok(());
+    }
+    let n = av.0.len();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(UInt64Array::from(std::mem::take(&mut av.0))),
+        Arc::new(UInt16Array::from(std::mem::take(&mut av.1))),
+        Arc::new(Float64Array::from(std::mem::take(&mut av.2))),
+        Arc::new(Int32Array::new_null(n)),
+        Arc::new(Int32Array::new_null(n)),
+        Arc::new(UInt16Array::new_null(n)),
+        Arc::new(UInt64Array::new_null(n)),
+        Arc::new(UInt32Array::new_null(n)),
+    ];
+    write_batch(writer, Table::ActionValues, columns, dir)
+}
+
+#[derive(Default)]
+struct SvColumns {
+    board_id: Vec<u64>,
+    kind: Vec<&'static str>,
+    win_prob: Vec<f64>,
+    best: Vec<Option<u16>>,
+}
+
+impl SvColumns {
+    fn finish(self) -> Vec<ArrayRef> {
+        let n = self.board_id.len();
+        vec![
+            Arc::new(UInt64Array::from(self.board_id)),
+            Arc::new(StringArray::from(self.kind)),
+            Arc::new(Float64Array::from(self.win_prob)),
+            Arc::new(Int32Array::new_null(n)),
+            Arc::new(Int32Array::new_null(n)),
+            Arc::new(UInt16Array::new_null(n)),
+            Arc::new(UInt64Array::new_null(n)),
+            Arc::new(UInt32Array::new_null(n)),
+            Arc::new(UInt16Array::from(self.best)),
+        ]
+    }
+}

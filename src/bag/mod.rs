@@ -1,0 +1,68 @@
+//! ChessBench interop: export a split's record sets as the `.bag` files the
+//! published searchless_chess loaders read, and import published `.bag`
+//! files into a run (Ruoss et al. 2024; data at
+//! https://storage.googleapis.com/searchless_chess/data/).
+
+pub mod bagz;
+pub mod coder;
+pub mod export;
+pub mod import;
+
+use std::path::PathBuf;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use thiserror::Error;
+
+pub use bagz::{BagError, BagReader, BagWriter};
+pub use coder::RecordSet;
+
+/// Failures of `bag export` / `bag import`.
+#[derive(Debug, Error)]
+pub enum BagSetError {
+    #[error(transparent)]
+    Bag(#[from] BagError),
+    #[error(transparent)]
+    Sql(#[from] crate::sql::SqlError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: record {index}: {reason}", path.display())]
+    Record {
+        path: PathBuf,
+        index: u64,
+        reason: String,
+    },
+    #[error("no {set} records in split {split:?} of run {} (is the split annotated? `chessbench stats` shows progress)", run.display())]
+    Empty {
+        set: &'static str,
+        split: String,
+        run: PathBuf,
+    },
+    #[error("{}: exists; pass --overwrite to replace it", .0.display())]
+    Exists(PathBuf),
+    #[error("{}: no ChessBench .bag files (state_value_data.bag, behavioral_cloning_data.bag, action_value_data.bag or -00000-of-N shards) to import", .0.display())]
+    NothingToImport(PathBuf),
+    #[error("unexpected column {0} in a record query result")]
+    Column(usize),
+}
+
+/// A progress bar over the records of one set (hidden when disabled).
+pub(crate) fn progress(enabled: bool, total: u64, set: RecordSet) -> ProgressBar {
+    let bar = if enabled {
+        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(4))
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix:>20} {wide_bar} {human_pos}/{human_len} records {per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_prefix(set.stem());
+    bar
+}

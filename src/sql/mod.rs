@@ -1,0 +1,400 @@
+//! `chessbench sql`: DuckDB SQL over a run directory's Parquet tables, in an
+//! embedded DuckDB with the views of `sql/views.sql` preloaded.
+//!
+//! The SQL files of `sql/` are compiled into the binary (`chessbench sql RUN
+//! table_a1` works from anywhere) and also run unchanged in the DuckDB CLI or
+//! Python duckdb after `SET VARIABLE run_dir = '...'` and `views.sql`.
+//!
+//! Before any query the run is checked: not a run, an ingested split whose
+//! table has no files, or an annotate commit that is half done (committed
+//! chunk files still under their temporary names) are errors naming the
+//! table and the run. A table with no files at all is reported by the view
+//! itself when a query touches it.
+
+pub mod output;
+pub mod script;
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use arrow_array::RecordBatch;
+use duckdb::Connection;
+use thiserror::Error;
+
+use crate::{
+    annotate::chunks,
+    store::{RunDir, StoreError, Table, commit::RunReader, commit::partition_dir},
+};
+pub use output::{Format, ResultSet};
+pub use script::Statement;
+
+/// `sql/views.sql`.
+pub const VIEWS_SQL: &str = include_str!("../../sql/views.sql");
+
+/// The SQL files shipped in `sql/`, by name.
+pub const BUILTIN: [(&str, &str); 5] = [
+    ("views", VIEWS_SQL),
+    ("table_a1", include_str!("../../sql/table_a1.sql")),
+    ("dataset_stats", include_str!("../../sql/dataset_stats.sql")),
+    ("overlap", include_str!("../../sql/overlap.sql")),
+    ("sampling", include_str!("../../sql/sampling.sql")),
+];
+
+/// Failures of the SQL layer.
+#[derive(Debug, Error)]
+pub enum SqlError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("table {table} in run {run} is partial: {detail}")]
+    Partial {
+        table: &'static str,
+        run: PathBuf,
+        detail: String,
+    },
+    /// Raised by a view over a table without files (see `views.sql`).
+    #[error("{0}")]
+    MissingTable(String),
+    #[error("{source_name}:{line}: {message}")]
+    Query {
+        source_name: String,
+        line: usize,
+        message: String,
+    },
+    #[error("DuckDB: {0}")]
+    Duckdb(#[from] duckdb::Error),
+    #[error(
+        "{0:?} is neither a SQL file nor a built-in query (built-ins: {names})",
+        names = BUILTIN.map(|b| b.0).join(", ")
+    )]
+    UnknownQuery(String),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("variable {0:?}: expected NAME=VALUE with NAME made of letters, digits and _")]
+    BadVariable(String),
+}
+
+/// Resolves a query argument: an existing file, or a built-in name
+/// (`table_a1`, `table_a1.sql`, `sql/table_a1.sql`). Returns (source name,
+/// text).
+pub fn resolve(arg: &str) -> Result<(String, String), SqlError> {
+    let path = Path::new(arg);
+    if path.is_file() {
+        let text = fs::read_to_string(path).map_err(|source| SqlError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        return Ok((arg.to_owned(), text));
+    }
+    let name = arg.trim_start_matches("sql/").trim_end_matches(".sql");
+    BUILTIN
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(n, text)| (format!("sql/{n}.sql"), (*text).to_owned()))
+        .ok_or_else(|| SqlError::UnknownQuery(arg.to_owned()))
+}
+
+/// Checks that a run's tables are complete enough to query: every split the
+/// manifest lists has files for each ingest table, and no committed annotate
+/// chunk still has its files under temporary names.
+pub fn check_run(run: &Path) -> Result<RunReader, SqlError> {
+    let reader = RunDir::read(run)?;
+    let manifest = crate::store::Manifest::read(&run.join(crate::store::commit::MANIFEST))?;
+    for split in manifest.splits.keys() {
+        for table in [Table::Games, Table::Boards, Table::LegalMoves] {
+            let dir = run.join(partition_dir(table, split));
+            if !has_parquet(&dir)? {
+                return Err(SqlError::Partial {
+                    table: table.name(),
+                    run: run.to_owned(),
+                    detail: format!(
+                        "manifest.json lists split {split:?} but {} holds no Parquet file \
+                         (files were removed or copied incompletely): re-run `chessbench ingest` for that split",
+                        dir.display()
+                    ),
+                });
+            }
+        }
+    }
+    let entries = run.join(chunks::ENTRIES);
+    let Ok(dirs) = fs::read_dir(&entries) else {
+        return Ok(reader);
+    };
+    for dir in dirs.flatten() {
+        let name = dir.file_name();
+        let Some(split) = name.to_str().and_then(|n| n.strip_prefix("split=")) else {
+            continue;
+        };
+        let done = chunks::committed(run, split)?;
+        for table in Table::ANNOTATE {
+            let dir = run.join(partition_dir(table, split));
+            let Ok(files) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for file in files.flatten() {
+                let file = file.file_name();
+                let Some(chunk) = file
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("chunk-"))
+                    .and_then(|n| n.strip_suffix(".parquet.tmp"))
+                    .and_then(|n| n.parse::<u64>().ok())
+                else {
+                    continue;
+                };
+                if done.contains(&chunk) {
+                    return Err(SqlError::Partial {
+                        table: table.name(),
+                        run: run.to_owned(),
+                        detail: format!(
+                            "chunk {chunk} of split {split:?} is committed but its file is still \
+                             {} (an annotate commit is in progress or was interrupted): wait for it, \
+                             or run `chessbench annotate {}` to complete it",
+                            dir.join(&file).display(),
+                            run.display()
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    Ok(reader)
+}
+
+fn has_parquet(dir: &Path) -> Result<bool, SqlError> {
+    match fs::read_dir(dir) {
+        Ok(entries) => Ok(entries
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "parquet"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(SqlError::Io {
+            path: dir.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Quotes a string as a SQL literal.
+pub fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// An embedded DuckDB with a run's views loaded. Holds the run's shared
+/// commit lock, so no commit changes the tables while it is open.
+pub struct Session {
+    conn: Connection,
+    run: PathBuf,
+    /// Views dropped because their table has no files, with what to do.
+    missing: Vec<(&'static str, &'static str)>,
+    _reader: RunReader,
+}
+
+/// Tables whose absence is an error when a query uses them (rejects and
+/// failures are legitimately empty), and the stage that writes them.
+const REQUIRED: [(&str, &str); 5] = [
+    (
+        "games",
+        "not ingested: run `chessbench ingest --out RUN` first",
+    ),
+    (
+        "boards",
+        "not ingested: run `chessbench ingest --out RUN` first",
+    ),
+    (
+        "legal_moves",
+        "not ingested: run `chessbench ingest --out RUN` first",
+    ),
+    (
+        "state_values",
+        "not annotated: run `chessbench annotate RUN` first",
+    ),
+    (
+        "action_values",
+        "not annotated: run `chessbench annotate RUN` first",
+    ),
+];
+
+impl Session {
+    /// Checks the run, opens an in-memory DuckDB, sets `run_dir` and the
+    /// given variables, and loads `views.sql`.
+    pub fn open(run: &Path, variables: &[(String, String)]) -> Result<Session, SqlError> {
+        let reader = check_run(run)?;
+        let conn = Connection::open_in_memory()?;
+        let absolute = fs::canonicalize(run).map_err(|source| SqlError::Io {
+            path: run.to_owned(),
+            source,
+        })?;
+        let mut session = Session {
+            conn,
+            run: run.to_owned(),
+            missing: Vec::new(),
+            _reader: reader,
+        };
+        let mut setup = format!(
+            "SET VARIABLE run_dir = {};\n",
+            literal(&absolute.to_string_lossy())
+        );
+        for (name, value) in variables {
+            setup.push_str(&format!("SET VARIABLE {name} = {};\n", literal(value)));
+        }
+        session.execute_script("(variables)", &setup)?;
+        session.execute_script("sql/views.sql", VIEWS_SQL)?;
+        // views.sql turns a table without files into a view that raises an
+        // error when a row is read, which a filter can skip; dropping the
+        // view instead makes every query that uses it fail when bound, and
+        // `error` turns DuckDB's catalog error into one naming the table.
+        for (table, hint) in REQUIRED {
+            let files: i64 = session.conn.query_row(
+                &format!("SELECT getvariable('cb_n_{table}')"),
+                [],
+                |r| r.get(0),
+            )?;
+            if files == 0 {
+                session.conn.execute_batch(&format!("DROP VIEW {table}"))?;
+                session.missing.push((table, hint));
+            }
+        }
+        Ok(session)
+    }
+
+    /// The run directory.
+    pub fn run(&self) -> &Path {
+        &self.run
+    }
+
+    /// The DuckDB connection (views loaded).
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// A DuckDB error as a SqlError: missing tables by name, others with
+    /// the source and line of the statement.
+    pub fn error(&self, source_name: &str, line: usize, e: duckdb::Error) -> SqlError {
+        let message = e.to_string();
+        if let Some(i) = message.find("chessbench: table ") {
+            return SqlError::MissingTable(message[i + "chessbench: ".len()..].trim().to_owned());
+        }
+        for (table, hint) in &self.missing {
+            if message.contains(&format!("Table with name {table} does not exist")) {
+                return SqlError::MissingTable(format!(
+                    "table {table} has no Parquet files in run {} ({hint}); \
+                     {source_name}:{line} needs it",
+                    self.run.display()
+                ));
+            }
+        }
+        SqlError::Query {
+            source_name: source_name.to_owned(),
+            line,
+            message,
+        }
+    }
+
+    /// Runs statements that return nothing worth printing.
+    fn execute_script(&self, source_name: &str, text: &str) -> Result<(), SqlError> {
+        for s in script::split(text) {
+            self.conn
+                .execute_batch(&s.sql)
+                .map_err(|e| self.error(source_name, s.line, e))?;
+        }
+        Ok(())
+    }
+
+    /// Runs one statement and collects its result.
+    pub fn query(
+        &self,
+        source_name: &str,
+        s: &Statement,
+        index: usize,
+    ) -> Result<ResultSet, SqlError> {
+        let err = |e| self.error(source_name, s.line, e);
+        let mut stmt = self.conn.prepare(&s.sql).map_err(err)?;
+        let arrow = stmt.query_arrow([]).map_err(err)?;
+        let schema = arrow.get_schema();
+        drop(arrow);
+        let mut batches = Vec::new();
+        while let Some(batch) = stmt.step().map_err(err)? {
+            batches.push(RecordBatch::from(batch));
+        }
+        Ok(ResultSet {
+            name: s.name.clone().unwrap_or_else(|| format!("result_{index}")),
+            schema,
+            batches,
+        })
+    }
+
+    /// Runs a script: statements that return rows are collected (only the
+    /// one named `only`, when given), the others executed.
+    pub fn run_script(
+        &self,
+        source_name: &str,
+        text: &str,
+        only: Option<&str>,
+    ) -> Result<Vec<ResultSet>, SqlError> {
+        let mut results = Vec::new();
+        let mut index = 0;
+        for s in script::split(text) {
+            if s.returns_rows() {
+                index += 1;
+                let name = s.name.clone().unwrap_or_else(|| format!("result_{index}"));
+                if only.is_some_and(|o| o != name) {
+                    continue;
+                }
+                results.push(self.query(source_name, &s, index)?);
+            } else {
+                self.conn
+                    .execute_batch(&s.sql)
+                    .map_err(|e| self.error(source_name, s.line, e))?;
+            }
+        }
+        if let Some(o) = only
+            && results.is_empty()
+        {
+            return Err(SqlError::UnknownQuery(format!(
+                "{source_name}: no query named {o}"
+            )));
+        }
+        Ok(results)
+    }
+
+    /// Annotation coverage per split: (split, boards, annotated, failed) for
+    /// splits with some but not all boards annotated.
+    pub fn partial_annotation(&self) -> Result<Vec<(String, u64, u64, u64)>, SqlError> {
+        let sql = "WITH b AS (SELECT split, count(*) AS n FROM boards GROUP BY split), \
+                   s AS (SELECT split, count(*) AS n FROM state_values GROUP BY split), \
+                   f AS (SELECT split, count(*) AS n FROM failures GROUP BY split) \
+                   SELECT b.split, b.n, coalesce(s.n, 0), coalesce(f.n, 0) FROM b \
+                   LEFT JOIN s USING (split) LEFT JOIN f USING (split) \
+                   WHERE coalesce(s.n, 0) + coalesce(f.n, 0) < b.n ORDER BY 1";
+        let annotated: i64 =
+            self.conn
+                .query_row("SELECT getvariable('cb_n_state_values')", [], |r| r.get(0))?;
+        if annotated == 0 {
+            return Ok(Vec::new()); // not annotated at all: nothing partial
+        }
+        let mut stmt = self.conn.prepare(sql)?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, u64>(1)?,
+                r.get::<_, u64>(2)?,
+                r.get::<_, u64>(3)?,
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// Parses `NAME=VALUE`.
+pub fn parse_variable(s: &str) -> Result<(String, String), SqlError> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| SqlError::BadVariable(s.to_owned()))?;
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(SqlError::BadVariable(s.to_owned()));
+    }
+    Ok((name.to_owned(), value.to_owned()))
+}

@@ -1,0 +1,424 @@
+//! Renders query results as an aligned text table, CSV, JSON or Markdown.
+
+use std::io::{self, Write};
+
+use arrow_array::{Array, RecordBatch, cast::AsArray, types::*};
+use arrow_cast::display::{ArrayFormatter, FormatOptions};
+use arrow_schema::{DataType, SchemaRef};
+
+/// Output format of `chessbench sql`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Aligned columns for a terminal, long results cut to `max_rows`.
+    Table,
+    /// RFC 4180 CSV with a header row; NULL is an empty field.
+    Csv,
+    /// An array of row objects (one result) or an object of them by name.
+    Json,
+    /// A GitHub-flavoured Markdown table.
+    Markdown,
+}
+
+/// One statement's result.
+#[derive(Debug, Clone)]
+pub struct ResultSet {
+    /// `-- @name` of the statement, or `result_N`.
+    pub name: String,
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+}
+
+impl ResultSet {
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    /// Column names.
+    pub fn columns(&self) -> Vec<String> {
+        self.schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    }
+
+    /// Every cell as display text (None for NULL), row by row, at most
+    /// `limit` rows.
+    pub fn text_rows(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<Vec<Option<String>>>, arrow_schema::ArrowError> {
+        let options = FormatOptions::default().with_display_error(true);
+        let mut rows = Vec::new();
+        for batch in &self.batches {
+            let formatters = formatters(batch, &options)?;
+            for r in 0..batch.num_rows() {
+                if rows.len() == limit {
+                    return Ok(rows);
+                }
+                rows.push(
+                    batch
+                        .columns()
+                        .iter()
+                        .zip(&formatters)
+                        .map(|(c, f)| {
+                            if c.is_null(r) {
+                                None
+                            } else {
+                                Some(
+                                    display_cell(c.as_ref(), r)
+                                        .unwrap_or_else(|| f.value(r).to_string()),
+                                )
+                            }
+                        })
+                        .collect(),
+                );
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// One display formatter per column of a batch.
+fn formatters<'a>(
+    batch: &'a RecordBatch,
+    options: &FormatOptions<'a>,
+) -> Result<Vec<ArrayFormatter<'a>>, arrow_schema::ArrowError> {
+    batch
+        .columns()
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), options))
+        .collect()
+}
+
+/// Floats are shown with at most 6 decimals (JSON and CSV keep every digit).
+fn display_cell(array: &dyn Array, row: usize) -> Option<String> {
+    let x = match array.data_type() {
+        DataType::Float64 => array.as_primitive::<Float64Type>().value(row),
+        DataType::Float32 => f64::from(array.as_primitive::<Float32Type>().value(row)),
+        _ => return None,
+    };
+    if x.is_finite() && x != 0.0 && x.abs() < 1e-4 {
+        return Some(format!("{x:.3e}"));
+    }
+    let s = format!("{x:.6}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    Some(if s.is_empty() || s == "-" {
+        "0".to_owned()
+    } else {
+        s.to_owned()
+    })
+}
+
+fn is_numeric(t: &DataType) -> bool {
+    t.is_numeric()
+}
+
+/// Writes results in `format`. `max_rows` limits rows per result in table and
+/// Markdown output (0: no limit); CSV and JSON are always complete.
+pub fn write(
+    out: &mut dyn Write,
+    results: &[ResultSet],
+    format: Format,
+    max_rows: usize,
+) -> io::Result<()> {
+    let limit = if max_rows == 0 { usize::MAX } else { max_rows };
+    match format {
+        Format::Json => return write_json(out, results),
+        Format::Csv => {
+            for (i, r) in results.iter().enumerate() {
+                if results.len() > 1 {
+                    if i > 0 {
+                        writeln!(out)?;
+                    }
+                    writeln!(out, "# {}", r.name)?;
+                }
+                write_csv(out, r)?;
+            }
+        }
+        Format::Table | Format::Markdown => {
+            for (i, r) in results.iter().enumerate() {
+                if i > 0 {
+                    writeln!(out)?;
+                }
+                if results.len() > 1 {
+                    match format {
+                        Format::Markdown => writeln!(out, "### {}\n", r.name)?,
+                        _ => writeln!(out, "{}", r.name)?,
+                    }
+                }
+                let rows = r.text_rows(limit).map_err(io::Error::other)?;
+                let total = r.num_rows();
+                if format == Format::Markdown {
+                    write_markdown(out, r, &rows)?;
+                } else {
+                    write_table(out, r, &rows)?;
+                }
+                if rows.len() < total {
+                    writeln!(
+                        out,
+                        "({total} rows, {} shown; --max-rows 0 shows all, --format csv exports them)",
+                        rows.len()
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_table(out: &mut dyn Write, r: &ResultSet, rows: &[Vec<Option<String>>]) -> io::Result<()> {
+    let columns = r.columns();
+    let numeric: Vec<bool> = r
+        .schema
+        .fields()
+        .iter()
+        .map(|f| is_numeric(f.data_type()))
+        .collect();
+    let cell = |c: &Option<String>| c.clone().unwrap_or_else(|| "NULL".to_owned());
+    let mut widths: Vec<usize> = columns.iter().map(|c| c.chars().count()).collect();
+    for row in rows {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell(c).chars().count());
+        }
+    }
+    let line = |out: &mut dyn Write, cells: &[String]| -> io::Result<()> {
+        let mut s = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i > 0 {
+                s.push_str("  ");
+            }
+            let pad = w - c.chars().count();
+            if numeric[i] {
+                s.push_str(&" ".repeat(pad));
+                s.push_str(c);
+            } else {
+                s.push_str(c);
+                s.push_str(&" ".repeat(pad));
+            }
+        }
+        writeln!(out, "{}", s.trim_end())
+    };
+    line(out, &columns)?;
+    line(
+        out,
+        &widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>(),
+    )?;
+    for row in rows {
+        line(out, &row.iter().map(cell).collect::<Vec<_>>())?;
+    }
+    Ok(())
+}
+
+fn write_markdown(
+    out: &mut dyn Write,
+    r: &ResultSet,
+    rows: &[Vec<Option<String>>],
+) -> io::Result<()> {
+    let escape = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    let columns = r.columns();
+    writeln!(
+        out,
+        "| {} |",
+        columns
+            .iter()
+            .map(|c| escape(c))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    )?;
+    let align: Vec<&str> = r
+        .schema
+        .fields()
+        .iter()
+        .map(|f| {
+            if is_numeric(f.data_type()) {
+                "---:"
+            } else {
+                "---"
+            }
+        })
+        .collect();
+    writeln!(out, "| {} |", align.join(" | "))?;
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .map(|c| c.as_deref().map_or_else(|| "NULL".to_owned(), escape))
+            .collect();
+        writeln!(out, "| {} |", cells.join(" | "))?;
+    }
+    Ok(())
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+fn write_csv(out: &mut dyn Write, r: &ResultSet) -> io::Result<()> {
+    let header: Vec<String> = r.columns().iter().map(|c| csv_field(c)).collect();
+    writeln!(out, "{}", header.join(","))?;
+    let options = FormatOptions::default().with_display_error(true);
+    for batch in &r.batches {
+        let formatters = formatters(batch, &options).map_err(io::Error::other)?;
+        for row in 0..batch.num_rows() {
+            let cells: Vec<String> = batch
+                .columns()
+                .iter()
+                .zip(&formatters)
+                .map(|(c, f)| {
+                    if c.is_null(row) {
+                        String::new()
+                    } else {
+                        csv_field(&f.value(row).to_string())
+                    }
+                })
+                .collect();
+            writeln!(out, "{}", cells.join(","))?;
+        }
+    }
+    Ok(())
+}
+
+/// A cell as a JSON value: numbers and booleans typed, everything else as
+/// its display text.
+fn json_cell(array: &dyn Array, row: usize, f: &ArrayFormatter) -> serde_json::Value {
+    use serde_json::Value;
+    if array.is_null(row) {
+        return Value::Null;
+    }
+    macro_rules! int {
+        ($t:ty) => {
+            Value::from(array.as_primitive::<$t>().value(row))
+        };
+    }
+    match array.data_type() {
+        DataType::Boolean => Value::Bool(array.as_boolean().value(row)),
+        DataType::Int8 => int!(Int8Type),
+        DataType::Int16 => int!(Int16Type),
+        DataType::Int32 => int!(Int32Type),
+        DataType::Int64 => int!(Int64Type),
+        DataType::UInt8 => int!(UInt8Type),
+        DataType::UInt16 => int!(UInt16Type),
+        DataType::UInt32 => int!(UInt32Type),
+        DataType::UInt64 => int!(UInt64Type),
+        DataType::Float32 => {
+            serde_json::Number::from_f64(f64::from(array.as_primitive::<Float32Type>().value(row)))
+                .map_or(Value::Null, Value::Number)
+        }
+        DataType::Float64 => {
+            serde_json::Number::from_f64(array.as_primitive::<Float64Type>().value(row))
+                .map_or(Value::Null, Value::Number)
+        }
+        DataType::Decimal128(..) => {
+            let text = f.value(row).to_string();
+            text.parse::<f64>()
+                .ok()
+                .and_then(serde_json::Number::from_f64)
+                .map_or(Value::String(text), Value::Number)
+        }
+        _ => Value::String(f.value(row).to_string()),
+    }
+}
+
+fn json_rows(r: &ResultSet) -> io::Result<serde_json::Value> {
+    let options = FormatOptions::default().with_display_error(true);
+    let names = r.columns();
+    let mut rows = Vec::with_capacity(r.num_rows());
+    for batch in &r.batches {
+        let formatters = formatters(batch, &options).map_err(io::Error::other)?;
+        for row in 0..batch.num_rows() {
+            let mut object = serde_json::Map::new();
+            for ((name, c), f) in names.iter().zip(batch.columns()).zip(&formatters) {
+                object.insert(name.clone(), json_cell(c.as_ref(), row, f));
+            }
+            rows.push(serde_json::Value::Object(object));
+        }
+    }
+    Ok(serde_json::Value::Array(rows))
+}
+
+fn write_json(out: &mut dyn Write, results: &[ResultSet]) -> io::Result<()> {
+    let value = if results.len() == 1 {
+        json_rows(&results[0])?
+    } else {
+        let mut object = serde_json::Map::new();
+        for r in results {
+            object.insert(r.name.clone(), json_rows(r)?);
+        }
+        serde_json::Value::Object(object)
+    };
+    serde_json::to_writer_pretty(&mut *out, &value)?;
+    writeln!(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Float64Array, StringArray, UInt64Array};
+    use arrow_schema::{Field, Schema};
+
+    use super::*;
+
+    fn sample() -> ResultSet {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("split", DataType::Utf8, true),
+            Field::new("n", DataType::UInt64, true),
+            Field::new("p", DataType::Float64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec![Some("a,\"b\""), None])),
+                Arc::new(UInt64Array::from(vec![Some(12), Some(3)])),
+                Arc::new(Float64Array::from(vec![Some(0.125), None])),
+            ],
+        )
+        .unwrap();
+        ResultSet {
+            name: "r".into(),
+            schema,
+            batches: vec![batch],
+        }
+    }
+
+    fn render(format: Format, max_rows: usize) -> String {
+        let mut out = Vec::new();
+        write(&mut out, &[sample()], format, max_rows).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn csv_quotes_and_nulls() {
+        assert_eq!(
+            render(Format::Csv, 0),
+            "split,n,p\n\"a,\"\"b\"\"\",12,0.125\n,3,\n"
+        );
+    }
+
+    #[test]
+    fn json_is_typed() {
+        let v: serde_json::Value = serde_json::from_str(&render(Format::Json, 0)).unwrap();
+        assert_eq!(v[0]["n"], 12);
+        assert_eq!(v[0]["p"], 0.125);
+        assert_eq!(v[1]["split"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn table_aligns_and_truncates() {
+        let t = render(Format::Table, 1);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "split   n      p");
+        assert_eq!(lines[2], "a,\"b\"  12  0.125");
+        assert!(lines[3].starts_with("(2 rows, 1 shown"));
+    }
+
+    #[test]
+    fn markdown_table() {
+        let t = render(Format::Markdown, 0);
+        assert!(t.starts_with("| split | n | p |\n| --- | ---: | ---: |\n| a,\"b\" | 12 | 0.125 |\n| NULL | 3 | NULL |"));
+    }
+}

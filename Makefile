@@ -16,7 +16,8 @@ RUN         ?= runs/demo
 FUZZ_CASES  ?= 20000
 
 .PHONY: all build ingest annotate plan stats notebooks python-deps duckdb test lint unit \
-        fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql test-slurm stockfish doc clean
+        fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader test-slurm stockfish \
+        doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -102,7 +103,7 @@ fuzz:
 
 ## Benchmarks: ingest throughput vs zstd -dc and pgn-reader's
 ## parallel_validate; annotate engine utilisation, bytes per record, MultiPV.
-bench: bench-ingest bench-annotate bench-sql
+bench: bench-ingest bench-annotate bench-sql bench-loader
 
 bench-ingest: | $(DUCKDB_LIB)
 	$(CARGO) bench --locked --bench ingest
@@ -115,6 +116,10 @@ bench-annotate: | stockfish $(DUCKDB_LIB)
 BENCH_RUN   ?= $(RUN)
 bench-sql: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
 	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) $(CARGO) bench --locked --bench sql
+
+## Training-data loader samples/s (per worker thread) on the demo run.
+bench-loader: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
+	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) $(CARGO) bench --locked --bench loader
 
 ## A real single-node Slurm cluster (slurm-wlm, munge; needs root): a 4-task
 ## job array must equal an unsharded run. Not part of `make test`, see README.

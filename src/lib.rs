@@ -16,4 +16,5 @@ pub mod stats;
 pub mod store;
 #[doc(hidden)]
 pub mod testing;
+pub mod train;
 pub mod uci;

@@ -71,30 +71,10 @@ pub struct RunStats {
 }
 
 fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, StatsError> {
-    let mut files = Vec::new();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(files),
-        Err(source) => {
-            return Err(StatsError::Io {
-                path: dir.to_owned(),
-                source,
-            });
-        }
-    };
-    for entry in entries {
-        let path = entry
-            .map_err(|source| StatsError::Io {
-                path: dir.to_owned(),
-                source,
-            })?
-            .path();
-        if path.extension().is_some_and(|e| e == "parquet") {
-            files.push(path);
-        }
-    }
-    files.sort();
-    Ok(files)
+    crate::store::parquet_files(dir).map_err(|source| StatsError::Io {
+        path: dir.to_owned(),
+        source,
+    })
 }
 
 fn builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<File>, StatsError> {

@@ -38,6 +38,25 @@ pub enum StoreError {
     Missing(PathBuf),
 }
 
+/// The `*.parquet` files of a directory, sorted; none when it does not exist.
+/// (Temporary `*.parquet.tmp` files of unfinished writes never count.)
+pub fn parquet_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "parquet") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
 impl StoreError {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> StoreError {
         StoreError::Io {

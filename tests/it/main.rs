@@ -8,4 +8,5 @@ mod interop;
 mod options;
 mod rejects;
 mod sql;
+mod train;
 mod util;

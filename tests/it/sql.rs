@@ -31,7 +31,7 @@ fn ingested() -> &'static Path {
 }
 
 /// The demo ingest annotated for 96 boards per split, made once.
-fn annotated() -> &'static Path {
+pub fn annotated() -> &'static Path {
     static RUN: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
     let (_, path) = RUN.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,51 @@
+//! `make bench-loader`: training-data loader throughput (samples/s, and per
+//! worker thread) on an annotated run (CHESSBENCH_BENCH_RUN, default
+//! runs/demo): action-value sequences of the train split, batch 1024, K=128,
+//! uniform sampler, two epochs' worth of windows. Issue 5's target compares
+//! this with what the GPU consumes (>= 3x); the model side is not built yet.
+
+use std::{path::PathBuf, time::Instant};
+
+use chessbench::train::{
+    data::{DataConfig, Loader, Policy},
+    sampler::{Position, Sampling},
+};
+
+fn main() {
+    let run =
+        PathBuf::from(std::env::var("CHESSBENCH_BENCH_RUN").unwrap_or_else(|_| "runs/demo".into()));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "loader on {} (train split, action values, batch 1024, K = 128)",
+        run.display()
+    );
+    println!(
+        "{:>8} {:>12} {:>16} {:>18}",
+        "workers", "batches", "samples/s", "samples/s/worker"
+    );
+    for workers in [1, cores] {
+        let config = DataConfig {
+            run: run.clone(),
+            split: "train".into(),
+            policy: Policy::ActionValue,
+            buckets: 128,
+            batch_size: 1024,
+            sampling: Sampling::Uniform,
+            seed: 1,
+            window: 4,
+            workers,
+        };
+        let mut loader = Loader::new(config, Position::default()).expect("open the run");
+        loader.next_batch().expect("first batch"); // board tokens loaded, workers started
+        let t = Instant::now();
+        let batches = 400;
+        for _ in 0..batches {
+            loader.next_batch().expect("batch");
+        }
+        let rate = (batches * 1024) as f64 / t.elapsed().as_secs_f64();
+        println!(
+            "{workers:>8} {batches:>12} {rate:>16.0} {:>18.0}",
+            rate / workers as f64
+        );
+    }
+}

@@ -1,0 +1,559 @@
+//! Training data: annotated records of a run, as token sequences in
+//! searchless_chess's layout, streamed from the Parquet tables in sampler
+//! order, with prefetching worker threads.
+//!
+//! Sequences (Ruoss et al. 2024, §2.2; `tokenizer.py`, `training.py`): the 77
+//! FEN tokens, then
+//! - action value: the action index and the value bucket of its win% (79),
+//! - state value: the bucket of the board's win% (78),
+//! - behavioural cloning: the best action's index (78).
+//!
+//! All tokens share one vocabulary of 1968 (= the number of actions, which
+//! exceeds the 31 FEN characters and K <= 1968 buckets). The model sees the
+//! sequence shifted right and predicts its last token.
+
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+    sync::Arc,
+    thread,
+};
+
+use arrow_array::{
+    Array, Float64Array, RecordBatch, StringArray, UInt16Array, UInt64Array, cast::AsArray,
+};
+use crossbeam_channel::{Receiver, bounded};
+use parquet::arrow::{ProjectionMask, arrow_reader::ParquetRecordBatchReaderBuilder};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::sampler::{self, Position, Sampling};
+use crate::{
+    chess::{
+        actions::NUM_ACTIONS,
+        tokens::{SEQUENCE_LENGTH, tokenize},
+        value::ValueBuckets,
+    },
+    store::{Table, commit::partition_dir},
+};
+
+/// Which predictor a dataset feeds (the paper's three).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Q(s, a): action-value records, target = value bucket.
+    ActionValue,
+    /// V(s): state-value records, target = value bucket.
+    StateValue,
+    /// pi(s): behavioural-cloning records, target = best action.
+    BehavioralCloning,
+}
+
+impl Policy {
+    /// Tokens per sequence.
+    pub fn sequence_length(self) -> usize {
+        match self {
+            Policy::ActionValue => SEQUENCE_LENGTH + 2,
+            Policy::StateValue | Policy::BehavioralCloning => SEQUENCE_LENGTH + 1,
+        }
+    }
+
+    /// Size of the shared token vocabulary.
+    pub const VOCAB_SIZE: usize = NUM_ACTIONS;
+
+    fn table(self) -> Table {
+        match self {
+            Policy::ActionValue => Table::ActionValues,
+            _ => Table::StateValues,
+        }
+    }
+}
+
+/// Failures reading training data, naming the file.
+#[derive(Debug, Error)]
+pub enum DataError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Parquet {
+        path: PathBuf,
+        source: parquet::errors::ParquetError,
+    },
+    #[error("{}: {message}", path.display())]
+    Table { path: PathBuf, message: String },
+    #[error("split {split:?} of run {} has no {table} records (annotate it first)", run.display())]
+    Empty {
+        run: PathBuf,
+        split: String,
+        table: &'static str,
+    },
+    #[error("invalid K = {0} value buckets: expected 2..={NUM_ACTIONS}")]
+    Buckets(usize),
+    #[error("a prefetch worker stopped: {0}")]
+    Worker(String),
+}
+
+/// Appends the sequence of one record to `out`.
+///
+/// `target` is the value bucket (action value, state value) or the action
+/// index (behavioural cloning); `action` is only used for action values.
+pub fn push_sequence(
+    policy: Policy,
+    board: &[u8; SEQUENCE_LENGTH],
+    action: u16,
+    target: u16,
+    out: &mut Vec<i32>,
+) {
+    out.extend(board.iter().map(|&t| i32::from(t)));
+    if policy == Policy::ActionValue {
+        out.push(i32::from(action));
+    }
+    out.push(i32::from(target));
+}
+
+/// What the loader reads.
+#[derive(Debug, Clone)]
+pub struct DataConfig {
+    pub run: PathBuf,
+    pub split: String,
+    pub policy: Policy,
+    /// K value buckets (ignored for behavioural cloning).
+    pub buckets: usize,
+    pub batch_size: usize,
+    pub sampling: Sampling,
+    pub seed: u64,
+    /// Units (row groups) shuffled together.
+    pub window: usize,
+    /// Prefetch threads.
+    pub workers: usize,
+}
+
+/// A batch of sequences, row-major `[len, seq_len]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub tokens: Vec<i32>,
+    pub seq_len: usize,
+    /// The last token of each sequence (bucket or action).
+    pub targets: Vec<i32>,
+    /// The record's win probability (value policies; NaN for BC), for
+    /// HL-Gauss and L2 targets.
+    pub win_prob: Vec<f32>,
+    /// Where the sampler stands after this batch.
+    pub position: Position,
+}
+
+impl Batch {
+    pub fn len(&self) -> usize {
+        self.targets.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty()
+    }
+}
+
+/// One row group of a value-table file.
+#[derive(Debug, Clone)]
+struct Unit {
+    path: PathBuf,
+    row_group: usize,
+}
+
+/// Board tokens and sampling weights of a split, indexed by board id.
+struct Boards {
+    tokens: Vec<[u8; SEQUENCE_LENGTH]>,
+    weights: Vec<u32>,
+}
+
+fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, DataError> {
+    crate::store::parquet_files(dir).map_err(|source| DataError::Io {
+        path: dir.to_owned(),
+        source,
+    })
+}
+
+fn reader(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<File>, DataError> {
+    let file = File::open(path).map_err(|source| DataError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    ParquetRecordBatchReaderBuilder::try_new(file).map_err(|source| DataError::Parquet {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn read_columns(
+    path: &Path,
+    row_group: Option<usize>,
+    columns: &[&str],
+) -> Result<Vec<RecordBatch>, DataError> {
+    let b = reader(path)?;
+    let schema = b.parquet_schema();
+    let indices: Vec<usize> = columns
+        .iter()
+        .map(|c| {
+            (0..schema.num_columns())
+                .find(|&i| schema.column(i).name() == *c)
+                .ok_or_else(|| DataError::Table {
+                    path: path.to_owned(),
+                    message: format!("no column {c}"),
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    let mask = ProjectionMask::leaves(schema, indices);
+    let mut b = b.with_projection(mask).with_batch_size(64 * 1024);
+    if let Some(rg) = row_group {
+        b = b.with_row_groups(vec![rg]);
+    }
+    let r = b.build().map_err(|source| DataError::Parquet {
+        path: path.to_owned(),
+        source,
+    })?;
+    r.collect::<Result<Vec<_>, _>>()
+        .map_err(|e| DataError::Table {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+}
+
+fn column<'a, T: 'static>(
+    batch: &'a RecordBatch,
+    name: &str,
+    path: &Path,
+) -> Result<&'a T, DataError> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<T>())
+        .ok_or_else(|| DataError::Table {
+            path: path.to_owned(),
+            message: format!("column {name} missing or of the wrong type"),
+        })
+}
+
+impl Boards {
+    /// Tokenizes every board of the split (77 bytes per board: 8 GB per 100M
+    /// boards).
+    fn load(run: &Path, split: &str) -> Result<Boards, DataError> {
+        let dir = run.join(partition_dir(Table::Boards, split));
+        let mut tokens = Vec::new();
+        let mut weights = Vec::new();
+        for path in parquet_files(&dir)? {
+            for batch in read_columns(&path, None, &["board_id", "fen", "occurrences"])? {
+                let ids = column::<UInt64Array>(&batch, "board_id", &path)?;
+                let fens = column::<StringArray>(&batch, "fen", &path)?;
+                let occ = column::<UInt64Array>(&batch, "occurrences", &path)?;
+                for i in 0..batch.num_rows() {
+                    let id = ids.value(i) as usize;
+                    if id != tokens.len() {
+                        return Err(DataError::Table {
+                            path: path.clone(),
+                            message: format!(
+                                "board ids are not dense: {id} after {}",
+                                tokens.len()
+                            ),
+                        });
+                    }
+                    let t = tokenize(fens.value(i)).map_err(|e| DataError::Table {
+                        path: path.clone(),
+                        message: format!("board {id}: {e}"),
+                    })?;
+                    tokens.push(t);
+                    weights.push(if occ.is_null(i) {
+                        1
+                    } else {
+                        occ.value(i).min(u64::from(u32::MAX)) as u32
+                    });
+                }
+            }
+        }
+        Ok(Boards { tokens, weights })
+    }
+}
+
+/// Records of one unit, before ordering.
+#[derive(Default)]
+struct UnitRecords {
+    board: Vec<u64>,
+    action: Vec<u16>,
+    target: Vec<u16>,
+    win_prob: Vec<f32>,
+}
+
+fn read_unit(
+    unit: &Unit,
+    policy: Policy,
+    buckets: &ValueBuckets,
+    out: &mut UnitRecords,
+) -> Result<(), DataError> {
+    let path = &unit.path;
+    let columns: &[&str] = match policy {
+        Policy::ActionValue => &["board_id", "action", "win_prob"],
+        Policy::StateValue => &["board_id", "win_prob"],
+        Policy::BehavioralCloning => &["board_id", "best_action"],
+    };
+    for batch in read_columns(path, Some(unit.row_group), columns)? {
+        let ids = column::<UInt64Array>(&batch, "board_id", path)?;
+        match policy {
+            Policy::BehavioralCloning => {
+                let best = column::<UInt16Array>(&batch, "best_action", path)?;
+                for i in 0..batch.num_rows() {
+                    if best.is_null(i) {
+                        continue; // terminal board: no move to imitate
+                    }
+                    out.board.push(ids.value(i));
+                    out.action.push(0);
+                    out.target.push(best.value(i));
+                    out.win_prob.push(f32::NAN);
+                }
+            }
+            _ => {
+                let wp = column::<Float64Array>(&batch, "win_prob", path)?;
+                let actions = batch
+                    .column_by_name("action")
+                    .map(|c| c.as_primitive::<arrow_array::types::UInt16Type>());
+                for i in 0..batch.num_rows() {
+                    out.board.push(ids.value(i));
+                    out.action.push(actions.map_or(0, |a| a.value(i)));
+                    out.target.push(buckets.bucket(wp.value(i)) as u16);
+                    out.win_prob.push(wp.value(i) as f32);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Streams batches in sampler order, prefetched by worker threads.
+pub struct Loader {
+    config: DataConfig,
+    shared: Arc<Shared>,
+    receivers: Vec<Receiver<Result<Window, DataError>>>,
+    next_worker: usize,
+    current: Option<Window>,
+    /// Records of the current window already served.
+    offset: usize,
+}
+
+struct Shared {
+    units: Vec<Unit>,
+    boards: Boards,
+    buckets: ValueBuckets,
+}
+
+/// A window's records, in serving order.
+struct Window {
+    position: Position,
+    tokens: Vec<i32>,
+    targets: Vec<i32>,
+    win_prob: Vec<f32>,
+}
+
+impl Loader {
+    /// Opens the split's tables and starts the workers at `start`.
+    pub fn new(config: DataConfig, start: Position) -> Result<Loader, DataError> {
+        let k = if config.policy == Policy::BehavioralCloning {
+            2
+        } else {
+            config.buckets
+        };
+        let buckets = ValueBuckets::new(k)
+            .ok()
+            .filter(|b| b.len() <= NUM_ACTIONS)
+            .ok_or(DataError::Buckets(config.buckets))?;
+        let table = config.policy.table();
+        let mut units = Vec::new();
+        for path in parquet_files(&config.run.join(partition_dir(table, &config.split)))? {
+            let b = reader(&path)?;
+            for rg in 0..b.metadata().num_row_groups() {
+                if b.metadata().row_group(rg).num_rows() > 0 {
+                    units.push(Unit {
+                        path: path.clone(),
+                        row_group: rg,
+                    });
+                }
+            }
+        }
+        if units.is_empty() {
+            return Err(DataError::Empty {
+                run: config.run.clone(),
+                split: config.split.clone(),
+                table: table.name(),
+            });
+        }
+        let boards = Boards::load(&config.run, &config.split)?;
+        let shared = Arc::new(Shared {
+            units,
+            boards,
+            buckets,
+        });
+        let workers = config.workers.max(1);
+        let mut receivers = Vec::with_capacity(workers);
+        for w in 0..workers {
+            let (tx, rx) = bounded(2);
+            let shared = Arc::clone(&shared);
+            let config = config.clone();
+            thread::Builder::new()
+                .name(format!("chessbench-loader-{w}"))
+                .spawn(move || {
+                    // Worker w builds windows w, w + N, w + 2N, ... from `start`.
+                    let per_epoch = sampler::windows_per_epoch(shared.units.len(), config.window);
+                    let first = start.epoch * per_epoch + start.window;
+                    let mut index = first + w as u64;
+                    loop {
+                        let position = Position {
+                            epoch: index / per_epoch,
+                            window: index % per_epoch,
+                            offset: 0,
+                        };
+                        let window = build_window(&shared, &config, position);
+                        let failed = window.is_err();
+                        if tx.send(window).is_err() || failed {
+                            return;
+                        }
+                        index += workers as u64;
+                    }
+                })
+                .map_err(|e| DataError::Worker(e.to_string()))?;
+            receivers.push(rx);
+        }
+        Ok(Loader {
+            config,
+            shared,
+            receivers,
+            next_worker: 0,
+            current: None,
+            offset: start.offset as usize,
+        })
+    }
+
+    /// Number of units (row groups) per epoch.
+    pub fn units(&self) -> usize {
+        self.shared.units.len()
+    }
+
+    /// The next batch (windows are crossed, epochs too).
+    pub fn next_batch(&mut self) -> Result<Batch, DataError> {
+        let seq_len = self.config.policy.sequence_length();
+        let n = self.config.batch_size;
+        let mut batch = Batch {
+            tokens: Vec::with_capacity(n * seq_len),
+            seq_len,
+            targets: Vec::with_capacity(n),
+            win_prob: Vec::with_capacity(n),
+            position: Position::default(),
+        };
+        while batch.len() < n {
+            if self
+                .current
+                .as_ref()
+                .is_none_or(|w| self.offset >= w.targets.len())
+            {
+                if self.current.is_some() {
+                    self.offset = 0;
+                }
+                let rx = &self.receivers[self.next_worker];
+                let window = rx
+                    .recv()
+                    .map_err(|_| DataError::Worker("loader thread ended".into()))??;
+                self.next_worker = (self.next_worker + 1) % self.receivers.len();
+                self.current = Some(window);
+                continue;
+            }
+            let Some(w) = self.current.as_ref() else {
+                continue;
+            };
+            let take = (n - batch.len()).min(w.targets.len() - self.offset);
+            let range = self.offset..self.offset + take;
+            batch
+                .tokens
+                .extend_from_slice(&w.tokens[range.start * seq_len..range.end * seq_len]);
+            batch.targets.extend_from_slice(&w.targets[range.clone()]);
+            batch.win_prob.extend_from_slice(&w.win_prob[range]);
+            self.offset += take;
+            batch.position = Position {
+                offset: self.offset as u64,
+                ..w.position
+            };
+        }
+        Ok(batch)
+    }
+}
+
+fn build_window(
+    shared: &Shared,
+    config: &DataConfig,
+    position: Position,
+) -> Result<Window, DataError> {
+    let order = sampler::unit_order(config.seed, position.epoch, shared.units.len());
+    let mut records = UnitRecords::default();
+    for &u in sampler::window_units(&order, config.window, position.window) {
+        read_unit(
+            &shared.units[u],
+            config.policy,
+            &shared.buckets,
+            &mut records,
+        )?;
+    }
+    let weights: Vec<u32> = match config.sampling {
+        Sampling::Uniform => vec![1; records.board.len()],
+        Sampling::Weighted => records
+            .board
+            .iter()
+            .map(|&b| shared.boards.weights.get(b as usize).copied().unwrap_or(1))
+            .collect(),
+    };
+    let serve = sampler::window_order(config.seed, position, &weights);
+    let seq_len = config.policy.sequence_length();
+    let mut window = Window {
+        position,
+        tokens: Vec::with_capacity(serve.len() * seq_len),
+        targets: Vec::with_capacity(serve.len()),
+        win_prob: Vec::with_capacity(serve.len()),
+    };
+    for &i in &serve {
+        let i = i as usize;
+        let board = records.board[i] as usize;
+        let tokens = shared
+            .boards
+            .tokens
+            .get(board)
+            .ok_or_else(|| DataError::Table {
+                path: shared.units[0].path.clone(),
+                message: format!("board id {board} is not in the boards table"),
+            })?;
+        push_sequence(
+            config.policy,
+            tokens,
+            records.action[i],
+            records.target[i],
+            &mut window.tokens,
+        );
+        window.targets.push(i32::from(records.target[i]));
+        window.win_prob.push(records.win_prob[i]);
+    }
+    Ok(window)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequences_follow_searchless_chess() {
+        let fen = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1";
+        let board = tokenize(fen).unwrap();
+        let mut out = Vec::new();
+        push_sequence(Policy::ActionValue, &board, 1967, 31, &mut out);
+        assert_eq!(out.len(), 79);
+        assert_eq!(&out[77..], &[1967, 31]);
+        assert!(out[..77].iter().zip(board).all(|(&a, b)| a == i32::from(b)));
+        out.clear();
+        push_sequence(Policy::BehavioralCloning, &board, 0, 5, &mut out);
+        assert_eq!(out.len(), Policy::BehavioralCloning.sequence_length());
+        assert_eq!(out[77], 5);
+        assert!(out.iter().all(|&t| (t as usize) < Policy::VOCAB_SIZE));
+    }
+}

@@ -30,6 +30,21 @@ fn ingested() -> &'static Path {
     path
 }
 
+/// Annotates (or resumes annotating) the first 96 boards of each split.
+fn annotate_small(run: &Path) {
+    let o = util::run(&[
+        "annotate",
+        run.to_str().unwrap(),
+        "--nodes",
+        "200",
+        "--max-boards",
+        "96",
+        "--chunk-boards",
+        "32",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// The demo ingest annotated for 96 boards per split, made once.
 pub fn annotated() -> &'static Path {
     static RUN: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
@@ -37,17 +52,7 @@ pub fn annotated() -> &'static Path {
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path().join("demo");
         ingest_demo(&run);
-        let o = util::run(&[
-            "annotate",
-            run.to_str().unwrap(),
-            "--nodes",
-            "200",
-            "--max-boards",
-            "96",
-            "--chunk-boards",
-            "32",
-        ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        annotate_small(&run);
         (dir, run)
     });
     path
@@ -330,17 +335,7 @@ fn an_interrupted_annotate_commit_is_reported() {
         "{err}"
     );
     // The annotator's recovery completes the commit; then SQL works.
-    let o = util::run(&[
-        "annotate",
-        run.to_str().unwrap(),
-        "--nodes",
-        "200",
-        "--max-boards",
-        "96",
-        "--chunk-boards",
-        "32",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    annotate_small(&run);
     assert!(sql(&run, &["table_a1"]).status.success());
 }
 

@@ -46,13 +46,25 @@ struct Journal {
 }
 
 /// Writes `bytes` to `path` atomically (temp file in the same directory,
-/// fsync, rename).
+/// fsync, rename). The temp name is unique to the process and call, so
+/// concurrent writers of one file (annotate shards starting together) never
+/// share, truncate or steal each other's temp file; the last rename wins.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let tmp = path.with_extension("tmp");
-    let mut f = File::create(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| StoreError::io(&tmp, e))?;
-    f.sync_all().map_err(|e| StoreError::io(&tmp, e))?;
-    fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))?;
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}-{call}.tmp", std::process::id()));
+    let tmp = path.with_file_name(name);
+    let written = (|| {
+        let mut f = File::create(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
+        f.write_all(bytes).map_err(|e| StoreError::io(&tmp, e))?;
+        f.sync_all().map_err(|e| StoreError::io(&tmp, e))?;
+        fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
     sync_dir(path.parent());
     Ok(())
 }
@@ -410,6 +422,32 @@ mod tests {
             manifest: Manifest::default(),
         };
         fs::write(root.join(JOURNAL), serde_json::to_vec(&journal).unwrap()).unwrap();
+    }
+
+    /// Many writers of one file at once (annotate shards writing the same
+    /// settings.json): every write succeeds, the file is one of them whole.
+    #[test]
+    fn concurrent_atomic_writes_of_one_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("settings.json");
+        std::thread::scope(|s| {
+            for i in 0..8u8 {
+                let path = &path;
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        write_atomic(path, &[i; 64]).unwrap();
+                    }
+                });
+            }
+        });
+        let bytes = fs::read(&path).unwrap();
+        assert_eq!(bytes.len(), 64);
+        assert!(bytes.iter().all(|&b| b == bytes[0]));
+        assert_eq!(
+            fs::read_dir(tmp.path()).unwrap().count(),
+            1,
+            "no temp files left"
+        );
     }
 
     #[test]

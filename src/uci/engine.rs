@@ -324,8 +324,15 @@ impl Engine {
     }
 
     fn send(&mut self, cmd: &Command<'_>) -> Result<(), EngineError> {
-        writeln!(self.stdin, "{cmd}").map_err(EngineError::Write)?;
-        self.stdin.flush().map_err(EngineError::Write)
+        match writeln!(self.stdin, "{cmd}").and_then(|()| self.stdin.flush()) {
+            Ok(()) => Ok(()),
+            // A closed pipe means the engine is gone (it may die before it
+            // reads its first command): report its exit status and stderr.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                Err(self.exited("sending it a command"))
+            }
+            Err(e) => Err(EngineError::Write(e)),
+        }
     }
 
     fn recv(

@@ -15,16 +15,16 @@ PIPELINE    ?= pipeline/demo.toml
 RUN         ?= runs/demo
 FUZZ_CASES  ?= 20000
 
-.PHONY: all build ingest annotate plan stats notebooks python-deps duckdb test lint unit \
-        fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader test-slurm stockfish \
-        doc clean
+.PHONY: all build ingest annotate train plan stats notebooks python-deps duckdb test lint unit \
+        fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train \
+        test-slurm test-demo check-cuda stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
 
-## Demo pipeline (as far as it exists): ingest, annotate, print Table A1,
-## execute the notebooks into HTML.
-all: annotate stats notebooks
+## Demo pipeline (as far as it exists): ingest, annotate, train the tiny
+## action-value model, print Table A1, execute the notebooks into HTML.
+all: annotate train stats notebooks
 
 build: $(BIN)
 
@@ -58,6 +58,14 @@ $(RUN)/annotate/.done: $(BIN) $(PIPELINE) $(RUN)/manifest.json | stockfish
 
 annotate: $(RUN)/annotate/.done
 
+# Training resumes from its newest checkpoint; summary.json is written last.
+TRAIN_NAME  ?= av_tiny
+$(RUN)/train/$(TRAIN_NAME)/summary.json: $(BIN) $(PIPELINE) $(RUN)/annotate/.done
+	$(BIN) train --config $(PIPELINE) --run $(RUN)
+
+## The [train] recipe of $(PIPELINE) on the annotated demo run (CPU).
+train: $(RUN)/train/$(TRAIN_NAME)/summary.json
+
 ## What annotating the demo costs, and the paper's set at the same rate.
 plan: $(RUN)/manifest.json | stockfish
 	$(BIN) annotate --config $(PIPELINE) $(RUN) --plan
@@ -76,7 +84,7 @@ python-deps:
 NOTEBOOKS   := $(wildcard notebooks/*.ipynb)
 notebooks: $(patsubst notebooks/%.ipynb,$(RUN)/report/%.html,$(NOTEBOOKS))
 
-$(RUN)/report/%.html: notebooks/%.ipynb notebooks/cbsql.py $(wildcard sql/*.sql) $(RUN)/annotate/.done | python-deps
+$(RUN)/report/%.html: notebooks/%.ipynb notebooks/cbsql.py $(wildcard sql/*.sql) $(RUN)/annotate/.done $(RUN)/train/$(TRAIN_NAME)/summary.json | python-deps
 	cd notebooks && CHESSBENCH_RUN=$(abspath $(RUN)) $(PYTHON) -m jupyter nbconvert --to html --execute $*.ipynb \
 	  --output-dir $(abspath $(RUN))/report --ExecutePreprocessor.timeout=1200
 
@@ -103,7 +111,7 @@ fuzz:
 
 ## Benchmarks: ingest throughput vs zstd -dc and pgn-reader's
 ## parallel_validate; annotate engine utilisation, bytes per record, MultiPV.
-bench: bench-ingest bench-annotate bench-sql bench-loader
+bench: bench-ingest bench-annotate bench-sql bench-loader bench-train
 
 bench-ingest: | $(DUCKDB_LIB)
 	$(CARGO) bench --locked --bench ingest
@@ -120,6 +128,20 @@ bench-sql: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
 ## Training-data loader samples/s (per worker thread) on the demo run.
 bench-loader: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
 	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) $(CARGO) bench --locked --bench loader
+
+## Trainer steps/s and model FLOPs per second (burn on CPU) against the same
+## arithmetic as plain matrix multiplications, on the demo run.
+bench-train: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
+	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) $(CARGO) bench --locked --bench train
+
+## Checks on the trained demo run: the action-value model's test log-loss
+## beats the predict-the-marginal baseline.
+test-demo: $(RUN)/train/$(TRAIN_NAME)/summary.json
+	CHESSBENCH_DEMO_RUN=$(abspath $(RUN)) $(CARGO) test --locked --test it train::demo_ -- --nocapture
+
+## The CUDA build compiles (no GPU needed; it needs one to run).
+check-cuda: | $(DUCKDB_LIB)
+	$(CARGO) check --locked --features cuda --all-targets
 
 ## A real single-node Slurm cluster (slurm-wlm, munge; needs root): a 4-task
 ## job array must equal an unsharded run. Not part of `make test`, see README.

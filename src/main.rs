@@ -22,6 +22,15 @@ use chessbench::{
     },
     sql::{self, Format},
     stats,
+    train::{
+        config::{DeviceKind, Precision, TrainOptions},
+        data::Policy,
+        loss::Loss,
+        model_config::{ModelShape, Preset},
+        run::{self as train_run, RunOptions},
+        sampler::Sampling,
+        throughput::{StepBench, bench_steps},
+    },
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -98,6 +107,180 @@ The same SQL runs in the DuckDB CLI or Python duckdb (DuckDB 1.5):\n\
     /// Export or import ChessBench .bag files (state_value, behavioral_cloning, action_value).
     #[command(subcommand)]
     Bag(BagCommand),
+    /// Train a predictor (action value, state value or behavioural cloning) on a run's tables.
+    #[command(
+        long_about = "Train one of the paper's predictors with burn on the annotated tables of a run: \
+a decoder-only transformer reading the 77 FEN tokens (+ the action) and predicting the value bucket \
+(action value, state value) or the best action (behavioural cloning). Adam with global-norm \
+clipping, an EMA of the parameters (evaluated), HL-Gauss / cross-entropy / L2 losses.\n\n\
+Writes RUN/train/NAME/: config.json, metrics.csv (loss, grad norm, lr, samples/s per log step), \
+eval.csv (eval-split log-loss next to the predict-the-marginal baseline), checkpoints/step-N/ \
+(model, EMA, optimiser, sampler position) and summary.json. Started again, it resumes from the newest \
+checkpoint and continues the identical trajectory; --steps can be raised to train longer.\n\n\
+Recipes live in the [train] table of a pipeline file (pipeline/demo.toml: tiny model, minutes on 2 \
+cores; pipeline/ablation.toml: the paper's 9M ablation; pipeline/paper.toml: the main setup); \
+options given here override the file.\n\n\
+  chessbench train --config pipeline/demo.toml\n\
+  chessbench train --run runs/demo --policy behavioral-cloning --steps 500 --batch-size 256\n\
+  chessbench train --config pipeline/ablation.toml --device cuda   # needs --features cuda"
+    )]
+    Train(Box<TrainArgs>),
+    /// Time the training step alone (random batches, no data loader): samples/s and model FLOP/s.
+    #[command(
+        long_about = "Time the full training step (forward, loss, backward, global-norm clip, \
+Adam, EMA) on random token batches of the real shape, without the data loader, and print \
+samples/s and model FLOP/s. --profile synchronises after each phase and prints where the time \
+goes. bench/torch_reference.py times the same step in PyTorch; `make bench-train` compares them.\n\n\
+  chessbench bench-step --model 9m --buckets 32 --batch-size 1024 --device cuda --steps 50"
+    )]
+    BenchStep(BenchStepArgs),
+}
+
+#[derive(Args)]
+struct BenchStepArgs {
+    #[arg(long, value_enum, default_value = "tiny")]
+    model: PresetArg,
+    #[arg(long, value_enum, default_value = "action-value")]
+    policy: PolicyArg,
+    #[arg(long, default_value_t = 128)]
+    buckets: usize,
+    #[arg(long, value_enum, default_value = "hl-gauss")]
+    loss: LossArg,
+    #[arg(long, default_value_t = 256)]
+    batch_size: usize,
+    /// Timed steps.
+    #[arg(long, default_value_t = 20)]
+    steps: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    #[arg(long, value_enum, default_value = "cpu")]
+    device: DeviceArg,
+    /// bf16 (CUDA only).
+    #[arg(long)]
+    bf16: bool,
+    /// Synchronise after each phase and report seconds per phase.
+    #[arg(long)]
+    profile: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    /// Pipeline file with a [train] table (paths in it are relative to the file).
+    #[arg(short, long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Run directory with annotated tables (overrides the file's `run`).
+    #[arg(long, value_name = "RUN_DIR")]
+    run: Option<PathBuf>,
+    /// Name of the training run: outputs go to RUN/train/NAME [default: POLICY_MODEL, e.g. av_tiny].
+    #[arg(long)]
+    name: Option<String>,
+    /// Split to train on [default: train].
+    #[arg(long)]
+    split: Option<String>,
+    /// Split to evaluate on; "" for none [default: test].
+    #[arg(long)]
+    eval_split: Option<String>,
+    /// Predictor [default: action-value].
+    #[arg(long, value_enum)]
+    policy: Option<PolicyArg>,
+    /// Model size [default: tiny].
+    #[arg(long, value_enum)]
+    model: Option<PresetArg>,
+    /// K value buckets [default: 128].
+    #[arg(long)]
+    buckets: Option<usize>,
+    /// Loss [default: hl-gauss for value predictors, cross-entropy for behavioural cloning].
+    #[arg(long, value_enum)]
+    loss: Option<LossArg>,
+    /// Records per step [default: 1024].
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Adam learning rate [default: 1e-4].
+    #[arg(long)]
+    learning_rate: Option<f64>,
+    /// Total optimiser steps [default: 1000]; raise it to continue a finished run.
+    #[arg(long)]
+    steps: Option<u64>,
+    /// Record sampler [default: uniform].
+    #[arg(long, value_enum)]
+    sampling: Option<SamplingArg>,
+    /// Seed of the initialisation and the sampler [default: 0].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Loader threads [default: 1].
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Log a metrics row every N steps [default: 10].
+    #[arg(long, value_name = "N")]
+    log_every: Option<u64>,
+    /// Checkpoint every N steps (and at the end) [default: 1000].
+    #[arg(long, value_name = "N")]
+    checkpoint_every: Option<u64>,
+    /// Evaluate the EMA every N steps; 0: at the end only [default: 0].
+    #[arg(long, value_name = "N")]
+    eval_every: Option<u64>,
+    /// Records of the eval split per evaluation [default: 16384].
+    #[arg(long, value_name = "N")]
+    eval_records: Option<usize>,
+    /// Backend [default: cpu].
+    #[arg(long, value_enum)]
+    device: Option<DeviceArg>,
+    /// bf16 parameters and activations (CUDA only) [default: f32].
+    #[arg(long)]
+    bf16: bool,
+    /// Discard the run's checkpoints and logs and start from step 0.
+    #[arg(long)]
+    restart: bool,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Test hook: abort the process right after logging step N (simulates a crash).
+    #[arg(long, hide = true, value_name = "N")]
+    abort_after_step: Option<u64>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PolicyArg {
+    ActionValue,
+    StateValue,
+    BehavioralCloning,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PresetArg {
+    Tiny,
+    #[value(name = "9m")]
+    M9,
+    #[value(name = "136m")]
+    M136,
+    #[value(name = "270m")]
+    M270,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LossArg {
+    HlGauss,
+    CrossEntropy,
+    L2,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SamplingArg {
+    Uniform,
+    Weighted,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DeviceArg {
+    Cpu,
+    Cuda,
 }
 
 #[derive(Args)]
@@ -713,6 +896,179 @@ fn bag_cmd(command: BagCommand) -> Result<()> {
     Ok(())
 }
 
+fn train_cmd(args: TrainArgs) -> Result<()> {
+    let cli = TrainOptions {
+        run: args.run,
+        name: args.name,
+        split: args.split,
+        eval_split: args.eval_split,
+        policy: args.policy.map(policy_of),
+        model: args.model.map(preset_of),
+        buckets: args.buckets,
+        loss: args.loss.map(loss_of),
+        batch_size: args.batch_size,
+        learning_rate: args.learning_rate,
+        steps: args.steps,
+        sampling: args.sampling.map(|s| match s {
+            SamplingArg::Uniform => Sampling::Uniform,
+            SamplingArg::Weighted => Sampling::Weighted,
+        }),
+        seed: args.seed,
+        workers: args.workers,
+        log_every: args.log_every,
+        checkpoint_every: args.checkpoint_every,
+        eval_every: args.eval_every,
+        eval_records: args.eval_records,
+        device: args.device.map(device_of),
+        precision: args.bf16.then_some(Precision::Bf16),
+        ..TrainOptions::default()
+    };
+    let options = match &args.config {
+        Some(path) => TrainOptions::from_pipeline_file(path)?.merge(cli),
+        None => cli,
+    };
+    let config = options.resolve()?;
+    let run_options = RunOptions {
+        progress: !args.no_progress,
+        restart: args.restart,
+        abort_after_step: args.abort_after_step,
+    };
+    let summary = train_run::train(&config, &run_options)
+        .with_context(|| format!("training {}", config.out_dir().display()))?;
+    let mut stdout = io::stdout().lock();
+    if args.json {
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&summary)?)?;
+        return Ok(());
+    }
+    let resumed = summary
+        .resumed_from
+        .map(|s| format!(", resumed from step {s}"))
+        .unwrap_or_default();
+    writeln!(
+        stdout,
+        "trained {} ({:?}, {:.2}M parameters): step {} of {}, {} samples{resumed}",
+        summary.name,
+        summary.policy,
+        summary.params as f64 / 1e6,
+        summary.step,
+        config.steps,
+        group(summary.samples),
+    )?;
+    if let (Some(loss), Some(rate)) = (summary.last_loss, summary.samples_per_s) {
+        writeln!(
+            stdout,
+            "  last train loss {loss:.4}; {rate:.0} samples/s ({:.2} GFLOP/s of model FLOPs) on {}; waiting for data {:.1}% of the time",
+            rate * summary.train_flops_per_sample / 1e9,
+            summary.device,
+            100.0 * summary.data_wait_share.unwrap_or(0.0)
+        )?;
+    }
+    if let Some(e) = &summary.eval {
+        let verdict = if e.log_loss < e.marginal_log_loss {
+            "beats"
+        } else {
+            "does not beat"
+        };
+        writeln!(
+            stdout,
+            "  {} split ({} records, EMA parameters): log-loss {:.4}, {verdict} the marginal baseline {:.4}; accuracy {:.3}{}",
+            e.split,
+            group(e.records as u64),
+            e.log_loss,
+            e.marginal_log_loss,
+            e.accuracy,
+            e.value_mse
+                .map(|m| format!("; win% MSE {m:.4}"))
+                .unwrap_or_default()
+        )?;
+    }
+    writeln!(stdout, "  wrote {}", summary.out_dir.display())?;
+    Ok(())
+}
+
+fn policy_of(p: PolicyArg) -> Policy {
+    match p {
+        PolicyArg::ActionValue => Policy::ActionValue,
+        PolicyArg::StateValue => Policy::StateValue,
+        PolicyArg::BehavioralCloning => Policy::BehavioralCloning,
+    }
+}
+
+fn preset_of(m: PresetArg) -> Preset {
+    match m {
+        PresetArg::Tiny => Preset::Tiny,
+        PresetArg::M9 => Preset::M9,
+        PresetArg::M136 => Preset::M136,
+        PresetArg::M270 => Preset::M270,
+    }
+}
+
+fn loss_of(l: LossArg) -> Loss {
+    match l {
+        LossArg::HlGauss => Loss::HlGauss,
+        LossArg::CrossEntropy => Loss::CrossEntropy,
+        LossArg::L2 => Loss::L2,
+    }
+}
+
+fn device_of(d: DeviceArg) -> DeviceKind {
+    match d {
+        DeviceArg::Cpu => DeviceKind::Cpu,
+        DeviceArg::Cuda => DeviceKind::Cuda,
+    }
+}
+
+fn bench_step_cmd(args: BenchStepArgs) -> Result<()> {
+    let policy = policy_of(args.policy);
+    let bench = StepBench {
+        shape: ModelShape::preset(preset_of(args.model), policy, args.buckets),
+        loss: if policy == Policy::BehavioralCloning {
+            Loss::CrossEntropy
+        } else {
+            loss_of(args.loss)
+        },
+        batch_size: args.batch_size.max(1),
+        steps: args.steps.max(1),
+        warmup: args.warmup,
+        device: device_of(args.device),
+        precision: if args.bf16 {
+            Precision::Bf16
+        } else {
+            Precision::F32
+        },
+        profile: args.profile,
+    };
+    let t = bench_steps(&bench).context("timing training steps")?;
+    let mut stdout = io::stdout().lock();
+    if args.json {
+        writeln!(stdout, "{}", serde_json::to_string(&t)?)?;
+        return Ok(());
+    }
+    writeln!(
+        stdout,
+        "{:.2}M parameters, batch {}: {:.0} samples/s, {:.2} model TFLOP/s ({} steps in {:.2} s on {})",
+        t.params as f64 / 1e6,
+        bench.batch_size,
+        t.samples_per_s,
+        t.model_flops_per_s / 1e12,
+        bench.steps,
+        t.seconds,
+        t.device
+    )?;
+    if let Some(phases) = &t.phases {
+        let total: f64 = phases.iter().map(|(_, s)| s).sum();
+        for (name, s) in phases {
+            writeln!(
+                stdout,
+                "  {name:<13} {:>9.3} ms/step {:>5.1}%",
+                s * 1e3,
+                100.0 * s / total.max(1e-12)
+            )?;
+        }
+    }
+    Ok(())
+}
+
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|e| {
         e.downcast_ref::<io::Error>()
@@ -728,6 +1084,8 @@ fn main() -> ExitCode {
         Command::Stats(args) => stats_cmd(args),
         Command::Sql(args) => sql_cmd(args),
         Command::Bag(command) => bag_cmd(command),
+        Command::Train(args) => train_cmd(*args),
+        Command::BenchStep(args) => bench_step_cmd(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

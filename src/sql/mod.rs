@@ -34,12 +34,13 @@ pub use script::Statement;
 pub const VIEWS_SQL: &str = include_str!("../../sql/views.sql");
 
 /// The SQL files shipped in `sql/`, by name.
-pub const BUILTIN: [(&str, &str); 5] = [
+pub const BUILTIN: [(&str, &str); 6] = [
     ("views", VIEWS_SQL),
     ("table_a1", include_str!("../../sql/table_a1.sql")),
     ("dataset_stats", include_str!("../../sql/dataset_stats.sql")),
     ("overlap", include_str!("../../sql/overlap.sql")),
     ("sampling", include_str!("../../sql/sampling.sql")),
+    ("training", include_str!("../../sql/training.sql")),
 ];
 
 /// Failures of the SQL layer.

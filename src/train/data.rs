@@ -339,6 +339,9 @@ pub struct Loader {
 
 struct Shared {
     units: Vec<Unit>,
+    /// Rows of all units (records of one uniform epoch; for behavioural
+    /// cloning this counts terminal boards, which are skipped).
+    rows: u64,
     boards: Boards,
     buckets: ValueBuckets,
 }
@@ -365,10 +368,13 @@ impl Loader {
             .ok_or(DataError::Buckets(config.buckets))?;
         let table = config.policy.table();
         let mut units = Vec::new();
+        let mut rows = 0u64;
         for path in parquet_files(&config.run.join(partition_dir(table, &config.split)))? {
             let b = reader(&path)?;
             for rg in 0..b.metadata().num_row_groups() {
-                if b.metadata().row_group(rg).num_rows() > 0 {
+                let n = b.metadata().row_group(rg).num_rows();
+                rows += n.max(0) as u64;
+                if n > 0 {
                     units.push(Unit {
                         path: path.clone(),
                         row_group: rg,
@@ -386,6 +392,7 @@ impl Loader {
         let boards = Boards::load(&config.run, &config.split)?;
         let shared = Arc::new(Shared {
             units,
+            rows,
             boards,
             buckets,
         });
@@ -432,6 +439,11 @@ impl Loader {
     /// Number of units (row groups) per epoch.
     pub fn units(&self) -> usize {
         self.shared.units.len()
+    }
+
+    /// Records per uniform epoch (row count of the split's value table).
+    pub fn records(&self) -> u64 {
+        self.shared.rows
     }
 
     /// The next batch (windows are crossed, epochs too).

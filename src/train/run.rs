@@ -1,0 +1,631 @@
+//! `chessbench train`: the training loop and its run directory.
+//!
+//! `RUN/train/NAME/` holds
+//! - `config.json`: the resolved recipe;
+//! - `metrics.csv`: one row per `log_every` steps (step, epoch, samples, mean
+//!   loss, gradient norm before clipping, learning rate, samples/s, the share
+//!   of time spent waiting for data, elapsed seconds);
+//! - `eval.csv`: one row per evaluation of the EMA parameters on the eval
+//!   split (log-loss, the predict-the-marginal baseline, accuracy, value MSE);
+//! - `checkpoints/step-N/` (see [`super::checkpoint`]) and `summary.json`.
+//!
+//! A run resumes from its newest checkpoint: the model, EMA, Adam state and
+//! sampler position are restored and the logs are cut back to that step, so
+//! the resumed run computes exactly what the uninterrupted one would have.
+
+use std::{
+    fs::{self, OpenOptions},
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use burn::{
+    module::AutodiffModule,
+    optim::{AdamConfig, GradientsParams, Optimizer},
+    tensor::{
+        Int, Tensor, TensorData,
+        backend::{AutodiffBackend, Backend},
+    },
+};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::{
+    checkpoint::{self, CheckpointError, TrainState},
+    config::{DeviceKind, Precision, TrainConfig},
+    data::{DataConfig, DataError, Loader, Policy},
+    ema::{self, EmaMismatch},
+    loss::{self, ValueSupport},
+    model::{Predictor, tokens_tensor},
+    model_config::ModelShape,
+    optim::{clip_global_norm, scalar},
+    sampler::{Position, Sampling},
+};
+use crate::chess::{actions::NUM_ACTIONS, value::ValueBuckets};
+
+/// Training failures.
+#[derive(Debug, Error)]
+pub enum TrainError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Ema(#[from] EmaMismatch),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{} was trained with another recipe; resume needs the same one (or pass --restart to start over):\n  {}",
+        dir.display(),
+        diffs.join("\n  ")
+    )]
+    Incompatible { dir: PathBuf, diffs: Vec<String> },
+    #[error("the loss became {value} at step {step}: lower the learning rate or check the data")]
+    Diverged { step: u64, value: f64 },
+    #[error(
+        "device = \"cuda\" needs a binary built with `--features cuda` (this one has the CPU backend only)"
+    )]
+    NoCuda,
+    #[error("precision = \"bf16\" needs device = \"cuda\"")]
+    Bf16OnCpu,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
+    move |source| TrainError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// How to run (not part of the recipe).
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Show a progress bar on stderr.
+    pub progress: bool,
+    /// Discard existing checkpoints and logs instead of resuming.
+    pub restart: bool,
+    /// Test hook: abort the process (no clean-up, like a crash or `kill -9`)
+    /// right after logging this step.
+    pub abort_after_step: Option<u64>,
+}
+
+/// Evaluation of one parameter set on the eval split.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EvalResult {
+    pub step: u64,
+    pub split: String,
+    pub records: usize,
+    /// Mean negative log-likelihood of the target token (bucket or action).
+    pub log_loss: f64,
+    /// The same for the train split's marginal distribution of targets.
+    pub marginal_log_loss: f64,
+    /// argmax == target (value bucket or action).
+    pub accuracy: f64,
+    /// Mean squared error of the expected win probability (value policies).
+    pub value_mse: Option<f64>,
+}
+
+/// What a finished run reports (also `summary.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Summary {
+    pub name: String,
+    pub out_dir: PathBuf,
+    pub policy: Policy,
+    pub params: u64,
+    pub step: u64,
+    pub samples: u64,
+    /// Steps done by this invocation (0 when the run was already complete).
+    pub steps_this_run: u64,
+    pub resumed_from: Option<u64>,
+    pub last_loss: Option<f64>,
+    pub samples_per_s: Option<f64>,
+    /// Share of this invocation's wall time spent waiting for batches.
+    pub data_wait_share: Option<f64>,
+    pub train_flops_per_sample: f64,
+    pub device: String,
+    pub eval: Option<EvalResult>,
+}
+
+/// Keeps freed memory in the process (glibc): a training step allocates and
+/// frees the same large activation buffers every time, and glibc's default
+/// returns them to the kernel, so each step pays page faults to get them
+/// back (measured: tiny model on 2 cores, 145 -> 208 samples/s).
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes glibc's allocation thresholds; it is
+    // called before the training threads allocate.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+        libc::mallopt(libc::M_TOP_PAD, 256 << 20);
+    }
+}
+
+/// Trains (or resumes) the run `config` describes, on the backend it names.
+pub fn train(config: &TrainConfig, options: &RunOptions) -> Result<Summary, TrainError> {
+    use burn::backend::Autodiff;
+    match (config.device, config.precision) {
+        (DeviceKind::Cpu, Precision::F32) => {
+            train_on::<Autodiff<burn::backend::Flex>>(config, options, Default::default())
+        }
+        (DeviceKind::Cpu, Precision::Bf16) => Err(TrainError::Bf16OnCpu),
+        #[cfg(feature = "cuda")]
+        (DeviceKind::Cuda, Precision::F32) => {
+            train_on::<Autodiff<burn::backend::Cuda<f32, i32>>>(config, options, Default::default())
+        }
+        #[cfg(feature = "cuda")]
+        (DeviceKind::Cuda, Precision::Bf16) => train_on::<
+            Autodiff<burn::backend::Cuda<burn::tensor::bf16, i32>>,
+        >(config, options, Default::default()),
+        #[cfg(not(feature = "cuda"))]
+        (DeviceKind::Cuda, _) => Err(TrainError::NoCuda),
+    }
+}
+
+const METRICS_HEADER: &str =
+    "step,epoch,samples,loss,grad_norm,learning_rate,samples_per_s,data_wait_share,elapsed_s";
+const EVAL_HEADER: &str =
+    "step,split,records,log_loss,marginal_log_loss,accuracy,value_mse,elapsed_s";
+
+/// Keeps the header and the rows whose first field (the step) is at most
+/// `step`; creates the file with `header` when it is missing.
+fn cut_log(path: &Path, header: &str, step: u64) -> Result<(), TrainError> {
+    let mut kept = format!("{header}\n");
+    if let Ok(file) = fs::File::open(path) {
+        for line in BufReader::new(file).lines().skip(1) {
+            let line = line.map_err(io(path))?;
+            let row_step = line.split(',').next().and_then(|s| s.parse::<u64>().ok());
+            if row_step.is_some_and(|s| s <= step) {
+                kept.push_str(&line);
+                kept.push('\n');
+            }
+        }
+    }
+    crate::store::commit::write_atomic(path, kept.as_bytes()).map_err(|e| TrainError::Io {
+        path: path.to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
+fn append(path: &Path, line: &str) -> Result<(), TrainError> {
+    let mut f = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(io(path))?;
+    writeln!(f, "{line}").map_err(io(path))?;
+    f.sync_data().map_err(io(path))
+}
+
+fn fmt_opt(v: Option<f64>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// Records held in memory for evaluation.
+struct EvalSet {
+    split: String,
+    tokens: Vec<i32>,
+    seq_len: usize,
+    targets: Vec<i32>,
+    win_prob: Vec<f32>,
+    marginal_log_loss: f64,
+}
+
+fn data_config(config: &TrainConfig, split: &str, batch_size: usize, seed: u64) -> DataConfig {
+    DataConfig {
+        run: config.run.clone(),
+        split: split.to_owned(),
+        policy: config.policy,
+        buckets: config.buckets,
+        batch_size,
+        sampling: Sampling::Uniform,
+        seed,
+        window: config.window,
+        workers: 1,
+    }
+}
+
+/// The eval records (the first `eval_records` of a fixed uniform order) and
+/// the marginal baseline estimated from `marginal_records` train records.
+fn eval_set(config: &TrainConfig, split: &str) -> Result<EvalSet, TrainError> {
+    const EVAL_SEED: u64 = 0x0e7a_1000;
+    let outputs = match config.policy {
+        Policy::BehavioralCloning => NUM_ACTIONS,
+        _ => config.buckets,
+    };
+    let mut counts = vec![0u64; outputs];
+    let marginal = Loader::new(
+        data_config(config, &config.split, 64 * 1024, EVAL_SEED),
+        Position::default(),
+    )?;
+    let wanted = config
+        .marginal_records
+        .min(marginal.records() as usize)
+        .max(1);
+    let mut seen = 0;
+    let mut marginal = marginal;
+    while seen < wanted {
+        let batch = marginal.next_batch()?;
+        for &t in batch.targets.iter().take(wanted - seen) {
+            counts[t as usize] += 1;
+        }
+        seen += batch.len();
+    }
+    drop(marginal);
+    let mut loader = Loader::new(
+        data_config(config, split, 1, EVAL_SEED),
+        Position::default(),
+    )?;
+    let n = config.eval_records.min(loader.records() as usize).max(1);
+    let mut set = EvalSet {
+        split: split.to_owned(),
+        tokens: Vec::new(),
+        seq_len: config.policy.sequence_length(),
+        targets: Vec::new(),
+        win_prob: Vec::new(),
+        marginal_log_loss: f64::NAN,
+    };
+    let mut loader_batch = loader.next_batch()?;
+    while set.targets.len() < n {
+        set.tokens.extend_from_slice(&loader_batch.tokens);
+        set.targets.extend_from_slice(&loader_batch.targets);
+        set.win_prob.extend_from_slice(&loader_batch.win_prob);
+        if set.targets.len() < n {
+            loader_batch = loader.next_batch()?;
+        }
+    }
+    let targets: Vec<usize> = set.targets.iter().map(|&t| t as usize).collect();
+    set.marginal_log_loss = loss::marginal_log_loss(&counts, &targets);
+    Ok(set)
+}
+
+/// Scores `model` on the eval set, `batch_size` records at a time.
+fn evaluate<B: Backend>(
+    model: &Predictor<B>,
+    set: &EvalSet,
+    support: &ValueSupport<B>,
+    policy: Policy,
+    batch_size: usize,
+    step: u64,
+    device: &B::Device,
+) -> EvalResult {
+    let n = set.targets.len();
+    let (mut nll, mut correct, mut sq) = (0.0f64, 0usize, 0.0f64);
+    let mut start = 0;
+    while start < n {
+        let end = (start + batch_size).min(n);
+        let m = end - start;
+        let tokens = tokens_tensor::<B>(
+            &set.tokens[start * set.seq_len..end * set.seq_len],
+            set.seq_len,
+            device,
+        );
+        let targets = Tensor::<B, 1, Int>::from_data(
+            TensorData::new(set.targets[start..end].to_vec(), [m]),
+            device,
+        );
+        let log_probs = model.forward(tokens);
+        nll += scalar(loss::cross_entropy(log_probs.clone(), targets.clone())) * m as f64;
+        let hits = log_probs
+            .clone()
+            .argmax(1)
+            .reshape([m])
+            .equal(targets)
+            .int()
+            .sum();
+        correct += scalar(hits.float()) as usize;
+        if policy != Policy::BehavioralCloning {
+            let y = Tensor::<B, 1>::from_data(
+                TensorData::new(set.win_prob[start..end].to_vec(), [m]),
+                device,
+            );
+            let d = support.expected_value(log_probs) - y;
+            sq += scalar((d.clone() * d).sum());
+        }
+        start = end;
+    }
+    EvalResult {
+        step,
+        split: set.split.clone(),
+        records: n,
+        log_loss: nll / n as f64,
+        marginal_log_loss: set.marginal_log_loss,
+        accuracy: correct as f64 / n as f64,
+        value_mse: (policy != Policy::BehavioralCloning).then(|| sq / n as f64),
+    }
+}
+
+fn progress_bar(enabled: bool, total: u64, start: u64) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(4));
+    bar.set_style(
+        ProgressStyle::with_template(
+            "train {bar:30} {pos}/{len} steps {msg} [{elapsed_precise}, eta {eta}]",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_position(start);
+    bar
+}
+
+fn train_on<B: AutodiffBackend>(
+    config: &TrainConfig,
+    options: &RunOptions,
+    device: B::Device,
+) -> Result<Summary, TrainError> {
+    tune_allocator();
+    let out = config.out_dir();
+    if options.restart && out.exists() {
+        for name in ["checkpoints", "metrics.csv", "eval.csv", "summary.json"] {
+            let p = out.join(name);
+            let removed = if p.is_dir() {
+                fs::remove_dir_all(&p)
+            } else {
+                fs::remove_file(&p)
+            };
+            match removed {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&p)(e)),
+                _ => {}
+            }
+        }
+    }
+    fs::create_dir_all(&out).map_err(io(&out))?;
+    let shape = ModelShape::preset(config.model, config.policy, config.buckets);
+    let buckets =
+        ValueBuckets::new(config.buckets).map_err(|_| DataError::Buckets(config.buckets))?;
+    let support = ValueSupport::<B>::new(&buckets, &device);
+    let eval_support = ValueSupport::<B::InnerBackend>::new(&buckets, &device);
+    let adam = AdamConfig::new()
+        .with_beta_1(config.adam_beta1 as f32)
+        .with_beta_2(config.adam_beta2 as f32)
+        .with_epsilon(config.adam_epsilon as f32);
+    let mut optim = adam.init::<B, Predictor<B>>();
+
+    // Resume or start.
+    let (mut model, mut ema, mut state, resumed_from) = match checkpoint::latest(&out)? {
+        Some(dir) => {
+            let (dir, saved) = checkpoint::read_state(&dir)?;
+            let diffs = config.incompatible_with(&saved.config);
+            if !diffs.is_empty() {
+                return Err(TrainError::Incompatible { dir, diffs });
+            }
+            let model = checkpoint::load_module(
+                &dir,
+                "model.mpk",
+                Predictor::new(&shape, &device),
+                &device,
+            )?;
+            let ema = checkpoint::load_module(
+                &dir,
+                "ema.mpk",
+                Predictor::<B::InnerBackend>::new(&shape, &device),
+                &device,
+            )?;
+            optim = checkpoint::load_optim::<B, _>(&dir, optim, &device)?;
+            let state = TrainState {
+                config: config.clone(),
+                ..saved
+            };
+            let from = state.step;
+            (model, ema, state, Some(from))
+        }
+        None => {
+            B::seed(&device, config.seed);
+            let model = Predictor::<B>::new(&shape, &device);
+            let ema = model.valid();
+            let state = TrainState {
+                step: 0,
+                position: Position::default(),
+                samples: 0,
+                elapsed_s: 0.0,
+                config: config.clone(),
+                shape,
+            };
+            (model, ema, state, None)
+        }
+    };
+    let metrics_path = out.join("metrics.csv");
+    let eval_path = out.join("eval.csv");
+    cut_log(&metrics_path, METRICS_HEADER, state.step)?;
+    cut_log(&eval_path, EVAL_HEADER, state.step)?;
+    let config_json = serde_json::to_vec_pretty(config).unwrap_or_default();
+    crate::store::commit::write_atomic(&out.join("config.json"), &config_json).map_err(|e| {
+        TrainError::Io {
+            path: out.join("config.json"),
+            source: std::io::Error::other(e.to_string()),
+        }
+    })?;
+
+    let eval = match &config.eval_split {
+        Some(split) => Some(eval_set(config, split)?),
+        None => None,
+    };
+    let mut loader = Loader::new(
+        DataConfig {
+            workers: config.workers,
+            sampling: config.sampling,
+            ..data_config(config, &config.split, config.batch_size, config.seed)
+        },
+        state.position,
+    )?;
+    let epoch_records = loader.records().max(1);
+
+    let bar = progress_bar(options.progress, config.steps, state.step);
+    let start_step = state.step;
+    let run_start = Instant::now();
+    let elapsed_before = state.elapsed_s;
+    let mut interval_start = Instant::now();
+    let mut interval_wait = 0.0f64;
+    let mut total_wait = 0.0f64;
+    let mut interval_steps = 0u64;
+    let mut interval_samples = 0u64;
+    let mut loss_sum: Option<Tensor<B::InnerBackend, 1>> = None;
+    let mut last_norm: Option<Tensor<B::InnerBackend, 1>>;
+    let mut last_loss = None;
+    let start_samples = state.samples;
+    let mut last_eval = None;
+    let seq_len = config.policy.sequence_length();
+
+    while state.step < config.steps {
+        let waited = Instant::now();
+        let batch = loader.next_batch()?;
+        let w = waited.elapsed().as_secs_f64();
+        interval_wait += w;
+        total_wait += w;
+        let n = batch.len();
+        let tokens = tokens_tensor::<B>(&batch.tokens, seq_len, &device);
+        let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets, [n]), &device);
+        let win_prob = Tensor::<B, 1>::from_data(TensorData::new(batch.win_prob, [n]), &device);
+        let log_probs = model.forward(tokens);
+        let loss = loss::batch_loss(config.loss, log_probs, targets, win_prob, &support);
+        let detached = loss.clone().inner();
+        loss_sum = Some(match loss_sum.take() {
+            Some(s) => s + detached,
+            None => detached,
+        });
+        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+        last_norm = clip_global_norm(&model, &mut grads, config.grad_clip);
+        model = optim.step(config.learning_rate, model, grads);
+        ema = ema::update::<B, _>(ema, &model, config.ema_decay)?;
+        state.step += 1;
+        state.samples += n as u64;
+        state.position = batch.position;
+        interval_steps += 1;
+        interval_samples += n as u64;
+
+        let last = state.step == config.steps;
+        if state.step % config.log_every == 0 || last {
+            let mean_loss = loss_sum.take().map(scalar).unwrap_or(f64::NAN) / interval_steps as f64;
+            if !mean_loss.is_finite() {
+                return Err(TrainError::Diverged {
+                    step: state.step,
+                    value: mean_loss,
+                });
+            }
+            let norm = last_norm.take().map(scalar);
+            let secs = interval_start.elapsed().as_secs_f64();
+            let rate = interval_samples as f64 / secs.max(1e-9);
+            let elapsed = elapsed_before + run_start.elapsed().as_secs_f64();
+            append(
+                &metrics_path,
+                &format!(
+                    "{},{},{},{},{},{},{},{},{}",
+                    state.step,
+                    state.samples as f64 / epoch_records as f64,
+                    state.samples,
+                    mean_loss,
+                    fmt_opt(norm),
+                    config.learning_rate,
+                    rate,
+                    interval_wait / secs.max(1e-9),
+                    elapsed
+                ),
+            )?;
+            bar.set_position(state.step);
+            bar.set_message(format!("loss {mean_loss:.4} · {rate:.0} samples/s"));
+            last_loss = Some(mean_loss);
+            interval_start = Instant::now();
+            interval_wait = 0.0;
+            interval_steps = 0;
+            interval_samples = 0;
+            if options.abort_after_step == Some(state.step) {
+                std::process::abort();
+            }
+        }
+        let eval_now = config.eval_every > 0 && state.step % config.eval_every == 0;
+        if let Some(set) = &eval
+            && (eval_now || last)
+        {
+            {
+                let r = evaluate(
+                    &ema,
+                    set,
+                    &eval_support,
+                    config.policy,
+                    config.batch_size.min(4096),
+                    state.step,
+                    &device,
+                );
+                append(
+                    &eval_path,
+                    &format!(
+                        "{},{},{},{},{},{},{},{}",
+                        r.step,
+                        r.split,
+                        r.records,
+                        r.log_loss,
+                        r.marginal_log_loss,
+                        r.accuracy,
+                        fmt_opt(r.value_mse),
+                        elapsed_before + run_start.elapsed().as_secs_f64()
+                    ),
+                )?;
+                let line = format!(
+                    "step {}: {} log-loss {:.4} (marginal baseline {:.4}), accuracy {:.3}",
+                    r.step, r.split, r.log_loss, r.marginal_log_loss, r.accuracy
+                );
+                if bar.is_hidden() {
+                    eprintln!("{line}");
+                } else {
+                    bar.println(line);
+                }
+                last_eval = Some(r);
+            }
+        }
+        if state.step % config.checkpoint_every == 0 || last {
+            state.elapsed_s = elapsed_before + run_start.elapsed().as_secs_f64();
+            checkpoint::save(&out, &state, &model, &ema, &optim, config.keep_checkpoints)?;
+        }
+    }
+    bar.finish_and_clear();
+    let run_secs = run_start.elapsed().as_secs_f64();
+    let steps_this_run = state.step - start_step;
+    let summary = Summary {
+        name: config.name.clone(),
+        out_dir: out.clone(),
+        policy: config.policy,
+        params: shape.num_params(),
+        step: state.step,
+        samples: state.samples,
+        steps_this_run,
+        resumed_from,
+        last_loss,
+        samples_per_s: (steps_this_run > 0)
+            .then(|| (state.samples - start_samples) as f64 / run_secs.max(1e-9)),
+        data_wait_share: (steps_this_run > 0).then(|| total_wait / run_secs.max(1e-9)),
+        train_flops_per_sample: shape.train_flops_per_sample(),
+        device: format!("{:?}", device),
+        eval: last_eval.or_else(|| read_last_eval(&eval_path)),
+    };
+    let json = serde_json::to_vec_pretty(&summary).unwrap_or_default();
+    crate::store::commit::write_atomic(&out.join("summary.json"), &json).map_err(|e| {
+        TrainError::Io {
+            path: out.join("summary.json"),
+            source: std::io::Error::other(e.to_string()),
+        }
+    })?;
+    Ok(summary)
+}
+
+/// The last row of `eval.csv` (a run resumed after it finished).
+fn read_last_eval(path: &Path) -> Option<EvalResult> {
+    let text = fs::read_to_string(path).ok()?;
+    let line = text.lines().skip(1).last()?;
+    let f: Vec<&str> = line.split(',').collect();
+    Some(EvalResult {
+        step: f.first()?.parse().ok()?,
+        split: (*f.get(1)?).to_owned(),
+        records: f.get(2)?.parse().ok()?,
+        log_loss: f.get(3)?.parse().ok()?,
+        marginal_log_loss: f.get(4)?.parse().ok()?,
+        accuracy: f.get(5)?.parse().ok()?,
+        value_mse: f.get(6).and_then(|v| v.parse().ok()),
+    })
+}

@@ -1,0 +1,167 @@
+//! Training-step throughput without the data loader: random token batches of
+//! the real shape through the full step (forward, loss, backward, global-norm
+//! clip, Adam, EMA), timed per phase. `chessbench bench-step` prints it, the
+//! `train` bench compares it with the loader and with the PyTorch reference
+//! (`bench/torch_reference.py`) on the same machine, batch and precision.
+
+use std::time::Instant;
+
+use burn::{
+    module::AutodiffModule,
+    optim::{AdamConfig, GradientsParams, Optimizer},
+    tensor::{
+        Int, Tensor, TensorData,
+        backend::{AutodiffBackend, Backend},
+    },
+};
+use serde::Serialize;
+
+use super::{
+    config::{DeviceKind, Precision},
+    ema,
+    loss::{self, Loss, ValueSupport},
+    model::{Predictor, tokens_tensor},
+    model_config::ModelShape,
+    optim::{clip_global_norm, scalar},
+    run::TrainError,
+    sampler::SplitMix64,
+};
+use crate::chess::value::ValueBuckets;
+
+/// What to time.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepBench {
+    pub shape: ModelShape,
+    pub loss: Loss,
+    pub batch_size: usize,
+    pub steps: usize,
+    pub warmup: usize,
+    pub device: DeviceKind,
+    pub precision: Precision,
+    /// Synchronise after each phase to attribute time (slower overall).
+    pub profile: bool,
+}
+
+/// Timings of [`StepBench`].
+#[derive(Debug, Clone, Serialize)]
+pub struct StepTiming {
+    pub bench: StepBench,
+    pub params: u64,
+    pub device: String,
+    pub seconds: f64,
+    pub samples_per_s: f64,
+    pub model_flops_per_s: f64,
+    /// Seconds per step by phase (profile mode only): upload of the batch,
+    /// forward + loss, backward, clip, Adam, EMA.
+    pub phases: Option<Vec<(String, f64)>>,
+}
+
+/// Runs the bench on the backend it names.
+pub fn bench_steps(bench: &StepBench) -> Result<StepTiming, TrainError> {
+    use burn::backend::Autodiff;
+    match (bench.device, bench.precision) {
+        (DeviceKind::Cpu, Precision::F32) => {
+            run::<Autodiff<burn::backend::Flex>>(bench, Default::default())
+        }
+        (DeviceKind::Cpu, Precision::Bf16) => Err(TrainError::Bf16OnCpu),
+        #[cfg(feature = "cuda")]
+        (DeviceKind::Cuda, Precision::F32) => {
+            run::<Autodiff<burn::backend::Cuda<f32, i32>>>(bench, Default::default())
+        }
+        #[cfg(feature = "cuda")]
+        (DeviceKind::Cuda, Precision::Bf16) => {
+            run::<Autodiff<burn::backend::Cuda<burn::tensor::bf16, i32>>>(bench, Default::default())
+        }
+        #[cfg(not(feature = "cuda"))]
+        (DeviceKind::Cuda, _) => Err(TrainError::NoCuda),
+    }
+}
+
+fn sync<B: Backend>(device: &B::Device) {
+    let _ = B::sync(device);
+}
+
+fn run<B: AutodiffBackend>(bench: &StepBench, device: B::Device) -> Result<StepTiming, TrainError> {
+    super::run::tune_allocator();
+    B::seed(&device, 0);
+    let shape = bench.shape;
+    let n = bench.batch_size;
+    let buckets = ValueBuckets::new(shape.outputs.max(2))
+        .map_err(|_| super::data::DataError::Buckets(shape.outputs))?;
+    let support = ValueSupport::<B>::new(&buckets, &device);
+    let mut model = Predictor::<B>::new(&shape, &device);
+    let mut ema_model = model.valid();
+    let mut optim = AdamConfig::new().init::<B, Predictor<B>>();
+    // Four fixed random batches, uploaded per step like real ones.
+    let mut rng = SplitMix64::new(42);
+    let batches: Vec<(Vec<i32>, Vec<i32>, Vec<f32>)> = (0..4)
+        .map(|_| {
+            let tokens = (0..n * shape.seq_len)
+                .map(|_| rng.below(shape.vocab as u64) as i32)
+                .collect();
+            let targets = (0..n)
+                .map(|_| rng.below(shape.outputs as u64) as i32)
+                .collect();
+            let win = (0..n)
+                .map(|_| (rng.below(1 << 20) as f32) / (1 << 20) as f32)
+                .collect();
+            (tokens, targets, win)
+        })
+        .collect();
+    let mut phases = [0.0f64; 6];
+    let mut last_loss = None;
+    let mut start = Instant::now();
+    for i in 0..bench.warmup + bench.steps {
+        if i == bench.warmup {
+            sync::<B>(&device);
+            start = Instant::now();
+            phases = [0.0; 6];
+        }
+        let mut t = Instant::now();
+        let mut mark = |k: usize, t: &mut Instant| {
+            if bench.profile {
+                sync::<B>(&device);
+                phases[k] += t.elapsed().as_secs_f64();
+                *t = Instant::now();
+            }
+        };
+        let (tokens, targets, win) = &batches[i % 4];
+        let x = tokens_tensor::<B>(tokens, shape.seq_len, &device);
+        let y = Tensor::<B, 1, Int>::from_data(TensorData::new(targets.clone(), [n]), &device);
+        let w = Tensor::<B, 1>::from_data(TensorData::new(win.clone(), [n]), &device);
+        mark(0, &mut t);
+        let loss = loss::batch_loss(bench.loss, model.forward(x), y, w, &support);
+        mark(1, &mut t);
+        let mut grads = GradientsParams::from_grads(loss.clone().backward(), &model);
+        mark(2, &mut t);
+        clip_global_norm(&model, &mut grads, 1.0);
+        mark(3, &mut t);
+        model = optim.step(1e-4, model, grads);
+        mark(4, &mut t);
+        ema_model = ema::update::<B, _>(ema_model, &model, 0.99)?;
+        mark(5, &mut t);
+        last_loss = Some(loss.inner());
+    }
+    if let Some(l) = last_loss {
+        let _ = scalar(l);
+    }
+    sync::<B>(&device);
+    let seconds = start.elapsed().as_secs_f64();
+    let samples_per_s = (bench.steps * n) as f64 / seconds.max(1e-9);
+    let names = ["upload", "forward+loss", "backward", "clip", "adam", "ema"];
+    Ok(StepTiming {
+        bench: bench.clone(),
+        params: shape.num_params(),
+        device: format!("{device:?}"),
+        seconds,
+        samples_per_s,
+        model_flops_per_s: samples_per_s * shape.train_flops_per_sample(),
+        phases: bench.profile.then(|| {
+            names
+                .iter()
+                .zip(phases)
+                .map(|(n, s)| ((*n).to_owned(), s / bench.steps.max(1) as f64))
+                .collect()
+        }),
+    })
+}

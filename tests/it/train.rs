@@ -321,6 +321,31 @@ fn every_policy_and_loss_trains() {
         );
         assert_eq!(eval["value_mse"].is_null(), name == "bc", "{name}");
     }
+    // The SQL layer reads the logs (sql/training.sql).
+    let o = std::process::Command::new(crate::util::BIN)
+        .arg("sql")
+        .arg(annotated())
+        .args([
+            "training",
+            "--only",
+            "training_runs",
+            "--format",
+            "json",
+            "--quiet",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    for name in ["sv_l2", "av_ce", "bc"] {
+        let row = rows
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {rows:?}"));
+        assert_eq!(row["step"], 3, "{row}");
+        assert_eq!(row["eval_split"], "test", "{row}");
+    }
     // Behavioural cloning has no buckets to spread a value over.
     let o = train(
         "bc_bad",

@@ -229,6 +229,10 @@ pub fn remove_annotations(root: &Path, split: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// How long [`RunDir::open_shared`] waits for an exclusive holder of `.lock`
+/// to let go before reporting the run as locked.
+pub const SHARED_OPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A stage that works beside others of its kind on a run (annotate shards):
 /// holds `.lock` shared, so an ingest (which holds it exclusively) cannot
 /// replace the boards underneath, while any number of shards run.
@@ -256,10 +260,22 @@ impl RunDir {
             .write(true)
             .open(&lock_path)
             .map_err(|e| StoreError::io(&lock_path, e))?;
-        match lock.try_lock_shared() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Err(StoreError::Locked(root.to_owned())),
-            Err(TryLockError::Error(e)) => return Err(StoreError::io(&lock_path, e)),
+        // Another shard starting at the same moment holds `.lock`
+        // exclusively for the few milliseconds its crash recovery takes
+        // (above): wait that out. A holder that keeps it (an ingest) is
+        // reported after SHARED_OPEN_WAIT.
+        let deadline = std::time::Instant::now() + SHARED_OPEN_WAIT;
+        loop {
+            match lock.try_lock_shared() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(TryLockError::WouldBlock) => {
+                    return Err(StoreError::Locked(root.to_owned()));
+                }
+                Err(TryLockError::Error(e)) => return Err(StoreError::io(&lock_path, e)),
+            }
         }
         if root.join(JOURNAL).exists() {
             return Err(StoreError::Corrupt(
@@ -553,6 +569,33 @@ mod tests {
         let reader = RunDir::read(tmp.path()).unwrap();
         assert!(reader.join("boards/split=train/p").is_file());
         assert!(!tmp.path().join(JOURNAL).exists());
+    }
+
+    /// Regression (CI, Slurm job array): two shards starting together, one
+    /// inside its brief exclusive recovery while the other asks for the
+    /// shared lock, made the second fail with "locked".
+    #[test]
+    fn shared_open_waits_for_a_brief_exclusive_holder() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(
+            tmp.path().join(MANIFEST),
+            b"{\"format\":\"chessbench-run\",\"schema_version\":1}",
+        )
+        .unwrap();
+        let run = RunDir::open(tmp.path()).unwrap();
+        let root = tmp.path().to_owned();
+        let shard = std::thread::spawn(move || RunDir::open_shared(&root));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        drop(run);
+        let shared = shard.join().unwrap().unwrap();
+        // Two shards share the run.
+        let _second = RunDir::open_shared(tmp.path()).unwrap();
+        // An exclusive open is still refused while shards hold it.
+        assert!(matches!(
+            RunDir::open(tmp.path()),
+            Err(StoreError::Locked(_))
+        ));
+        drop(shared);
     }
 
     #[test]

@@ -15,8 +15,8 @@ PIPELINE    ?= pipeline/demo.toml
 RUN         ?= runs/demo
 FUZZ_CASES  ?= 20000
 
-.PHONY: all build ingest annotate train plan stats notebooks python-deps duckdb test lint unit \
-        fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train \
+.PHONY: all build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
+        fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval \
         test-slurm test-demo check-cuda stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
@@ -24,7 +24,7 @@ AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
 
 ## Demo pipeline (as far as it exists): ingest, annotate, train the tiny
 ## action-value model, print Table A1, execute the notebooks into HTML.
-all: annotate train stats notebooks
+all: annotate train eval stats notebooks
 
 build: $(BIN)
 
@@ -65,6 +65,18 @@ $(RUN)/train/$(TRAIN_NAME)/summary.json: $(BIN) $(PIPELINE) $(RUN)/annotate/.don
 
 ## The [train] recipe of $(PIPELINE) on the annotated demo run (CPU).
 train: $(RUN)/train/$(TRAIN_NAME)/summary.json
+
+## Score the trained model ([eval] of $(PIPELINE)): metrics, puzzles, games,
+## Elo; writes $(RUN)/report/eval.{json,md} + CSV/PGN, then the plots
+## (notebooks/eval.ipynb -> $(RUN)/report/*.png, eval.html).
+EVAL_JSON   := $(RUN)/report/eval.json
+$(EVAL_JSON): $(BIN) $(PIPELINE) $(RUN)/train/$(TRAIN_NAME)/summary.json
+	$(BIN) eval --config $(PIPELINE) $(RUN) --checkpoint $(RUN)/train/$(TRAIN_NAME) --out $(RUN)/report
+
+eval: $(RUN)/report/eval.html
+	@echo "report: $(RUN)/report/eval.md (plots: $(RUN)/report/*.png)"
+
+$(RUN)/report/eval.html: $(EVAL_JSON)
 
 ## What annotating the demo costs, and the paper's set at the same rate.
 plan: $(RUN)/manifest.json | stockfish
@@ -111,7 +123,7 @@ fuzz:
 
 ## Benchmarks: ingest throughput vs zstd -dc and pgn-reader's
 ## parallel_validate; annotate engine utilisation, bytes per record, MultiPV.
-bench: bench-ingest bench-annotate bench-sql bench-loader bench-train
+bench: bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval
 
 bench-ingest: | $(DUCKDB_LIB)
 	$(CARGO) bench --locked --bench ingest
@@ -131,6 +143,9 @@ bench-loader: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
 
 ## Trainer steps/s and model FLOPs per second (burn on CPU) against the same
 ## arithmetic as plain matrix multiplications, on the demo run.
+bench-eval: | $(DUCKDB_LIB)
+	$(CARGO) bench --locked --bench eval
+
 bench-train: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
 	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) $(CARGO) bench --locked --bench train
 

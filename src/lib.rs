@@ -8,6 +8,7 @@
 pub mod annotate;
 pub mod bag;
 pub mod chess;
+pub mod eval;
 pub mod ingest;
 pub mod metrics;
 pub mod pipeline;

@@ -134,6 +134,34 @@ goes. bench/torch_reference.py times the same step in PyTorch; `make bench-train
   chessbench bench-step --model 9m --buckets 32 --batch-size 1024 --device cuda --steps 50"
     )]
     BenchStep(BenchStepArgs),
+    /// Score a checkpoint: static metrics, Lichess puzzles, games and Elo; write a report.
+    #[command(
+        long_about = "Evaluate a trained checkpoint as the paper does and write RUN/report/ \
+(or --out):\n\n\
+  static metrics on a split's annotated boards: action accuracy, Kendall tau-b (per board, averaged), \
+log-loss, L2 win-probability error, entropy, calibration; optionally Stockfish itself re-searching \
+every move (--oracle stockfish:nodes=N: at the labels' own node limit it must score 1 and 1)\n\
+  puzzles (Lichess CSV PuzzleId,FEN,Moves,Rating or ChessBench's PGN,Moves,Rating): accuracy overall \
+and per 200-point rating bucket; --puzzle-engine scores Stockfish on the same puzzles\n\
+  games against --opponent specs (stockfish:nodes=N, stockfish:skill=S[,depth=D], \
+checkpoint:PATH) from ECO openings with colours swapped, PGN, and a Bradley-Terry Elo fit with 95% \
+intervals anchored to --anchor\n\n\
+Files: eval.json, eval.md, calibration.csv, puzzles.csv, puzzles_by_rating.csv, games.pgn, games.csv, \
+elo.csv. `make eval` also draws the plots (notebooks/eval.ipynb).\n\n\
+  chessbench eval --config pipeline/demo.toml\n\
+  chessbench eval runs/demo --checkpoint runs/demo/train/av_tiny --puzzles puzzles.csv \\\n\
+      --opponent stockfish:skill=0 --opponent stockfish:nodes=100 --only games"
+    )]
+    Eval(Box<EvalArgs>),
+    /// Play a checkpoint as a UCI engine on stdin/stdout.
+    #[command(
+        long_about = "Speak UCI on standard input/output with a trained model as the engine: \
+uci, isready, ucinewgame, position startpos|fen ... [moves ...], go (limits and clocks are accepted and \
+ignored: one forward pass per move), stop, quit. Malformed commands and illegal moves are answered \
+with `info string error: ...`; the engine keeps running. For GUIs, cutechess-cli and lichess-bot:\n\n\
+  cutechess-cli -engine cmd=chessbench arg=uci arg=--checkpoint arg=runs/demo/train/av_tiny ..."
+    )]
+    Uci(UciArgs),
 }
 
 #[derive(Args)]
@@ -1086,6 +1114,8 @@ fn main() -> ExitCode {
         Command::Bag(command) => bag_cmd(command),
         Command::Train(args) => train_cmd(*args),
         Command::BenchStep(args) => bench_step_cmd(args),
+        Command::Eval(args) => eval_cmd(*args),
+        Command::Uci(args) => uci_cmd(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -1095,4 +1125,228 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PartArg {
+    Metrics,
+    Puzzles,
+    Games,
+}
+
+#[derive(Args)]
+struct EvalArgs {
+    /// The annotated run whose split the static metrics use.
+    run: Option<PathBuf>,
+    /// A pipeline file with an [eval] table (flags override it).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A checkpoint directory, or a training run (its newest checkpoint).
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// Evaluate the raw parameters instead of their EMA.
+    #[arg(long)]
+    raw_weights: bool,
+    /// Split scored by the static metrics [default: test].
+    #[arg(long)]
+    split: Option<String>,
+    /// Boards scored by the static metrics (0: skip) [default: 1000].
+    #[arg(long)]
+    boards: Option<usize>,
+    /// Also score Stockfish as a predictor, e.g. stockfish:nodes=200.
+    #[arg(long)]
+    oracle: Option<String>,
+    /// Puzzle CSV (Lichess or ChessBench format).
+    #[arg(long)]
+    puzzles: Option<PathBuf>,
+    /// Puzzles solved (the first N) [default: 200].
+    #[arg(long)]
+    max_puzzles: Option<usize>,
+    /// Stockfish on the same puzzles, e.g. stockfish:nodes=1000.
+    #[arg(long)]
+    puzzle_engine: Option<String>,
+    /// Openings: a PGN file (main lines) or the Lichess openings TSV [default: built-in list].
+    #[arg(long)]
+    openings: Option<PathBuf>,
+    /// Openings per opponent, each played with both colours [default: 4].
+    #[arg(long)]
+    openings_count: Option<usize>,
+    /// An opponent (repeatable): stockfish:nodes=N, stockfish:skill=S[,depth=D], checkpoint:PATH.
+    #[arg(long = "opponent")]
+    opponents: Vec<String>,
+    /// Game length cap in plies; longer games are adjudicated draws [default: 400].
+    #[arg(long)]
+    max_plies: Option<usize>,
+    /// The player whose Elo is fixed [default: the first opponent].
+    #[arg(long)]
+    anchor: Option<String>,
+    /// The anchor's Elo [default: 0].
+    #[arg(long)]
+    anchor_elo: Option<f64>,
+    /// Do not score moves that allow a threefold repetition as draws.
+    #[arg(long)]
+    no_repetition_draw: bool,
+    /// Let Stockfish pick among the top five moves when all exceed 99%, e.g. stockfish:nodes=1000.
+    #[arg(long)]
+    decisive: Option<String>,
+    /// The UCI engine (Stockfish) [default: stockfish on PATH, else /usr/games/stockfish].
+    #[arg(long)]
+    engine: Option<PathBuf>,
+    /// Where the model runs.
+    #[arg(long, value_enum)]
+    device: Option<DeviceArg>,
+    /// Report directory [default: RUN/report].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Run only these parts (repeatable) [default: all].
+    #[arg(long, value_enum)]
+    only: Vec<PartArg>,
+    /// No progress bars.
+    #[arg(long)]
+    no_progress: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn eval_cmd(args: EvalArgs) -> Result<()> {
+    use chessbench::eval::run::{EvalOptions, Part, evaluate};
+    let cli = EvalOptions {
+        run: args.run,
+        checkpoint: args.checkpoint,
+        weights: args.raw_weights.then(|| "raw".to_owned()),
+        split: args.split,
+        boards: args.boards,
+        oracle: args.oracle,
+        puzzles: args.puzzles.clone(),
+        max_puzzles: args.max_puzzles,
+        puzzle_engine: args.puzzle_engine,
+        openings: args.openings,
+        openings_count: args.openings_count,
+        opponents: (!args.opponents.is_empty()).then_some(args.opponents),
+        max_plies: args.max_plies,
+        anchor: args.anchor,
+        anchor_elo: args.anchor_elo,
+        repetition_draw: args.no_repetition_draw.then_some(false),
+        decisive: args.decisive,
+        engine: args.engine,
+        device: args.device.map(device_of),
+        out: args.out,
+        base_dir: None,
+    };
+    let options = match &args.config {
+        Some(path) => EvalOptions::from_pipeline_file(path)?.merge(cli),
+        None => cli,
+    };
+    let parts = args
+        .only
+        .iter()
+        .map(|p| match p {
+            PartArg::Metrics => Part::Metrics,
+            PartArg::Puzzles => Part::Puzzles,
+            PartArg::Games => Part::Games,
+        })
+        .collect();
+    let config = options.resolve(parts, args.puzzles.is_some())?;
+    let s = evaluate(&config, !args.no_progress)
+        .with_context(|| format!("evaluating {}", config.checkpoint.display()))?;
+    let mut out = io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "evaluated {} step {} ({:?}, {:.2}M parameters) in {:.0} s",
+        s.name,
+        s.step,
+        s.policy,
+        s.params as f64 / 1e6,
+        s.seconds
+    )?;
+    let f = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.4}"));
+    for m in s.metrics.iter().chain(&s.oracle) {
+        writeln!(
+            out,
+            "  {:<24} {} boards of {}: action accuracy {:.4}, Kendall tau {}, log-loss {}, L2 {}, entropy {} ({:.0} boards/s)",
+            m.predictor,
+            m.boards,
+            m.split,
+            m.action_accuracy,
+            f(m.kendall_tau),
+            f(m.log_loss),
+            f(m.l2_win_prob),
+            f(m.entropy),
+            m.boards_per_s
+        )?;
+    }
+    for p in &s.puzzles {
+        writeln!(
+            out,
+            "  {:<24} puzzles: {}/{} solved ({:.1}%)",
+            p.player,
+            p.solved,
+            p.puzzles,
+            100.0 * p.accuracy
+        )?;
+    }
+    for g in &s.games {
+        writeln!(
+            out,
+            "  vs {:<21} +{} ={} -{} (score {:.3})",
+            g.opponent, g.wins, g.draws, g.losses, g.score
+        )?;
+    }
+    for r in &s.ratings {
+        writeln!(out, "  Elo {:<20} {:>7.0} ± {:.0}", r.player, r.elo, r.ci95)?;
+    }
+    for x in &s.skipped {
+        writeln!(out, "  skipped: {x}")?;
+    }
+    writeln!(out, "report: {}", s.report.join("eval.md").display())?;
+    Ok(())
+}
+
+#[derive(Args)]
+struct UciArgs {
+    /// A checkpoint directory, or a training run (its newest checkpoint).
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// Use the raw parameters instead of their EMA.
+    #[arg(long)]
+    raw_weights: bool,
+    /// Do not score moves that allow a threefold repetition as draws.
+    #[arg(long)]
+    no_repetition_draw: bool,
+    /// Where the model runs.
+    #[arg(long, value_enum, default_value = "cpu")]
+    device: DeviceArg,
+}
+
+fn uci_cmd(args: UciArgs) -> Result<()> {
+    use chessbench::eval::{
+        model::{Model, Weights},
+        policy::{NeuralPlayer, PolicyOptions},
+        uci_server::serve,
+    };
+    let weights = if args.raw_weights {
+        Weights::Raw
+    } else {
+        Weights::Ema
+    };
+    let model = Model::load(&args.checkpoint, weights, device_of(args.device))
+        .with_context(|| format!("loading {}", args.checkpoint.display()))?;
+    let name = model.label();
+    let mut player = NeuralPlayer::new(
+        model,
+        PolicyOptions {
+            repetition_draw: !args.no_repetition_draw,
+            decisive: None,
+        },
+        None,
+    );
+    let stdin = io::stdin().lock();
+    let stdout = io::stdout().lock();
+    serve(&mut player, &name, stdin, stdout)?;
+    Ok(())
 }

@@ -2,6 +2,7 @@
 //! Tests needing `../shared` skip (printing why) when it is absent.
 
 mod annotate;
+mod eval;
 mod fuzz;
 mod golden;
 mod interop;

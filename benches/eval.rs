@@ -1,0 +1,98 @@
+//! `make bench-eval`: evaluation throughput on this machine's CPU: boards
+//! per second through the model with each board's legal moves in one batch
+//! (how `chessbench eval`, puzzles, games and the UCI engine run), against
+//! the reference measured in the same run: the same boards with one
+//! sequence per forward pass. Positions: a fixed walk through 1,000 plies
+//! of pseudo-random play from the start (30 legal moves per board on
+//! average).
+//!
+//! On a GPU: build with `--features cuda` and run `chessbench eval ...
+//! --device cuda` (the report's boards/s column).
+//!
+//! Environment: BENCH_PRESETS (default "tiny,9m"), BENCH_BOARDS (default 100).
+
+use std::time::Instant;
+
+use chessbench::{
+    eval::{model::Model, policy::predict},
+    train::{
+        data::{Policy, push_sequence},
+        model_config::Preset,
+    },
+};
+use shakmaty::{Chess, EnPassantMode, Position, fen::Fen};
+
+fn boards(n: usize) -> Vec<Chess> {
+    let mut out = Vec::new();
+    let mut pos = Chess::default();
+    let mut i = 0usize;
+    while out.len() < n {
+        let moves = pos.legal_moves();
+        if moves.is_empty() || pos.halfmoves() > 60 {
+            pos = Chess::default();
+            continue;
+        }
+        out.push(pos.clone());
+        i = i.wrapping_mul(31).wrapping_add(17);
+        pos.play_unchecked(moves[i % moves.len()]);
+    }
+    out
+}
+
+fn main() {
+    let presets = std::env::var("BENCH_PRESETS").unwrap_or_else(|_| "tiny,9m".into());
+    let n: usize = std::env::var("BENCH_BOARDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
+    let positions = boards(n);
+    let moves: usize = positions.iter().map(|p| p.legal_moves().len()).sum();
+    println!(
+        "eval throughput, action-value policy, K=128, {n} boards ({moves} legal moves), CPU ({} threads)",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    for preset in presets.split(',') {
+        let p = match preset.trim() {
+            "tiny" => Preset::Tiny,
+            "9m" => Preset::M9,
+            "136m" => Preset::M136,
+            "270m" => Preset::M270,
+            other => panic!("unknown preset {other}"),
+        };
+        let model = Model::random(p, Policy::ActionValue, 128).expect("a model");
+        let mut tokens = Vec::new();
+        // Warm up.
+        predict(&model, &positions[0], &mut tokens).unwrap();
+        let t = Instant::now();
+        for pos in &positions {
+            predict(&model, pos, &mut tokens).unwrap();
+        }
+        let batched = t.elapsed().as_secs_f64();
+        // Reference: one sequence per forward pass.
+        let t = Instant::now();
+        for pos in &positions {
+            let fen = Fen::from_position(pos, EnPassantMode::Legal).to_string();
+            let board = chessbench::chess::tokens::tokenize(&fen).unwrap();
+            let vocab = chessbench::chess::actions::vocabulary();
+            for m in pos.legal_moves() {
+                tokens.clear();
+                push_sequence(
+                    Policy::ActionValue,
+                    &board,
+                    vocab.index_of_move(&m).unwrap(),
+                    0,
+                    &mut tokens,
+                );
+                model.log_probs(&tokens).unwrap();
+            }
+        }
+        let single = t.elapsed().as_secs_f64();
+        println!(
+            "  {preset:<5} batched {:8.1} boards/s ({:8.0} moves/s) | one sequence per pass {:7.1} boards/s | ratio {:.2}x",
+            n as f64 / batched,
+            moves as f64 / batched,
+            n as f64 / single,
+            single / batched
+        );
+    }
+}

@@ -1,0 +1,397 @@
+//! Static metrics on a split's annotated boards (Ruoss et al. 2024, §3 and
+//! Table 1): the predictor ranks every legal move of a board and is scored
+//! against Stockfish's action values (`action_values`).
+//!
+//! - action accuracy: the share of boards where the predictor's move has
+//!   Stockfish's highest win probability (a tie with the best counts);
+//! - Kendall's tau-b between predicted and Stockfish values per board,
+//!   averaged over boards where it is defined ([`kendall_tau_b`]);
+//! - log-loss of the predicted value buckets against Stockfish's bucket
+//!   (value policies) or of the action distribution against Stockfish's
+//!   best move (cloning); entropy of the predicted distributions;
+//! - L2: mean squared error of predicted and Stockfish win probabilities;
+//! - calibration: Stockfish's mean win probability per bin of predicted.
+//!
+//! Stockfish itself can be the predictor (re-searching every move at a
+//! given limit): at the labels' own node limit it must score accuracy 1
+//! and tau 1, an end-to-end check of the labels and the metric code.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use shakmaty::Chess;
+
+use super::{
+    EvalError,
+    game::{fen_of, parse_fen},
+    policy::{NeuralPlayer, argmax},
+};
+use crate::{
+    annotate::board::{SearchSettings, annotate, prepare},
+    chess::value::ValueBuckets,
+    metrics::kendall_tau_b,
+    sql::Session,
+    train::data::Policy,
+    uci::Engine,
+};
+
+/// One board with Stockfish's value of each legal move.
+#[derive(Debug, Clone)]
+pub struct LabelledBoard {
+    pub board_id: u64,
+    pub fen: String,
+    /// (action index, win probability), sorted by action.
+    pub actions: Vec<(u16, f64)>,
+}
+
+/// Reads up to `limit` annotated boards with legal moves of `split`
+/// (a deterministic sample: the lowest board ids, which are hashes).
+pub fn read_labelled_boards(
+    session: &Session,
+    split: &str,
+    limit: usize,
+) -> Result<Vec<LabelledBoard>, EvalError> {
+    let sql = "WITH picked AS (
+            SELECT board_id FROM state_values
+            WHERE split = ? AND kind = 'search'
+            ORDER BY board_id LIMIT ?)
+        SELECT b.board_id, b.fen, a.action, a.win_prob
+        FROM picked p
+        JOIN boards b ON b.board_id = p.board_id AND b.split = ?
+        JOIN action_values a ON a.board_id = p.board_id AND a.split = ?
+        ORDER BY b.board_id, a.action";
+    let conn = session.connection();
+    let err = |e: duckdb::Error| session.error("(evaluation boards)", 1, e);
+    let mut stmt = conn.prepare(sql).map_err(err)?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = stmt
+        .query_map(duckdb::params![split, limit, split, split], |r| {
+            Ok((
+                r.get::<_, u64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, u16>(2)?,
+                r.get::<_, f64>(3)?,
+            ))
+        })
+        .map_err(err)?;
+    let mut boards: Vec<LabelledBoard> = Vec::new();
+    for row in rows {
+        let (id, fen, action, win) = row.map_err(err)?;
+        match boards.last_mut() {
+            Some(b) if b.board_id == id => b.actions.push((action, win)),
+            _ => boards.push(LabelledBoard {
+                board_id: id,
+                fen,
+                actions: vec![(action, win)],
+            }),
+        }
+    }
+    Ok(boards)
+}
+
+/// Whether the predictor's choice `pred_best` has the best Stockfish value.
+pub fn is_best(stockfish: &[f64], pred_best: usize) -> bool {
+    let max = stockfish.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    stockfish.get(pred_best).is_some_and(|&v| v >= max)
+}
+
+/// Bins of the calibration curve (predicted win probability).
+pub const CALIBRATION_BINS: usize = 10;
+
+/// One calibration bin.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct CalibrationBin {
+    pub lo: f64,
+    pub hi: f64,
+    pub moves: u64,
+    pub mean_predicted: f64,
+    pub mean_stockfish: f64,
+}
+
+/// The metrics of one predictor on one split.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StaticMetrics {
+    pub predictor: String,
+    pub split: String,
+    pub boards: u64,
+    /// Boards skipped because a legal move has no label (partial
+    /// annotation).
+    pub boards_skipped: u64,
+    pub moves: u64,
+    pub action_accuracy: f64,
+    pub kendall_tau: Option<f64>,
+    /// Boards where tau is defined (two or more moves, values not all equal).
+    pub kendall_tau_boards: u64,
+    pub log_loss: Option<f64>,
+    pub l2_win_prob: Option<f64>,
+    pub entropy: Option<f64>,
+    pub calibration: Vec<CalibrationBin>,
+    pub seconds: f64,
+    pub boards_per_s: f64,
+}
+
+/// Sums the metrics board by board.
+#[derive(Debug, Default)]
+pub struct Accumulator {
+    boards: u64,
+    skipped: u64,
+    moves: u64,
+    correct: u64,
+    tau_sum: f64,
+    tau_n: u64,
+    nll: (f64, u64),
+    sq: (f64, u64),
+    entropy: (f64, u64),
+    bins: Vec<(u64, f64, f64)>,
+}
+
+impl Accumulator {
+    pub fn new() -> Accumulator {
+        Accumulator {
+            bins: vec![(0, 0.0, 0.0); CALIBRATION_BINS],
+            ..Accumulator::default()
+        }
+    }
+
+    /// Adds a board: predicted scores and Stockfish values, aligned, and
+    /// whether the scores are win probabilities (for L2 and calibration).
+    pub fn add_board(&mut self, predicted: &[f64], stockfish: &[f64], win_probs: bool) {
+        self.boards += 1;
+        self.moves += predicted.len() as u64;
+        if argmax(predicted).is_some_and(|i| is_best(stockfish, i)) {
+            self.correct += 1;
+        }
+        if let Some(t) = kendall_tau_b(predicted, stockfish) {
+            self.tau_sum += t;
+            self.tau_n += 1;
+        }
+        if win_probs {
+            for (&p, &s) in predicted.iter().zip(stockfish) {
+                self.sq.0 += (p - s) * (p - s);
+                self.sq.1 += 1;
+                let bin = ((p * CALIBRATION_BINS as f64) as usize).min(CALIBRATION_BINS - 1);
+                let b = &mut self.bins[bin];
+                b.0 += 1;
+                b.1 += p;
+                b.2 += s;
+            }
+        }
+    }
+
+    pub fn add_nll(&mut self, nll: f64) {
+        self.nll.0 += nll;
+        self.nll.1 += 1;
+    }
+
+    pub fn add_entropy(&mut self, h: f64) {
+        self.entropy.0 += h;
+        self.entropy.1 += 1;
+    }
+
+    pub fn skip(&mut self) {
+        self.skipped += 1;
+    }
+
+    pub fn finish(&self, predictor: String, split: String, seconds: f64) -> StaticMetrics {
+        let mean = |(s, n): (f64, u64)| (n > 0).then(|| s / n as f64);
+        StaticMetrics {
+            predictor,
+            split,
+            boards: self.boards,
+            boards_skipped: self.skipped,
+            moves: self.moves,
+            action_accuracy: if self.boards == 0 {
+                f64::NAN
+            } else {
+                self.correct as f64 / self.boards as f64
+            },
+            kendall_tau: (self.tau_n > 0).then(|| self.tau_sum / self.tau_n as f64),
+            kendall_tau_boards: self.tau_n,
+            log_loss: mean(self.nll),
+            l2_win_prob: mean(self.sq),
+            entropy: mean(self.entropy),
+            calibration: self
+                .bins
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.0 > 0)
+                .map(|(i, b)| CalibrationBin {
+                    lo: i as f64 / CALIBRATION_BINS as f64,
+                    hi: (i + 1) as f64 / CALIBRATION_BINS as f64,
+                    moves: b.0,
+                    mean_predicted: b.1 / b.0 as f64,
+                    mean_stockfish: b.2 / b.0 as f64,
+                })
+                .collect(),
+            seconds,
+            boards_per_s: if seconds > 0.0 {
+                self.boards as f64 / seconds
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// Entropy (nats) of a distribution given by log-probabilities.
+pub fn entropy_of_log_probs(log_probs: &[f32]) -> f64 {
+    log_probs
+        .iter()
+        .map(|&lp| {
+            let lp = f64::from(lp);
+            if lp.is_finite() { -lp.exp() * lp } else { 0.0 }
+        })
+        .sum()
+}
+
+/// Entropy (nats) of a distribution given by probabilities.
+pub fn entropy_of_probs(p: &[f64]) -> f64 {
+    p.iter().filter(|&&x| x > 0.0).map(|&x| -x * x.ln()).sum()
+}
+
+/// Stockfish values of `moves` (action indices) from a board's labels, or
+/// None when one is missing.
+fn aligned(labels: &[(u16, f64)], actions: &[u16]) -> Option<Vec<f64>> {
+    let map: HashMap<u16, f64> = labels.iter().copied().collect();
+    actions.iter().map(|a| map.get(a).copied()).collect()
+}
+
+/// Scores a trained model on `boards`.
+pub fn score_model(
+    player: &mut NeuralPlayer,
+    boards: &[LabelledBoard],
+    split: &str,
+    mut progress: impl FnMut(u64),
+) -> Result<StaticMetrics, EvalError> {
+    let start = std::time::Instant::now();
+    let policy = player.model.policy();
+    let k = player.model.outputs();
+    let buckets: Option<ValueBuckets> = player.model.buckets.clone();
+    let mut acc = Accumulator::new();
+    for (i, board) in boards.iter().enumerate() {
+        let pos: Chess = parse_fen(&board.fen).map_err(|message| EvalError::Position {
+            fen: board.fen.clone(),
+            message,
+        })?;
+        let p = player.predict(&pos)?;
+        let Some(sf) = aligned(&board.actions, &p.actions) else {
+            acc.skip();
+            continue;
+        };
+        match policy {
+            Policy::ActionValue | Policy::StateValue => {
+                let b = buckets.as_ref().expect("value policies have buckets");
+                for (row, &q) in p.log_probs.chunks(k).zip(&sf) {
+                    // Q(s, a) for action values; the successor's value for
+                    // its side to move (1 - Q) for state values.
+                    let y = if policy == Policy::ActionValue {
+                        q
+                    } else {
+                        1.0 - q
+                    };
+                    acc.add_nll(-f64::from(row[b.bucket(y)]));
+                    acc.add_entropy(entropy_of_log_probs(row));
+                }
+                acc.add_board(&p.scores, &sf, true);
+            }
+            Policy::BehavioralCloning => {
+                if let Some(best) = argmax(&sf) {
+                    acc.add_nll(-f64::from(p.log_probs[usize::from(p.actions[best])]));
+                }
+                acc.add_entropy(entropy_of_probs(&p.scores));
+                acc.add_board(&p.scores, &sf, false);
+            }
+        }
+        progress(i as u64 + 1);
+    }
+    Ok(acc.finish(
+        player.model.label(),
+        split.to_owned(),
+        start.elapsed().as_secs_f64(),
+    ))
+}
+
+/// Scores Stockfish, re-searching each legal move with `settings`.
+pub fn score_stockfish(
+    engine: &mut Engine,
+    settings: &SearchSettings,
+    name: String,
+    boards: &[LabelledBoard],
+    split: &str,
+    mut progress: impl FnMut(u64),
+) -> Result<StaticMetrics, EvalError> {
+    let start = std::time::Instant::now();
+    let mut acc = Accumulator::new();
+    let mut work = Default::default();
+    for (i, board) in boards.iter().enumerate() {
+        let prepared = prepare(&board.fen, None).map_err(|e| EvalError::Position {
+            fen: board.fen.clone(),
+            message: e.to_string(),
+        })?;
+        let annotated = annotate(engine, &prepared, settings, &mut work)
+            .map_err(|e| EvalError::engine(&format!("annotating {}", board.fen), e))?;
+        // Both sorted by action index.
+        let actions: Vec<u16> = annotated.actions.iter().map(|a| a.0).collect();
+        let predicted: Vec<f64> = annotated.actions.iter().map(|a| a.1.win_prob).collect();
+        let Some(sf) = aligned(&board.actions, &actions) else {
+            acc.skip();
+            continue;
+        };
+        acc.add_board(&predicted, &sf, true);
+        progress(i as u64 + 1);
+    }
+    let _ = fen_of;
+    Ok(acc.finish(name, split.to_owned(), start.elapsed().as_secs_f64()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_perfect_predictor_scores_one_and_a_reversed_one_minus_one() {
+        let sf = [0.2, 0.9, 0.5, 0.7];
+        let mut perfect = Accumulator::new();
+        perfect.add_board(&sf, &sf, true);
+        let m = perfect.finish("p".into(), "test".into(), 1.0);
+        assert_eq!(m.action_accuracy, 1.0);
+        assert_eq!(m.kendall_tau, Some(1.0));
+        assert_eq!(m.l2_win_prob, Some(0.0));
+        let reversed: Vec<f64> = sf.iter().map(|v| 1.0 - v).collect();
+        let mut acc = Accumulator::new();
+        acc.add_board(&reversed, &sf, true);
+        let m = acc.finish("r".into(), "test".into(), 1.0);
+        assert_eq!(m.action_accuracy, 0.0);
+        assert_eq!(m.kendall_tau, Some(-1.0));
+    }
+
+    #[test]
+    fn ties_with_the_best_move_count_as_correct() {
+        assert!(is_best(&[0.9, 0.9, 0.1], 1));
+        assert!(!is_best(&[0.9, 0.8, 0.1], 1));
+        // A board with one legal move has no tau but an accuracy.
+        let mut acc = Accumulator::new();
+        acc.add_board(&[0.3], &[0.6], true);
+        let m = acc.finish("x".into(), "test".into(), 0.0);
+        assert_eq!(
+            (m.action_accuracy, m.kendall_tau, m.kendall_tau_boards),
+            (1.0, None, 0)
+        );
+        assert_eq!(m.calibration.len(), 1);
+        assert!((m.calibration[0].mean_stockfish - 0.6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn entropies() {
+        let uniform = [(0.25f32).ln(); 4];
+        assert!((entropy_of_log_probs(&uniform) - 4f64.ln()).abs() < 1e-6);
+        assert_eq!(entropy_of_probs(&[1.0, 0.0]), 0.0);
+    }
+
+    #[test]
+    fn labels_align_by_action() {
+        let labels = [(3, 0.1), (7, 0.9)];
+        assert_eq!(aligned(&labels, &[7, 3]), Some(vec![0.9, 0.1]));
+        assert_eq!(aligned(&labels, &[7, 4]), None);
+    }
+}

@@ -1,0 +1,81 @@
+//! Evaluation and play (issue 6): trained predictors scored as the paper
+//! scores them, and played.
+//!
+//! - [`model`]: a checkpoint loaded for inference (EMA weights by default);
+//! - [`policy`]: the action-value, state-value and behavioural-cloning
+//!   policies (and Stockfish) behind one [`policy::Player`] trait, with the
+//!   paper's repetition and decisiveness workarounds;
+//! - [`metrics`]: action accuracy, Kendall's tau, log-loss, L2, entropy
+//!   and calibration on a split's annotated boards;
+//! - [`puzzles`]: Lichess / ChessBench puzzle CSVs, solved and bucketed by
+//!   rating (Figure 2);
+//! - [`game`], [`tournament`], [`elo`]: games from ECO openings against
+//!   Stockfish and other checkpoints, PGN, and a Bradley-Terry Elo fit;
+//! - [`uci_server`]: `chessbench uci`, a model as a UCI engine;
+//! - [`run`]: the `[eval]` recipe and the report.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::{sql::SqlError, train::checkpoint::CheckpointError, uci::EngineError};
+
+pub mod elo;
+pub mod game;
+pub mod metrics;
+pub mod model;
+pub mod policy;
+pub mod puzzles;
+pub mod run;
+pub mod tournament;
+pub mod uci_server;
+
+/// Evaluation failures, naming the file, line or board.
+#[derive(Debug, Error)]
+pub enum EvalError {
+    #[error("{}: no such checkpoint or training run (train one with `chessbench train`, or pass --checkpoint RUN/train/NAME)", .0.display())]
+    NoCheckpoint(PathBuf),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("--device cuda needs a binary built with `cargo build --release --features cuda`")]
+    NoCuda,
+    #[error("reading the model's output: {0}")]
+    Tensor(String),
+    #[error("board {fen:?}: {message}")]
+    Position { fen: String, message: String },
+    #[error("{}:{line}: {message}", path.display())]
+    Puzzle {
+        path: PathBuf,
+        line: u64,
+        message: String,
+    },
+    #[error("openings {}: {message}", path.display())]
+    Openings { path: PathBuf, message: String },
+    #[error("engine ({what}): {source}")]
+    Engine {
+        what: String,
+        #[source]
+        source: EngineError,
+    },
+    #[error(transparent)]
+    Sql(#[from] SqlError),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Elo(#[from] elo::EloError),
+    #[error("eval config: {0}")]
+    Config(String),
+}
+
+impl EvalError {
+    pub(crate) fn engine(what: &str, source: EngineError) -> EvalError {
+        EvalError::Engine {
+            what: what.to_owned(),
+            source,
+        }
+    }
+}

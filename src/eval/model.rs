@@ -1,0 +1,252 @@
+//! A trained predictor loaded from a checkpoint, for inference only: the
+//! shape and policy come from the checkpoint's `state.json`, the weights
+//! from its EMA (what the paper evaluates) or its raw parameters.
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::backend::Backend;
+
+use super::EvalError;
+use crate::{
+    chess::value::ValueBuckets,
+    train::{
+        checkpoint::{self, TrainState},
+        config::DeviceKind,
+        data::Policy,
+        model::{Predictor, tokens_tensor},
+    },
+};
+
+/// Which parameters of a checkpoint to load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Weights {
+    /// The exponential moving average (`ema.mpk`): what training evaluates.
+    #[default]
+    Ema,
+    /// The optimiser's parameters (`model.mpk`).
+    Raw,
+}
+
+impl Weights {
+    fn file(self) -> &'static str {
+        match self {
+            Weights::Ema => "ema.mpk",
+            Weights::Raw => "model.mpk",
+        }
+    }
+}
+
+/// Runs whole sequences through a model on some backend.
+trait Forward {
+    /// Log-probabilities, `rows x outputs` row-major, of `tokens` (`rows`
+    /// sequences of `seq_len` tokens, the target slot included).
+    fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, EvalError>;
+}
+
+struct BurnForward<B: Backend> {
+    model: Predictor<B>,
+    device: B::Device,
+}
+
+impl<B: Backend> Forward for BurnForward<B> {
+    fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, EvalError> {
+        let input = tokens_tensor::<B>(tokens, seq_len, &self.device);
+        self.model
+            .forward(input)
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .map_err(|e| EvalError::Tensor(format!("{e:?}")))
+    }
+}
+
+fn load_on<B: Backend>(
+    dir: &Path,
+    weights: Weights,
+    state: &TrainState,
+    device: B::Device,
+) -> Result<Box<dyn Forward>, EvalError> {
+    let model = checkpoint::load_module(
+        dir,
+        weights.file(),
+        Predictor::<B>::new(&state.shape, &device),
+        &device,
+    )?;
+    Ok(Box::new(BurnForward { model, device }))
+}
+
+/// A checkpoint ready to score sequences.
+pub struct Model {
+    /// The checkpoint directory (`.../checkpoints/step-N`).
+    pub checkpoint: PathBuf,
+    pub state: TrainState,
+    pub weights: Weights,
+    /// Bucket centres (value policies).
+    pub buckets: Option<ValueBuckets>,
+    forward: Box<dyn Forward>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("checkpoint", &self.checkpoint)
+            .field("step", &self.state.step)
+            .field("policy", &self.state.config.policy)
+            .finish()
+    }
+}
+
+impl Model {
+    /// Loads `path`: a checkpoint directory, or a training run's directory
+    /// (its newest checkpoint).
+    pub fn load(path: &Path, weights: Weights, device: DeviceKind) -> Result<Model, EvalError> {
+        if !path.exists() {
+            return Err(EvalError::NoCheckpoint(path.to_owned()));
+        }
+        let (dir, state) = checkpoint::read_state(path)?;
+        let forward = match device {
+            DeviceKind::Cpu => {
+                load_on::<burn::backend::Flex>(&dir, weights, &state, Default::default())?
+            }
+            #[cfg(feature = "cuda")]
+            DeviceKind::Cuda => {
+                load_on::<burn::backend::Cuda<f32, i32>>(&dir, weights, &state, Default::default())?
+            }
+            #[cfg(not(feature = "cuda"))]
+            DeviceKind::Cuda => return Err(EvalError::NoCuda),
+        };
+        let buckets = match state.config.policy {
+            Policy::BehavioralCloning => None,
+            _ => Some(
+                ValueBuckets::new(state.shape.outputs)
+                    .map_err(|e| EvalError::Tensor(format!("{e}")))?,
+            ),
+        };
+        Ok(Model {
+            checkpoint: dir,
+            state,
+            weights,
+            buckets,
+            forward,
+        })
+    }
+
+    /// A freshly initialised model of a preset on the CPU (benchmarks:
+    /// throughput does not depend on the weights).
+    pub fn random(
+        preset: crate::train::model_config::Preset,
+        policy: Policy,
+        buckets: usize,
+    ) -> Result<Model, EvalError> {
+        let options = crate::train::config::TrainOptions {
+            run: Some(PathBuf::from("(none)")),
+            name: Some("random".into()),
+            policy: Some(policy),
+            model: Some(preset),
+            buckets: Some(buckets),
+            ..Default::default()
+        };
+        let config = options
+            .resolve()
+            .map_err(|e| EvalError::Config(e.to_string()))?;
+        let shape = crate::train::model_config::ModelShape::preset(preset, policy, buckets);
+        let device = Default::default();
+        let forward: Box<dyn Forward> = Box::new(BurnForward::<burn::backend::Flex> {
+            model: Predictor::new(&shape, &device),
+            device,
+        });
+        let buckets = match policy {
+            Policy::BehavioralCloning => None,
+            _ => Some(ValueBuckets::new(buckets).map_err(|e| EvalError::Config(e.to_string()))?),
+        };
+        Ok(Model {
+            checkpoint: PathBuf::from("(random)"),
+            state: TrainState {
+                step: 0,
+                position: Default::default(),
+                samples: 0,
+                elapsed_s: 0.0,
+                config,
+                shape,
+            },
+            weights: Weights::Raw,
+            buckets,
+            forward,
+        })
+    }
+
+    /// The policy the model was trained for.
+    pub fn policy(&self) -> Policy {
+        self.state.config.policy
+    }
+
+    /// Tokens per sequence (the target slot included).
+    pub fn seq_len(&self) -> usize {
+        self.state.shape.seq_len
+    }
+
+    /// Outputs per sequence (K buckets or 1968 actions).
+    pub fn outputs(&self) -> usize {
+        self.state.shape.outputs
+    }
+
+    /// A short name: `NAME@STEP`.
+    pub fn label(&self) -> String {
+        format!("{}@{}", self.state.config.name, self.state.step)
+    }
+
+    /// Log-probabilities `rows x outputs` of whole sequences.
+    pub fn log_probs(&self, tokens: &[i32]) -> Result<Vec<f32>, EvalError> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.forward.log_probs(tokens, self.seq_len())
+    }
+
+    /// The expected win probability of one row of bucket log-probabilities
+    /// (`sum_k p_k * centre_k`, the paper's value read-out).
+    pub fn expected_value(&self, log_probs: &[f32]) -> f64 {
+        let Some(b) = &self.buckets else {
+            return f64::NAN;
+        };
+        expected_value(log_probs, b.values())
+    }
+}
+
+/// `sum_k exp(log_probs_k) * values_k`.
+pub fn expected_value(log_probs: &[f32], values: &[f64]) -> f64 {
+    log_probs
+        .iter()
+        .zip(values)
+        .map(|(&lp, &v)| f64::from(lp).exp() * v)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expected_value_of_a_point_mass_is_its_centre() {
+        let b = ValueBuckets::new(4).unwrap();
+        let lp = [f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY, f32::NEG_INFINITY];
+        assert!((expected_value(&lp, b.values()) - 0.375).abs() < 1e-12);
+        let uniform = [(0.25f32).ln(); 4];
+        assert!((expected_value(&uniform, b.values()) - 0.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_missing_checkpoint_is_a_clear_error() {
+        let err = Model::load(
+            Path::new("/nonexistent/run/train/x"),
+            Weights::Ema,
+            DeviceKind::Cpu,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent/run/train/x"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,400 @@
+//! Playing moves: the paper's three neural policies (Ruoss et al. 2024,
+//! §2.2; searchless_chess `neural_engines.py`) and Stockfish, behind one
+//! [`Player`] trait used by puzzles, games and the UCI engine.
+//!
+//! - action-value: `argmax_a E[Q(s, a)]` over the legal moves, all of one
+//!   board's moves in one batch;
+//! - state-value: `argmin_a E[V(s')]` over the successors `s'` (the value
+//!   is the opponent's), i.e. `argmax_a 1 - E[V(s')]`;
+//! - behavioural cloning: `argmax` of the action distribution restricted to
+//!   the legal moves.
+//!
+//! Legal moves are ordered by their UCI string and ties go to the first,
+//! as searchless_chess's `get_ordered_legal_moves` + `np.argmax` do.
+//!
+//! The paper's two workarounds (§5, "Indecisiveness" and repetitions):
+//! with `repetition_draw`, a move after which the position would occur a
+//! third time scores 0.5 (a draw can be claimed); with `decisive`, when the
+//! top five moves all score above 99%, Stockfish picks among them.
+
+use std::time::Duration;
+
+use shakmaty::{CastlingMode, Chess, Move, Position, uci::UciMove};
+
+use super::{
+    EvalError,
+    game::{Game, fen_of},
+    model::Model,
+};
+use crate::{
+    chess::{actions::vocabulary, tokens::tokenize},
+    train::data::{Policy, push_sequence},
+    uci::{Engine, EngineConfig, Limit, Position as UciPosition},
+};
+
+/// Something that picks moves in games.
+pub trait Player {
+    /// A name for PGN headers and rating tables.
+    fn name(&self) -> &str;
+    /// Called before each game.
+    fn new_game(&mut self) -> Result<(), EvalError>;
+    /// A legal move in `game`'s current position (which has one).
+    fn choose(&mut self, game: &Game) -> Result<Move, EvalError>;
+    /// The score (win probability) of the last chosen move, if the player
+    /// has one (for UCI `info score`).
+    fn last_score(&self) -> Option<f64> {
+        None
+    }
+}
+
+/// A model's view of one board.
+#[derive(Debug, Clone)]
+pub struct Prediction {
+    /// The legal moves, ordered by UCI string.
+    pub moves: Vec<Move>,
+    /// Their ChessBench action indices.
+    pub actions: Vec<u16>,
+    /// The score the policy maximises: the mover's expected win
+    /// probability (value policies) or the move's probability among the
+    /// legal moves (behavioural cloning).
+    pub scores: Vec<f64>,
+    /// Log-probabilities: per move `K` bucket log-probs of `Q(s, a)`
+    /// (action-value) or of the successor's `V(s')` (state-value, the
+    /// opponent's view); one row of 1968 action log-probs (cloning).
+    pub log_probs: Vec<f32>,
+}
+
+impl Prediction {
+    /// Index of the best score (the first on ties).
+    pub fn best(&self) -> Option<usize> {
+        argmax(&self.scores)
+    }
+}
+
+/// Index of the first maximum (NaN never wins), like `np.argmax`.
+pub fn argmax(values: &[f64]) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, &v) in values.iter().enumerate() {
+        if v.is_nan() {
+            continue;
+        }
+        if best.is_none_or(|b| v > values[b]) {
+            best = Some(i);
+        }
+    }
+    best
+}
+
+/// The legal moves of `pos` ordered by UCI string, with action indices.
+pub fn ordered_legal_moves(pos: &Chess) -> Result<Vec<(String, Move, u16)>, EvalError> {
+    let vocab = vocabulary();
+    let mut moves = Vec::new();
+    for m in pos.legal_moves() {
+        let action = vocab.index_of_move(&m).ok_or_else(|| EvalError::Position {
+            fen: fen_of(pos),
+            message: format!("move {m} has no ChessBench action index"),
+        })?;
+        moves.push((m.to_uci(CastlingMode::Standard).to_string(), m, action));
+    }
+    moves.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(moves)
+}
+
+fn tokens_of(pos: &Chess) -> Result<[u8; crate::chess::tokens::SEQUENCE_LENGTH], EvalError> {
+    let fen = fen_of(pos);
+    tokenize(&fen).map_err(|e| EvalError::Position {
+        fen,
+        message: e.to_string(),
+    })
+}
+
+/// Runs `model` on every legal move of `pos` (one batch).
+pub fn predict(model: &Model, pos: &Chess, tokens: &mut Vec<i32>) -> Result<Prediction, EvalError> {
+    let legal = ordered_legal_moves(pos)?;
+    if legal.is_empty() {
+        return Err(EvalError::Position {
+            fen: fen_of(pos),
+            message: "no legal moves".into(),
+        });
+    }
+    let policy = model.policy();
+    tokens.clear();
+    let board = tokens_of(pos)?;
+    match policy {
+        Policy::ActionValue => {
+            for (_, _, action) in &legal {
+                push_sequence(policy, &board, *action, 0, tokens);
+            }
+        }
+        Policy::StateValue => {
+            for (_, m, _) in &legal {
+                let mut next = pos.clone();
+                next.play_unchecked(*m);
+                push_sequence(policy, &tokens_of(&next)?, 0, 0, tokens);
+            }
+        }
+        Policy::BehavioralCloning => push_sequence(policy, &board, 0, 0, tokens),
+    }
+    let log_probs = model.log_probs(tokens)?;
+    let k = model.outputs();
+    let scores = match policy {
+        Policy::ActionValue => log_probs
+            .chunks(k)
+            .map(|row| model.expected_value(row))
+            .collect(),
+        Policy::StateValue => log_probs
+            .chunks(k)
+            .map(|row| 1.0 - model.expected_value(row))
+            .collect(),
+        Policy::BehavioralCloning => {
+            let picked: Vec<f64> = legal
+                .iter()
+                .map(|(_, _, a)| f64::from(log_probs[usize::from(*a)]))
+                .collect();
+            softmax(&picked)
+        }
+    };
+    let (moves, actions) = legal.into_iter().map(|(_, m, a)| (m, a)).unzip();
+    Ok(Prediction {
+        moves,
+        actions,
+        scores,
+        log_probs,
+    })
+}
+
+/// A numerically stable softmax of log-scores.
+pub fn softmax(logits: &[f64]) -> Vec<f64> {
+    let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let exp: Vec<f64> = logits.iter().map(|&l| (l - max).exp()).collect();
+    let sum: f64 = exp.iter().sum();
+    exp.into_iter().map(|e| e / sum).collect()
+}
+
+/// Stockfish settings for the decisiveness workaround.
+#[derive(Debug, Clone)]
+pub struct Decisive {
+    pub engine: EngineConfig,
+    pub limit: Limit,
+}
+
+/// How a neural player turns predictions into moves.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyOptions {
+    /// Score a move that allows a threefold-repetition claim 0.5 (value
+    /// policies).
+    pub repetition_draw: bool,
+    /// Let Stockfish choose among the top five when all exceed 99%.
+    pub decisive: Option<Decisive>,
+}
+
+/// The decisiveness rule's thresholds (the paper: top five above 99%).
+pub const DECISIVE_TOP: usize = 5;
+pub const DECISIVE_THRESHOLD: f64 = 0.99;
+
+/// A trained model playing moves.
+pub struct NeuralPlayer {
+    pub model: Model,
+    pub options: PolicyOptions,
+    name: String,
+    tokens: Vec<i32>,
+    decisive_engine: Option<Engine>,
+    /// Moves the decisiveness rule handed to Stockfish.
+    pub decisive_moves: u64,
+    last_score: Option<f64>,
+}
+
+impl NeuralPlayer {
+    pub fn new(model: Model, options: PolicyOptions, name: Option<String>) -> NeuralPlayer {
+        NeuralPlayer {
+            name: name.unwrap_or_else(|| model.label()),
+            model,
+            options,
+            tokens: Vec::new(),
+            decisive_engine: None,
+            decisive_moves: 0,
+            last_score: None,
+        }
+    }
+
+    /// The model's prediction for a position without history.
+    pub fn predict(&mut self, pos: &Chess) -> Result<Prediction, EvalError> {
+        predict(&self.model, pos, &mut self.tokens)
+    }
+
+    /// The prediction in a game, with the workarounds applied to `scores`.
+    pub fn analyse(&mut self, game: &Game) -> Result<Prediction, EvalError> {
+        let mut p = predict(&self.model, game.position(), &mut self.tokens)?;
+        if self.options.repetition_draw && self.model.policy() != Policy::BehavioralCloning {
+            for (m, s) in p.moves.iter().zip(p.scores.iter_mut()) {
+                if game.occurrences_after(m) >= 2 {
+                    *s = 0.5;
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    fn decide_with_stockfish(
+        &mut self,
+        game: &Game,
+        p: &Prediction,
+    ) -> Result<Option<Move>, EvalError> {
+        let Some(decisive) = &self.options.decisive else {
+            return Ok(None);
+        };
+        if self.model.policy() == Policy::BehavioralCloning || p.scores.len() < DECISIVE_TOP {
+            return Ok(None);
+        }
+        let mut order: Vec<usize> = (0..p.scores.len()).collect();
+        order.sort_by(|&a, &b| p.scores[b].total_cmp(&p.scores[a]));
+        let top = &order[..DECISIVE_TOP];
+        if top.iter().any(|&i| p.scores[i] <= DECISIVE_THRESHOLD) {
+            return Ok(None);
+        }
+        if self.decisive_engine.is_none() {
+            self.decisive_engine = Some(
+                Engine::start(&decisive.engine).map_err(|e| EvalError::engine("starting", e))?,
+            );
+        }
+        let engine = self.decisive_engine.as_mut().expect("started above");
+        let searchmoves: Vec<UciMove> = top
+            .iter()
+            .map(|&i| p.moves[i].to_uci(CastlingMode::Standard))
+            .collect();
+        let best = stockfish_move(engine, game, decisive.limit, &searchmoves)?;
+        self.decisive_moves += 1;
+        Ok(Some(best))
+    }
+}
+
+impl Player for NeuralPlayer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn new_game(&mut self) -> Result<(), EvalError> {
+        if let Some(e) = &mut self.decisive_engine {
+            e.new_game(ENGINE_TIMEOUT)
+                .map_err(|e| EvalError::engine("ucinewgame", e))?;
+        }
+        Ok(())
+    }
+
+    fn choose(&mut self, game: &Game) -> Result<Move, EvalError> {
+        let p = self.analyse(game)?;
+        if let Some(m) = self.decide_with_stockfish(game, &p)? {
+            self.last_score = p.moves.iter().position(|x| *x == m).map(|i| p.scores[i]);
+            return Ok(m);
+        }
+        let best = p.best().ok_or_else(|| EvalError::Position {
+            fen: fen_of(game.position()),
+            message: "the model scored every move NaN".into(),
+        })?;
+        self.last_score =
+            (self.model.policy() != Policy::BehavioralCloning).then(|| p.scores[best]);
+        Ok(p.moves[best])
+    }
+
+    fn last_score(&self) -> Option<f64> {
+        self.last_score
+    }
+}
+
+/// Deadline for one engine answer (searches are bounded by their limit).
+pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Asks `engine` for its move in `game` (among `searchmoves` if given).
+pub fn stockfish_move(
+    engine: &mut Engine,
+    game: &Game,
+    limit: Limit,
+    searchmoves: &[UciMove],
+) -> Result<Move, EvalError> {
+    let moves = game.uci_moves();
+    engine
+        .set_position(UciPosition::Fen {
+            fen: game.start_fen(),
+            moves: &moves,
+        })
+        .map_err(|e| EvalError::engine("position", e))?;
+    let r = engine
+        .search(limit, searchmoves, ENGINE_TIMEOUT)
+        .map_err(|e| EvalError::engine("searching", e))?;
+    let fen = fen_of(game.position());
+    let best = r.bestmove.ok_or_else(|| EvalError::Position {
+        fen: fen.clone(),
+        message: "the engine answered bestmove (none)".into(),
+    })?;
+    best.to_move(game.position())
+        .map_err(|_| EvalError::Position {
+            fen,
+            message: format!("the engine played the illegal move {best}"),
+        })
+}
+
+/// Stockfish (or any UCI engine) at a fixed limit.
+pub struct EnginePlayer {
+    engine: Engine,
+    limit: Limit,
+    name: String,
+}
+
+impl EnginePlayer {
+    pub fn start(
+        config: &EngineConfig,
+        limit: Limit,
+        name: String,
+    ) -> Result<EnginePlayer, EvalError> {
+        let engine = Engine::start(config).map_err(|e| EvalError::engine("starting", e))?;
+        Ok(EnginePlayer {
+            engine,
+            limit,
+            name,
+        })
+    }
+}
+
+impl Player for EnginePlayer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn new_game(&mut self) -> Result<(), EvalError> {
+        self.engine
+            .new_game(ENGINE_TIMEOUT)
+            .map_err(|e| EvalError::engine("ucinewgame", e))
+    }
+
+    fn choose(&mut self, game: &Game) -> Result<Move, EvalError> {
+        stockfish_move(&mut self.engine, game, self.limit, &[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argmax_takes_the_first_maximum_and_skips_nan() {
+        assert_eq!(argmax(&[0.1, 0.7, 0.7, 0.2]), Some(1));
+        assert_eq!(argmax(&[f64::NAN, 0.3]), Some(1));
+        assert_eq!(argmax(&[]), None);
+    }
+
+    #[test]
+    fn legal_moves_are_ordered_by_uci() {
+        let moves = ordered_legal_moves(&Chess::default()).unwrap();
+        assert_eq!(moves.len(), 20);
+        assert_eq!(moves[0].0, "a2a3");
+        assert_eq!(moves[19].0, "h2h4");
+        assert!(moves.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn softmax_sums_to_one() {
+        let p = softmax(&[-1.0, 0.0, 2.0]);
+        assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert!(p[2] > p[1] && p[1] > p[0]);
+    }
+}

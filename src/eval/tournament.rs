@@ -1,0 +1,359 @@
+//! Games between a model and opponents (Stockfish at fixed limits, other
+//! checkpoints) from ECO openings, each opening played twice with colours
+//! swapped, written as PGN and rated with [`super::elo`].
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use shakmaty::{Chess, Move, Position};
+
+use super::{
+    EvalError,
+    elo::GameRecord,
+    game::{Game, GameResult, Termination, fen_of},
+    policy::Player,
+    puzzles::play_pgn,
+};
+use crate::uci::Limit;
+
+/// An opening: a name and its moves from the standard start.
+#[derive(Debug, Clone)]
+pub struct Opening {
+    pub name: String,
+    pub moves: Vec<Move>,
+}
+
+/// A few common openings, used when no openings file is given.
+pub const BUILTIN_OPENINGS: &[(&str, &str)] = &[
+    ("C60 Ruy Lopez", "1. e4 e5 2. Nf3 Nc6 3. Bb5"),
+    ("B20 Sicilian Defence", "1. e4 c5"),
+    ("C00 French Defence", "1. e4 e6"),
+    ("B10 Caro-Kann Defence", "1. e4 c6"),
+    ("D06 Queen's Gambit", "1. d4 d5 2. c4"),
+    ("E60 King's Indian Defence", "1. d4 Nf6 2. c4 g6"),
+    ("A10 English Opening", "1. c4"),
+    ("A04 Zukertort Opening", "1. Nf3"),
+];
+
+/// Reads openings: a PGN file of games (`eco_openings.pgn`; the main line
+/// of each) or the Lichess openings TSV (`eco`, `name`, `pgn` columns).
+/// Takes `count` spread evenly over the file (all when `count` is 0).
+pub fn read_openings(path: Option<&Path>, count: usize) -> Result<Vec<Opening>, EvalError> {
+    let err = |path: &Path, message: String| EvalError::Openings {
+        path: path.to_owned(),
+        message,
+    };
+    let mut all = Vec::new();
+    match path {
+        None => {
+            for (name, pgn) in BUILTIN_OPENINGS {
+                let (_, moves) = play_pgn(pgn).map_err(|m| err(Path::new("(built-in)"), m))?;
+                all.push(Opening {
+                    name: (*name).to_owned(),
+                    moves,
+                });
+            }
+        }
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| err(path, e.to_string()))?;
+            if text.starts_with("eco\t") {
+                for (i, line) in text.lines().enumerate().skip(1) {
+                    let f: Vec<&str> = line.split('\t').collect();
+                    if f.len() < 3 {
+                        return Err(err(
+                            path,
+                            format!("line {}: expected eco, name, pgn", i + 1),
+                        ));
+                    }
+                    let (_, moves) =
+                        play_pgn(f[2]).map_err(|m| err(path, format!("line {}: {m}", i + 1)))?;
+                    all.push(Opening {
+                        name: format!("{} {}", f[0], f[1]),
+                        moves,
+                    });
+                }
+            } else {
+                // Games are separated by their first header after movetext.
+                let mut current = String::new();
+                let mut start_line = 1;
+                let mut in_moves = false;
+                let mut flush = |current: &mut String, line: usize| -> Result<(), EvalError> {
+                    if current.trim().is_empty() {
+                        return Ok(());
+                    }
+                    let (_, moves) = play_pgn(current)
+                        .map_err(|m| err(path, format!("game at line {line}: {m}")))?;
+                    let name = current
+                        .lines()
+                        .find_map(|l| {
+                            l.strip_prefix("[Opening \"")
+                                .or_else(|| l.strip_prefix("[ECO \""))
+                                .map(|s| s.trim_end_matches(']').trim_end_matches('"').to_owned())
+                        })
+                        .unwrap_or_else(|| format!("line {line}"));
+                    all.push(Opening { name, moves });
+                    current.clear();
+                    Ok(())
+                };
+                for (i, line) in text.lines().enumerate() {
+                    let header = line.trim_start().starts_with('[');
+                    if header && in_moves {
+                        flush(&mut current, start_line)?;
+                        in_moves = false;
+                        start_line = i + 1;
+                    }
+                    if !header && !line.trim().is_empty() {
+                        in_moves = true;
+                    }
+                    current.push_str(line);
+                    current.push('\n');
+                }
+                flush(&mut current, start_line)?;
+                // Unnamed openings are named by their moves.
+                for o in &mut all {
+                    if o.name.starts_with("line ") {
+                        let g = {
+                            let mut g = Game::new(Chess::default());
+                            for m in &o.moves {
+                                g.play(m);
+                            }
+                            g
+                        };
+                        let pgn = g.pgn(&[], "*");
+                        o.name = pgn.trim().trim_end_matches('*').trim().to_owned();
+                    }
+                }
+            }
+        }
+    }
+    if all.is_empty() {
+        return Err(err(
+            path.unwrap_or(Path::new("(built-in)")),
+            "no openings".into(),
+        ));
+    }
+    if count == 0 || count >= all.len() {
+        return Ok(all);
+    }
+    Ok((0..count)
+        .map(|i| all[i * all.len() / count].clone())
+        .collect())
+}
+
+/// An opponent, as written in configs: `stockfish:nodes=1000`,
+/// `stockfish:skill=3,depth=8`, `stockfish:movetime=50`, or
+/// `checkpoint:PATH`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Opponent {
+    Stockfish { limit: Limit, skill: Option<i32> },
+    Checkpoint(PathBuf),
+}
+
+impl Opponent {
+    /// Parses an opponent spec.
+    pub fn parse(spec: &str) -> Result<Opponent, String> {
+        let bad = |why: &str| {
+            format!(
+                "opponent {spec:?}: {why} (expected stockfish:nodes=N, stockfish:skill=S[,nodes=N|depth=D|movetime=MS] or checkpoint:PATH)"
+            )
+        };
+        if let Some(path) = spec.strip_prefix("checkpoint:") {
+            return Ok(Opponent::Checkpoint(PathBuf::from(path)));
+        }
+        let Some(rest) = spec.strip_prefix("stockfish:") else {
+            return Err(bad("unknown kind"));
+        };
+        let (mut limit, mut skill) = (None, None);
+        for kv in rest.split(',') {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| bad("expected key=value"))?;
+            let num = |v: &str| v.trim().parse::<u64>().map_err(|_| bad("not a number"));
+            match k.trim() {
+                "nodes" => limit = Some(Limit::Nodes(num(v)?)),
+                "depth" => limit = Some(Limit::Depth(num(v)? as u32)),
+                "movetime" => limit = Some(Limit::MoveTimeMs(num(v)?)),
+                "skill" => {
+                    let s = num(v)?;
+                    if s > 20 {
+                        return Err(bad("Skill Level is 0..=20"));
+                    }
+                    skill = Some(s as i32);
+                }
+                _ => return Err(bad("unknown key")),
+            }
+        }
+        let limit = match (limit, skill) {
+            (Some(l), _) => l,
+            // Skill levels need some search to weaken.
+            (None, Some(_)) => Limit::Depth(10),
+            (None, None) => return Err(bad("no limit")),
+        };
+        Ok(Opponent::Stockfish { limit, skill })
+    }
+
+    /// A display name, e.g. `stockfish-nodes-1000`.
+    pub fn name(&self) -> String {
+        match self {
+            Opponent::Stockfish { limit, skill } => {
+                let l = limit.to_string().replace(' ', "-");
+                match skill {
+                    Some(s) => format!("stockfish-skill-{s}-{l}"),
+                    None => format!("stockfish-{l}"),
+                }
+            }
+            Opponent::Checkpoint(p) => format!("checkpoint:{}", p.display()),
+        }
+    }
+}
+
+/// One finished game.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlayedGame {
+    pub white: String,
+    pub black: String,
+    pub opening: String,
+    pub result: &'static str,
+    pub termination: &'static str,
+    pub plies: usize,
+    #[serde(skip)]
+    pub pgn: String,
+}
+
+impl PlayedGame {
+    pub fn record(&self) -> GameRecord {
+        GameRecord {
+            white: self.white.clone(),
+            black: self.black.clone(),
+            white_score: match self.result {
+                "1-0" => 1.0,
+                "0-1" => 0.0,
+                _ => 0.5,
+            },
+        }
+    }
+}
+
+/// Plays one game from `opening` between `white` and `black`.
+pub fn play_game(
+    white: &mut dyn Player,
+    black: &mut dyn Player,
+    opening: &Opening,
+    max_plies: usize,
+    round: &str,
+) -> Result<PlayedGame, EvalError> {
+    white.new_game()?;
+    black.new_game()?;
+    let mut game = Game::new(Chess::default());
+    for m in &opening.moves {
+        game.play(m);
+    }
+    let (result, termination) = loop {
+        if let Some(end) = game.outcome(max_plies) {
+            break end;
+        }
+        let mover: &mut dyn Player = if game.position().turn().is_white() {
+            &mut *white
+        } else {
+            &mut *black
+        };
+        let m = mover.choose(&game)?;
+        if !game.position().is_legal(m) {
+            return Err(EvalError::Position {
+                fen: fen_of(game.position()),
+                message: format!("{} chose the illegal move {m}", mover.name()),
+            });
+        }
+        game.play(&m);
+    };
+    let headers = [
+        ("Event", "chessbench evaluation".to_owned()),
+        ("Site", "chessbench".to_owned()),
+        ("Date", "????.??.??".to_owned()),
+        ("Round", round.to_owned()),
+        ("White", white.name().to_owned()),
+        ("Black", black.name().to_owned()),
+        ("Result", result.pgn().to_owned()),
+        ("Opening", opening.name.clone()),
+        ("Termination", termination.name().to_owned()),
+        ("PlyCount", game.moves().len().to_string()),
+    ];
+    let _: (GameResult, Termination) = (result, termination);
+    Ok(PlayedGame {
+        white: white.name().to_owned(),
+        black: black.name().to_owned(),
+        opening: opening.name.clone(),
+        result: result.pgn(),
+        termination: termination.name(),
+        plies: game.moves().len(),
+        pgn: game.pgn(&headers, result.pgn()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opponent_specs() {
+        assert_eq!(
+            Opponent::parse("stockfish:nodes=1000").unwrap(),
+            Opponent::Stockfish {
+                limit: Limit::Nodes(1000),
+                skill: None
+            }
+        );
+        assert_eq!(
+            Opponent::parse("stockfish:skill=3").unwrap(),
+            Opponent::Stockfish {
+                limit: Limit::Depth(10),
+                skill: Some(3)
+            }
+        );
+        assert_eq!(
+            Opponent::parse("stockfish:nodes=1").unwrap().name(),
+            "stockfish-nodes-1"
+        );
+        for bad in [
+            "stockfish:",
+            "stockfish:nodes=x",
+            "stockfish:skill=40",
+            "leela:1",
+            "stockfish:speed=1",
+        ] {
+            assert!(Opponent::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn builtin_openings_are_legal_and_spread() {
+        let all = read_openings(None, 0).unwrap();
+        assert_eq!(all.len(), BUILTIN_OPENINGS.len());
+        assert_eq!(all[0].moves.len(), 5);
+        let two = read_openings(None, 2).unwrap();
+        assert_eq!(two[1].name, all[all.len() / 2].name);
+    }
+
+    #[test]
+    fn openings_from_pgn_and_tsv() {
+        let dir = tempfile::tempdir().unwrap();
+        let pgn = dir.path().join("o.pgn");
+        std::fs::write(
+            &pgn,
+            "[Event \"?\"]\n[Result \"*\"]\n\n1. b3 *\n\n[Event \"?\"]\n\n1. e4 e5 2. Nf3 *\n",
+        )
+        .unwrap();
+        let o = read_openings(Some(&pgn), 0).unwrap();
+        assert_eq!(o.len(), 2);
+        assert_eq!(o[1].moves.len(), 3);
+        assert_eq!(o[0].name, "1. b3");
+        let tsv = dir.path().join("a.tsv");
+        std::fs::write(
+            &tsv,
+            "eco\tname\tpgn\nA00\tAmar Opening\t1. Nh3\nA00\tBad\t1. Nh4\n",
+        )
+        .unwrap();
+        let e = read_openings(Some(&tsv), 0).unwrap_err().to_string();
+        assert!(e.contains("line 3"), "{e}");
+    }
+}

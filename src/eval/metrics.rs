@@ -23,7 +23,7 @@ use shakmaty::Chess;
 
 use super::{
     EvalError,
-    game::{fen_of, parse_fen},
+    game::parse_fen,
     policy::{NeuralPlayer, argmax},
 };
 use crate::{
@@ -340,7 +340,6 @@ pub fn score_stockfish(
         acc.add_board(&predicted, &sf, true);
         progress(i as u64 + 1);
     }
-    let _ = fen_of;
     Ok(acc.finish(name, split.to_owned(), start.elapsed().as_secs_f64()))
 }
 

@@ -362,7 +362,7 @@ mod tests {
             alt,6k1/1p3ppp/8/8/8/8/5PPP/R2Q2K1 b - - 0 1,b7b6 a1a8,1000\n";
         let f = csv(text);
         let puzzles = read_puzzles(f.path(), None).unwrap();
-        let mut p = puzzles[0].clone();
+        let p = &puzzles[0];
         let mut g = Game::new(p.start.clone());
         g.play(&p.moves[0]);
         for m in ["a1a8", "d1d8"] {
@@ -370,11 +370,10 @@ mod tests {
             h.play_uci(m).unwrap();
             assert!(h.position().is_checkmate(), "{m}");
         }
-        let r = solve(&p, &mut Scripted(vec!["d1d8"], 0)).unwrap();
+        let r = solve(p, &mut Scripted(vec!["d1d8"], 0)).unwrap();
         assert!(r.solved, "another mate in one solves the puzzle");
-        let r = solve(&p, &mut Scripted(vec!["d1d7"], 0)).unwrap();
+        let r = solve(p, &mut Scripted(vec!["d1d7"], 0)).unwrap();
         assert!(!r.solved);
-        p.id.clear();
     }
 
     #[test]

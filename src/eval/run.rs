@@ -331,10 +331,6 @@ fn write(path: &Path, text: &str) -> Result<(), EvalError> {
     })
 }
 
-fn opt(v: Option<f64>) -> String {
-    v.map_or_else(String::new, |v| format!("{v}"))
-}
-
 /// Runs the evaluation `config` describes and writes the report.
 pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, EvalError> {
     let started = Instant::now();
@@ -693,6 +689,5 @@ pub fn markdown(s: &EvalSummary) -> String {
         m.push('\n');
     }
     let _ = writeln!(m, "Evaluation took {:.0} s.", s.seconds);
-    let _ = opt;
     m
 }

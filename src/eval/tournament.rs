@@ -10,7 +10,7 @@ use shakmaty::{Chess, Move, Position};
 use super::{
     EvalError,
     elo::GameRecord,
-    game::{Game, GameResult, Termination, fen_of},
+    game::{Game, fen_of},
     policy::Player,
     puzzles::play_pgn,
 };
@@ -278,7 +278,6 @@ pub fn play_game(
         ("Termination", termination.name().to_owned()),
         ("PlyCount", game.moves().len().to_string()),
     ];
-    let _: (GameResult, Termination) = (result, termination);
     Ok(PlayedGame {
         white: white.name().to_owned(),
         black: black.name().to_owned(),

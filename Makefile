@@ -143,8 +143,10 @@ bench-loader: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
 
 ## Trainer steps/s and model FLOPs per second (burn on CPU) against the same
 ## arithmetic as plain matrix multiplications, on the demo run.
+# BENCH_DEVICE=cuda measures on GPU 0 (builds with --features cuda).
+BENCH_DEVICE ?= cpu
 bench-eval: | $(DUCKDB_LIB)
-	$(CARGO) bench --locked --bench eval
+	BENCH_DEVICE=$(BENCH_DEVICE) $(CARGO) bench --locked --bench eval $(if $(filter cuda,$(BENCH_DEVICE)),--features cuda)
 
 bench-train: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
 	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) $(CARGO) bench --locked --bench train

@@ -6,16 +6,19 @@
 //! of pseudo-random play from the start (30 legal moves per board on
 //! average).
 //!
-//! On a GPU: build with `--features cuda` and run `chessbench eval ...
-//! --device cuda` (the report's boards/s column).
+//! On a GPU: `BENCH_DEVICE=cuda cargo bench --features cuda --bench eval`
+//! (or `make bench-eval BENCH_DEVICE=cuda`), or `chessbench eval ...
+//! --device cuda` on a real checkpoint (the report's boards/s column).
 //!
-//! Environment: BENCH_PRESETS (default "tiny,9m"), BENCH_BOARDS (default 100).
+//! Environment: BENCH_PRESETS (default "tiny,9m"), BENCH_BOARDS (default
+//! 100), BENCH_DEVICE (`cpu`, the default, or `cuda`).
 
 use std::time::Instant;
 
 use chessbench::{
     eval::{model::Model, policy::predict},
     train::{
+        config::DeviceKind,
         data::{Policy, push_sequence},
         model_config::Preset,
     },
@@ -45,12 +48,21 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(100);
+    let device = match std::env::var("BENCH_DEVICE").as_deref() {
+        Ok("cuda") => DeviceKind::Cuda,
+        Ok("cpu") | Err(_) => DeviceKind::Cpu,
+        Ok(other) => panic!("BENCH_DEVICE={other}: expected cpu or cuda"),
+    };
     let positions = boards(n);
     let moves: usize = positions.iter().map(|p| p.legal_moves().len()).sum();
-    println!(
-        "eval throughput, action-value policy, K=128, {n} boards ({moves} legal moves), CPU ({} threads)",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
+    let on = match device {
+        DeviceKind::Cpu => format!(
+            "CPU ({} threads)",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        ),
+        DeviceKind::Cuda => "CUDA device 0".to_owned(),
+    };
+    println!("eval throughput, action-value policy, K=128, {n} boards ({moves} legal moves), {on}");
     for preset in presets.split(',') {
         let p = match preset.trim() {
             "tiny" => Preset::Tiny,
@@ -59,7 +71,8 @@ fn main() {
             "270m" => Preset::M270,
             other => panic!("unknown preset {other}"),
         };
-        let model = Model::random(p, Policy::ActionValue, 128).expect("a model");
+        let model = Model::random(p, Policy::ActionValue, 128, device)
+            .unwrap_or_else(|e| panic!("a {preset} model on {on}: {e}"));
         let mut tokens = Vec::new();
         // Warm up.
         predict(&model, &positions[0], &mut tokens).unwrap();

@@ -14,6 +14,7 @@ use crate::{
         config::DeviceKind,
         data::Policy,
         model::{Predictor, tokens_tensor},
+        model_config::ModelShape,
     },
 };
 
@@ -76,6 +77,13 @@ fn load_on<B: Backend>(
     Ok(Box::new(BurnForward { model, device }))
 }
 
+fn random_on<B: Backend>(shape: &ModelShape, device: B::Device) -> Box<dyn Forward> {
+    Box::new(BurnForward {
+        model: Predictor::<B>::new(shape, &device),
+        device,
+    })
+}
+
 /// A checkpoint ready to score sequences.
 pub struct Model {
     /// The checkpoint directory (`.../checkpoints/step-N`).
@@ -132,12 +140,13 @@ impl Model {
         })
     }
 
-    /// A freshly initialised model of a preset on the CPU (benchmarks:
+    /// A freshly initialised model of a preset on `device` (benchmarks:
     /// throughput does not depend on the weights).
     pub fn random(
         preset: crate::train::model_config::Preset,
         policy: Policy,
         buckets: usize,
+        device: DeviceKind,
     ) -> Result<Model, EvalError> {
         let options = crate::train::config::TrainOptions {
             run: Some(PathBuf::from("(none)")),
@@ -150,12 +159,16 @@ impl Model {
         let config = options
             .resolve()
             .map_err(|e| EvalError::Config(e.to_string()))?;
-        let shape = crate::train::model_config::ModelShape::preset(preset, policy, buckets);
-        let device = Default::default();
-        let forward: Box<dyn Forward> = Box::new(BurnForward::<burn::backend::Flex> {
-            model: Predictor::new(&shape, &device),
-            device,
-        });
+        let shape = ModelShape::preset(preset, policy, buckets);
+        let forward: Box<dyn Forward> = match device {
+            DeviceKind::Cpu => random_on::<burn::backend::Flex>(&shape, Default::default()),
+            #[cfg(feature = "cuda")]
+            DeviceKind::Cuda => {
+                random_on::<burn::backend::Cuda<f32, i32>>(&shape, Default::default())
+            }
+            #[cfg(not(feature = "cuda"))]
+            DeviceKind::Cuda => return Err(EvalError::NoCuda),
+        };
         let buckets = match policy {
             Policy::BehavioralCloning => None,
             _ => Some(ValueBuckets::new(buckets).map_err(|e| EvalError::Config(e.to_string()))?),

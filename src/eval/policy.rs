@@ -243,29 +243,61 @@ impl NeuralPlayer {
         let Some(decisive) = &self.options.decisive else {
             return Ok(None);
         };
-        if self.model.policy() == Policy::BehavioralCloning || p.scores.len() < DECISIVE_TOP {
+        if self.model.policy() == Policy::BehavioralCloning {
             return Ok(None);
         }
-        let mut order: Vec<usize> = (0..p.scores.len()).collect();
-        order.sort_by(|&a, &b| p.scores[b].total_cmp(&p.scores[a]));
-        let top = &order[..DECISIVE_TOP];
-        if top.iter().any(|&i| p.scores[i] <= DECISIVE_THRESHOLD) {
-            return Ok(None);
+        let chosen = decisive_choice(&mut self.decisive_engine, decisive, game, p)?;
+        if chosen.is_some() {
+            self.decisive_moves += 1;
         }
-        if self.decisive_engine.is_none() {
-            self.decisive_engine = Some(
-                Engine::start(&decisive.engine).map_err(|e| EvalError::engine("starting", e))?,
-            );
-        }
-        let engine = self.decisive_engine.as_mut().expect("started above");
-        let searchmoves: Vec<UciMove> = top
-            .iter()
-            .map(|&i| p.moves[i].to_uci(CastlingMode::Standard))
-            .collect();
-        let best = stockfish_move(engine, game, decisive.limit, &searchmoves)?;
-        self.decisive_moves += 1;
-        Ok(Some(best))
+        Ok(chosen)
     }
+}
+
+/// The decisiveness rule's trigger: the indices of the [`DECISIVE_TOP`]
+/// best scores (best first, ties in move order) when every one of them
+/// exceeds [`DECISIVE_THRESHOLD`], else `None` (also with fewer legal
+/// moves than that).
+pub fn decisive_candidates(scores: &[f64]) -> Option<Vec<usize>> {
+    if scores.len() < DECISIVE_TOP {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    // NaN sorts last and fails the threshold.
+    order.sort_by(|&a, &b| match (scores[a].is_nan(), scores[b].is_nan()) {
+        (false, false) => scores[b].total_cmp(&scores[a]),
+        (x, y) => x.cmp(&y),
+    });
+    order.truncate(DECISIVE_TOP);
+    order
+        .iter()
+        .all(|&i| scores[i] > DECISIVE_THRESHOLD)
+        .then_some(order)
+}
+
+/// Applies the decisiveness rule to a value policy's prediction: when
+/// [`decisive_candidates`] fires, Stockfish (started in `engine` on first
+/// use) searches only those moves (`go ... searchmoves`) and its choice is
+/// returned; otherwise `None` and the policy's own argmax stands.
+pub fn decisive_choice(
+    engine: &mut Option<Engine>,
+    decisive: &Decisive,
+    game: &Game,
+    p: &Prediction,
+) -> Result<Option<Move>, EvalError> {
+    let Some(top) = decisive_candidates(&p.scores) else {
+        return Ok(None);
+    };
+    if engine.is_none() {
+        *engine =
+            Some(Engine::start(&decisive.engine).map_err(|e| EvalError::engine("starting", e))?);
+    }
+    let engine = engine.as_mut().expect("started above");
+    let searchmoves: Vec<UciMove> = top
+        .iter()
+        .map(|&i| p.moves[i].to_uci(CastlingMode::Standard))
+        .collect();
+    stockfish_move(engine, game, decisive.limit, &searchmoves).map(Some)
 }
 
 impl Player for NeuralPlayer {
@@ -374,6 +406,7 @@ impl Player for EnginePlayer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eval::game::parse_fen;
 
     #[test]
     fn argmax_takes_the_first_maximum_and_skips_nan() {
@@ -389,6 +422,118 @@ mod tests {
         assert_eq!(moves[0].0, "a2a3");
         assert_eq!(moves[19].0, "h2h4");
         assert!(moves.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn the_decisiveness_rule_fires_only_when_the_top_five_exceed_99_percent() {
+        let high = [0.995, 0.2, 0.999, 0.991, 0.9999, 0.5, 0.993];
+        assert_eq!(decisive_candidates(&high), Some(vec![4, 2, 0, 6, 3]));
+        // The fifth best at exactly 0.99 does not exceed the threshold.
+        let edge = [0.995, 0.2, 0.999, 0.99, 0.9999, 0.5, 0.993];
+        assert_eq!(decisive_candidates(&edge), None);
+        // NaN never counts as decisive, wherever it sorts.
+        let nan = [0.995, f64::NAN, 0.999, 0.991, 0.9999, 0.993];
+        assert_eq!(decisive_candidates(&nan), Some(vec![4, 2, 0, 5, 3]));
+        let nan_in_top = [0.995, f64::NAN, 0.999, 0.991, 0.9999];
+        assert_eq!(decisive_candidates(&nan_in_top), None);
+        // Fewer than five legal moves: the policy decides alone.
+        assert_eq!(decisive_candidates(&[1.0, 1.0, 1.0, 1.0]), None);
+    }
+
+    /// Scores every legal move of `game` 0.5, then `winners` (UCI) `score`.
+    fn scored(game: &Game, winners: &[(&str, f64)]) -> Prediction {
+        let legal = ordered_legal_moves(game.position()).unwrap();
+        let scores = legal
+            .iter()
+            .map(|(uci, _, _)| {
+                winners
+                    .iter()
+                    .find(|(w, _)| w == uci)
+                    .map_or(0.5, |(_, s)| *s)
+            })
+            .collect();
+        let (moves, actions) = legal.into_iter().map(|(_, m, a)| (m, a)).unzip();
+        Prediction {
+            moves,
+            actions,
+            scores,
+            log_probs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_decisiveness_rule_lets_real_stockfish_pick_among_the_top_five() {
+        let Some(engine) = crate::uci::engine::tests::stockfish() else {
+            return;
+        };
+        let decisive = Decisive {
+            engine,
+            limit: Limit::Nodes(20_000),
+        };
+        // White to move mates with Ra8# (a1a8) and has many other winning
+        // moves; the rule must search only the five the model put on top.
+        let mut game = Game::new(parse_fen("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1").unwrap());
+        let mut slot = None;
+        let five = [
+            ("a1a8", 0.995),
+            ("a1a2", 0.999),
+            ("a1b1", 0.998),
+            ("g1f1", 0.997),
+            ("h2h3", 0.996),
+        ];
+        let p = scored(&game, &five);
+        let uci = |m: &Move| m.to_uci(CastlingMode::Standard).to_string();
+        assert_eq!(p.best().map(|i| uci(&p.moves[i])), Some("a1a2".into()));
+        let m = decisive_choice(&mut slot, &decisive, &game, &p).unwrap();
+        assert_eq!(
+            m.map(|m| m.to_uci(CastlingMode::Standard).to_string()),
+            Some("a1a8".into())
+        );
+        assert!(slot.is_some(), "the engine starts on first use");
+
+        // The mate ranked sixth: Stockfish may only choose among the five.
+        let mut six = five.to_vec();
+        six[0] = ("a1a8", 0.9905);
+        six.push(("a1a3", 0.9999));
+        let p = scored(&game, &six);
+        let m = decisive_choice(&mut slot, &decisive, &game, &p)
+            .unwrap()
+            .unwrap();
+        let uci = m.to_uci(CastlingMode::Standard).to_string();
+        assert!(
+            ["a1a2", "a1b1", "g1f1", "h2h3", "a1a3"].contains(&uci.as_str()),
+            "{uci}"
+        );
+
+        // One of the five at 0.99 or below: the rule stays out.
+        let mut low = five.to_vec();
+        low[4] = ("h2h3", 0.98);
+        assert!(
+            decisive_choice(&mut slot, &decisive, &game, &scored(&game, &low))
+                .unwrap()
+                .is_none()
+        );
+
+        // The engine sees the game's moves, not just its start position:
+        // after 1. Kf1 Kh8 Ra8# is still mate and Ke1 is legal.
+        for m in ["g1f1", "g8h8"] {
+            game.play_uci(m).unwrap();
+        }
+        let p = scored(
+            &game,
+            &[
+                ("a1a8", 0.995),
+                ("a1a2", 0.999),
+                ("a1b1", 0.998),
+                ("f1e1", 0.997),
+                ("h2h3", 0.996),
+            ],
+        );
+        let m = decisive_choice(&mut slot, &decisive, &game, &p).unwrap();
+        assert_eq!(
+            m.map(|m| m.to_uci(CastlingMode::Standard).to_string()),
+            Some("a1a8".into())
+        );
     }
 
     #[test]

@@ -520,7 +520,7 @@ impl Drop for Engine {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Real Stockfish, or None with a printed reason.

@@ -1174,9 +1174,18 @@ struct EvalArgs {
     /// An opponent (repeatable): stockfish:nodes=N, stockfish:skill=S[,depth=D], checkpoint:PATH.
     #[arg(long = "opponent")]
     opponents: Vec<String>,
-    /// Game length cap in plies; longer games are adjudicated draws [default: 400].
+    /// Game length cap in plies; longer games are adjudicated draws [default: 0, no cap, as
+    /// searchless_chess].
     #[arg(long)]
     max_plies: Option<usize>,
+    /// Stockfish adjudicating games after every move: a mate score or more than --adjudicate-cp
+    /// ends the game as a win (searchless_chess's tournament) [default: stockfish:movetime=10;
+    /// `none` to play to the end].
+    #[arg(long)]
+    adjudicate: Option<String>,
+    /// The adjudication threshold in centipawns [default: 1300].
+    #[arg(long)]
+    adjudicate_cp: Option<i32>,
     /// The player whose Elo is fixed [default: the first opponent].
     #[arg(long)]
     anchor: Option<String>,
@@ -1225,6 +1234,8 @@ fn eval_cmd(args: EvalArgs) -> Result<()> {
         openings_count: args.openings_count,
         opponents: (!args.opponents.is_empty()).then_some(args.opponents),
         max_plies: args.max_plies,
+        adjudicate: args.adjudicate,
+        adjudicate_cp: args.adjudicate_cp,
         anchor: args.anchor,
         anchor_elo: args.anchor_elo,
         repetition_draw: args.no_repetition_draw.then_some(false),

@@ -2,10 +2,14 @@
 //! bookkeeping (for the threefold rule and the paper's repetition
 //! workaround), the end-of-game rules and PGN output.
 //!
-//! A game ends as python-chess's `Board.outcome(claim_draw=True)` would end
-//! it: checkmate, stalemate, insufficient material, a threefold repetition
-//! or the fifty-move rule (both claimed at once), plus a cap on the game's
-//! length (adjudicated a draw) so a shuffling pair of engines terminates.
+//! A game ends where searchless_chess's `tournament.py` stops its loop
+//! (`board.is_game_over() or board.can_claim_fifty_moves() or
+//! board.is_repetition()` in python-chess): checkmate, stalemate,
+//! insufficient material, a position occurring for the third time, or a
+//! fifty-move claim (including "the next move makes it fifty"), plus an
+//! optional cap on the game's length (adjudicated a draw). The Stockfish
+//! adjudication that tournament applies after every move lives in
+//! [`super::tournament::Adjudicator`].
 
 use std::fmt::Write as _;
 
@@ -44,6 +48,9 @@ pub enum Termination {
     FiftyMoves,
     /// The length cap: adjudicated a draw.
     MaxPlies,
+    /// Stockfish's evaluation after a move was a mate or beyond the
+    /// threshold (searchless_chess: 1300 centipawns).
+    Adjudicated,
 }
 
 impl Termination {
@@ -55,6 +62,7 @@ impl Termination {
             Termination::ThreefoldRepetition => "threefold repetition",
             Termination::FiftyMoves => "fifty-move rule",
             Termination::MaxPlies => "adjudicated: length cap",
+            Termination::Adjudicated => "adjudicated: Stockfish evaluation",
         }
     }
 }
@@ -167,12 +175,49 @@ impl Game {
     }
 
     /// How often the position after `m` has occurred so far (2 means `m`
-    /// allows a threefold repetition claim).
+    /// repeats a position for the third time).
     pub fn occurrences_after(&self, m: &Move) -> usize {
         let mut next = self.position.clone();
         next.play_unchecked(*m);
+        self.count(&key(&next))
+    }
+
+    fn count(&self, k: &RepetitionKey) -> usize {
+        self.keys.iter().filter(|&x| x == k).count()
+    }
+
+    /// Whether after `m` a draw by repetition could be claimed: python-
+    /// chess's `is_fivefold_repetition() or can_claim_threefold_repetition()`
+    /// on the board after `m`, which searchless_chess's engines use to score
+    /// `m` 0.5. True when the position after `m` occurs for the third time,
+    /// or when some reply of the opponent would repeat a position for the
+    /// third time (counting the position after `m`).
+    pub fn draw_claimable_after(&self, m: &Move) -> bool {
+        let mut next = self.position.clone();
+        next.play_unchecked(*m);
         let k = key(&next);
-        self.keys.iter().filter(|&x| *x == k).count()
+        if self.count(&k) + 1 >= 3 {
+            return true;
+        }
+        next.legal_moves().into_iter().any(|reply| {
+            // Captures and pawn moves cannot recreate an earlier position.
+            if reply.is_zeroing() {
+                return false;
+            }
+            let mut after = next.clone();
+            after.play_unchecked(reply);
+            let k2 = key(&after);
+            self.count(&k2) + usize::from(k2 == k) >= 2
+        })
+    }
+
+    /// python-chess's `can_claim_fifty_moves`: fifty moves without a capture
+    /// or pawn move have been played, or the next (non-zeroing) move would
+    /// complete them.
+    fn can_claim_fifty_moves(&self) -> bool {
+        let pos = &self.position;
+        let h = pos.halfmoves();
+        h >= 100 || (h >= 99 && pos.legal_moves().iter().any(|m| !m.is_zeroing()))
     }
 
     /// The moves so far in UCI (standard castling notation).
@@ -184,8 +229,8 @@ impl Game {
     }
 
     /// The result if the game is over (draws claimed at once), or a draw by
-    /// adjudication after `max_plies` moves.
-    pub fn outcome(&self, max_plies: usize) -> Option<(GameResult, Termination)> {
+    /// adjudication after `max_plies` moves (no cap when `None`).
+    pub fn outcome(&self, max_plies: Option<usize>) -> Option<(GameResult, Termination)> {
         let pos = &self.position;
         if pos.is_checkmate() {
             let r = match pos.turn() {
@@ -205,13 +250,13 @@ impl Game {
             .keys
             .last()
             .expect("the start position is always there");
-        if self.keys.iter().filter(|&k| k == now).count() >= 3 {
+        if self.count(now) >= 3 {
             return draw(Termination::ThreefoldRepetition);
         }
-        if pos.halfmoves() >= 100 {
+        if self.can_claim_fifty_moves() {
             return draw(Termination::FiftyMoves);
         }
-        if self.moves.len() >= max_plies {
+        if max_plies.is_some_and(|cap| self.moves.len() >= cap) {
             return draw(Termination::MaxPlies);
         }
         None
@@ -222,7 +267,11 @@ impl Game {
     pub fn pgn(&self, headers: &[(&str, String)], result: &str) -> String {
         let mut out = String::new();
         for (k, v) in headers {
-            let v = v.replace('\\', "\\\\").replace('"', "\\\"");
+            // One line per tag: a newline would end the tag pair.
+            let v = v
+                .replace(['\n', '\r'], " ")
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"");
             let _ = writeln!(out, "[{k} \"{v}\"]");
         }
         if !self.from_startpos() {
@@ -274,15 +323,60 @@ mod tests {
     fn knight_shuffle_is_a_threefold_repetition() {
         let mut g = Game::new(Chess::default());
         play(&mut g, "g1f3 g8f6 f3g1 f6g8 g1f3 g8f6 f3g1");
-        assert_eq!(g.outcome(500), None);
+        assert_eq!(g.outcome(Some(500)), None);
         // f6g8 returns to the start position for the third time.
         let m = parse_uci_move(g.position(), "f6g8").unwrap();
         assert_eq!(g.occurrences_after(&m), 2);
         g.play(&m);
         assert_eq!(
-            g.outcome(500),
+            g.outcome(Some(500)),
             Some((GameResult::Draw, Termination::ThreefoldRepetition))
         );
+    }
+
+    #[test]
+    fn a_move_is_a_claimable_draw_when_a_reply_would_repeat_three_times() {
+        let mut g = Game::new(Chess::default());
+        // K = (Nf3, Ng8, Black to move) occurs twice: after 1. Nf3 and
+        // after 3. Nf3 (from h4). The start position occurred once.
+        play(&mut g, "g1f3 g8h6 f3h4 h6g8 h4f3 g8h6 f3g1");
+        // ...Ng8 reaches the start position only a second time, but White's
+        // reply Nf3 would reach K a third time: python-chess's
+        // can_claim_threefold_repetition() is true after ...Ng8.
+        let ng8 = parse_uci_move(g.position(), "h6g8").unwrap();
+        assert_eq!(g.occurrences_after(&ng8), 1);
+        assert!(g.draw_claimable_after(&ng8));
+        // ...Nf5 is new and no reply recreates an old position.
+        let nf5 = parse_uci_move(g.position(), "h6f5").unwrap();
+        assert!(!g.draw_claimable_after(&nf5));
+        // The third occurrence itself is claimable by the first clause.
+        play(&mut g, "h6g8");
+        let nf3 = parse_uci_move(g.position(), "g1f3").unwrap();
+        assert_eq!(g.occurrences_after(&nf3), 2);
+        assert!(g.draw_claimable_after(&nf3));
+        g.play(&nf3);
+        assert_eq!(
+            g.outcome(None),
+            Some((GameResult::Draw, Termination::ThreefoldRepetition))
+        );
+    }
+
+    #[test]
+    fn fifty_moves_are_claimable_one_move_early() {
+        // Halfmove clock 99, White to move: Kf1 completes the fifty moves.
+        let g = Game::new(parse_fen("4k3/8/8/8/8/8/8/R3K3 w - - 99 80").unwrap());
+        assert_eq!(
+            g.outcome(None),
+            Some((GameResult::Draw, Termination::FiftyMoves))
+        );
+        // At 98 it is not.
+        let g = Game::new(parse_fen("4k3/8/8/8/8/8/8/R3K3 w - - 98 80").unwrap());
+        assert_eq!(g.outcome(None), None);
+        // At 99 with only zeroing moves it is not: White's one legal move
+        // is the capture Kxg2.
+        let g = Game::new(parse_fen("7k/8/8/8/8/8/6r1/7K w - - 99 80").unwrap());
+        assert_eq!(g.position().legal_moves().len(), 1);
+        assert_eq!(g.outcome(None), None);
     }
 
     #[test]
@@ -290,7 +384,7 @@ mod tests {
         let mut g = Game::new(Chess::default());
         play(&mut g, "f2f3 e7e5 g2g4 d8h4");
         assert_eq!(
-            g.outcome(500),
+            g.outcome(Some(500)),
             Some((GameResult::BlackWins, Termination::Checkmate))
         );
         let pgn = g.pgn(&[("White", "a".into()), ("Black", "b".into())], "0-1");
@@ -304,7 +398,7 @@ mod tests {
         let mut g = Game::new(start);
         play(&mut g, "e8d7 e2e4");
         assert_eq!(
-            g.outcome(2),
+            g.outcome(Some(2)),
             Some((GameResult::Draw, Termination::MaxPlies))
         );
         let pgn = g.pgn(&[], "1/2-1/2");

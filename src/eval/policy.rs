@@ -13,8 +13,10 @@
 //! as searchless_chess's `get_ordered_legal_moves` + `np.argmax` do.
 //!
 //! The paper's two workarounds (§5, "Indecisiveness" and repetitions):
-//! with `repetition_draw`, a move after which the position would occur a
-//! third time scores 0.5 (a draw can be claimed); with `decisive`, when the
+//! with `repetition_draw`, a move after which a draw by repetition can be
+//! claimed scores 0.5 (searchless_chess's `_update_scores_with_repetitions`:
+//! the position occurs a third time, or a reply of the opponent would
+//! repeat one a third time); with `decisive`, when the
 //! top five moves all score above 99%, Stockfish picks among them.
 
 use std::time::Duration;
@@ -227,7 +229,7 @@ impl NeuralPlayer {
         let mut p = predict(&self.model, game.position(), &mut self.tokens)?;
         if self.options.repetition_draw && self.model.policy() != Policy::BehavioralCloning {
             for (m, s) in p.moves.iter().zip(p.scores.iter_mut()) {
-                if game.occurrences_after(m) >= 2 {
+                if game.draw_claimable_after(m) {
                     *s = 0.5;
                 }
             }

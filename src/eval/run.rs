@@ -60,7 +60,13 @@ pub struct EvalOptions {
     /// Openings per opponent (each played with both colours).
     pub openings_count: Option<usize>,
     pub opponents: Option<Vec<String>>,
+    /// Game length cap in plies (0: none, the default).
     pub max_plies: Option<usize>,
+    /// Stockfish adjudicating games after every move
+    /// (`stockfish:movetime=10`, searchless_chess's, by default; `none`).
+    pub adjudicate: Option<String>,
+    /// The adjudication threshold in centipawns (default 1300).
+    pub adjudicate_cp: Option<i32>,
     /// The player whose rating is fixed (default: the first opponent).
     pub anchor: Option<String>,
     pub anchor_elo: Option<f64>,
@@ -108,7 +114,9 @@ pub struct EvalConfig {
     pub openings: Option<PathBuf>,
     pub openings_count: usize,
     pub opponents: Vec<Opponent>,
-    pub max_plies: usize,
+    pub max_plies: Option<usize>,
+    pub adjudicate: Option<Opponent>,
+    pub adjudicate_cp: i32,
     pub anchor: Option<String>,
     pub anchor_elo: f64,
     pub repetition_draw: bool,
@@ -156,6 +164,8 @@ impl EvalOptions {
             openings_count: cli.openings_count.or(self.openings_count),
             opponents: cli.opponents.or(self.opponents),
             max_plies: cli.max_plies.or(self.max_plies),
+            adjudicate: cli.adjudicate.or(self.adjudicate),
+            adjudicate_cp: cli.adjudicate_cp.or(self.adjudicate_cp),
             anchor: cli.anchor.or(self.anchor),
             anchor_elo: cli.anchor_elo.or(self.anchor_elo),
             repetition_draw: cli.repetition_draw.or(self.repetition_draw),
@@ -207,6 +217,27 @@ impl EvalOptions {
                 "decisive: expected a stockfish:... spec".into(),
             ));
         }
+        let adjudicate = match self.adjudicate.as_deref() {
+            Some("none") => None,
+            Some(s) => match Opponent::parse(s).map_err(EvalError::Config)? {
+                Opponent::Checkpoint(_) => {
+                    return Err(EvalError::Config(
+                        "adjudicate: expected a stockfish:... spec or none".into(),
+                    ));
+                }
+                o => Some(o),
+            },
+            None => Some(Opponent::Stockfish {
+                limit: crate::uci::Limit::MoveTimeMs(10),
+                skill: None,
+            }),
+        };
+        let adjudicate_cp = self.adjudicate_cp.unwrap_or(tournament::ADJUDICATION_CP);
+        if adjudicate_cp <= 0 {
+            return Err(EvalError::Config(format!(
+                "adjudicate_cp {adjudicate_cp}: expected a positive number of centipawns"
+            )));
+        }
         Ok(EvalConfig {
             out: self.out.unwrap_or_else(|| run.join("report")),
             run,
@@ -222,7 +253,9 @@ impl EvalOptions {
             openings: self.openings,
             openings_count: self.openings_count.unwrap_or(4),
             opponents,
-            max_plies: self.max_plies.unwrap_or(400),
+            max_plies: self.max_plies.filter(|&n| n > 0),
+            adjudicate,
+            adjudicate_cp,
             anchor: self.anchor,
             anchor_elo: self.anchor_elo.unwrap_or(0.0),
             repetition_draw: self.repetition_draw.unwrap_or(true),
@@ -465,6 +498,14 @@ pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, Eval
         };
         let total = (openings.len() * 2 * config.opponents.len()) as u64;
         let b = bar(progress, total, "games");
+        let mut adjudicator = match &config.adjudicate {
+            Some(Opponent::Stockfish { limit, skill }) => Some(tournament::Adjudicator::start(
+                &engine_config(config, *skill),
+                *limit,
+                config.adjudicate_cp,
+            )?),
+            _ => None,
+        };
         for o in &config.opponents {
             let mut opp = opponent_player(config, o)?;
             let (mut w, mut d, mut l) = (0u64, 0u64, 0u64);
@@ -477,6 +518,7 @@ pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, Eval
                             opp.as_mut(),
                             opening,
                             config.max_plies,
+                            adjudicator.as_mut(),
                             &round,
                         )?
                     } else {
@@ -485,6 +527,7 @@ pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, Eval
                             &mut player,
                             opening,
                             config.max_plies,
+                            adjudicator.as_mut(),
                             &round,
                         )?
                     };

@@ -1,6 +1,11 @@
 //! Games between a model and opponents (Stockfish at fixed limits, other
 //! checkpoints) from ECO openings, each opening played twice with colours
 //! swapped, written as PGN and rated with [`super::elo`].
+//!
+//! Games end as in searchless_chess's `tournament.py`: by the rules of
+//! [`Game::outcome`] or, after any move, by Stockfish's adjudication
+//! ([`Adjudicator`]: a mate score or more than 1300 centipawns either way,
+//! searched for 10 ms there, ends the game as a win for that side).
 
 use std::path::{Path, PathBuf};
 
@@ -10,11 +15,84 @@ use shakmaty::{Chess, Move, Position};
 use super::{
     EvalError,
     elo::GameRecord,
-    game::{Game, fen_of},
-    policy::Player,
+    game::{Game, GameResult, Termination, fen_of},
+    policy::{ENGINE_TIMEOUT, Player},
     puzzles::play_pgn,
 };
-use crate::uci::Limit;
+use crate::uci::{Engine, EngineConfig, Limit, Position as UciPosition, Score};
+
+/// searchless_chess's adjudication threshold (`_MIN_SCORE_TO_STOP`).
+pub const ADJUDICATION_CP: i32 = 1300;
+
+/// What Stockfish's evaluation of a position (side to move's view) says
+/// about the game: `Some(true)` the side to move wins, `Some(false)` it
+/// loses, `None` play on. A mate score always decides (`mate 0`, the side
+/// to move is mated, loses); a centipawn score decides beyond
+/// `threshold_cp` either way.
+pub fn adjudicate(score: Score, threshold_cp: i32) -> Option<bool> {
+    match score {
+        Score::Mate(n) => Some(n > 0),
+        Score::Cp(cp) if cp.abs() > threshold_cp => Some(cp > 0),
+        Score::Cp(_) => None,
+    }
+}
+
+/// Stockfish watching a game and stopping it once it is decided.
+pub struct Adjudicator {
+    engine: Engine,
+    limit: Limit,
+    threshold_cp: i32,
+}
+
+impl Adjudicator {
+    pub fn start(
+        config: &EngineConfig,
+        limit: Limit,
+        threshold_cp: i32,
+    ) -> Result<Adjudicator, EvalError> {
+        let engine = Engine::start(config).map_err(|e| EvalError::engine("starting", e))?;
+        Ok(Adjudicator {
+            engine,
+            limit,
+            threshold_cp,
+        })
+    }
+
+    /// The adjudicated result of `game` after its last move, if any. A
+    /// position without legal moves is left to the rules (checkmate gives
+    /// the same result; stalemate scores 0 and is a draw).
+    pub fn verdict(&mut self, game: &Game) -> Result<Option<GameResult>, EvalError> {
+        if game.position().legal_moves().is_empty() {
+            return Ok(None);
+        }
+        let moves = game.uci_moves();
+        self.engine
+            .set_position(UciPosition::Fen {
+                fen: game.start_fen(),
+                moves: &moves,
+            })
+            .map_err(|e| EvalError::engine("position", e))?;
+        let r = self
+            .engine
+            .search(self.limit, &[], ENGINE_TIMEOUT)
+            .map_err(|e| EvalError::engine("adjudicating", e))?;
+        let Some(line) = r.best() else {
+            return Ok(None);
+        };
+        Ok(adjudicate(line.score, self.threshold_cp).map(|mover_wins| {
+            match (game.position().turn().is_white(), mover_wins) {
+                (true, true) | (false, false) => GameResult::WhiteWins,
+                _ => GameResult::BlackWins,
+            }
+        }))
+    }
+
+    pub fn new_game(&mut self) -> Result<(), EvalError> {
+        self.engine
+            .new_game(ENGINE_TIMEOUT)
+            .map_err(|e| EvalError::engine("ucinewgame", e))
+    }
+}
 
 /// An opening: a name and its moves from the standard start.
 #[derive(Debug, Clone)]
@@ -120,7 +198,13 @@ pub fn read_openings(path: Option<&Path>, count: usize) -> Result<Vec<Opening>, 
                             g
                         };
                         let pgn = g.pgn(&[], "*");
-                        o.name = pgn.trim().trim_end_matches('*').trim().to_owned();
+                        // One line: the name goes into PGN headers and CSV.
+                        o.name = pgn
+                            .trim()
+                            .trim_end_matches('*')
+                            .split_whitespace()
+                            .collect::<Vec<_>>()
+                            .join(" ");
                     }
                 }
             }
@@ -234,16 +318,21 @@ impl PlayedGame {
     }
 }
 
-/// Plays one game from `opening` between `white` and `black`.
+/// Plays one game from `opening` between `white` and `black`, ended by the
+/// rules, the optional length cap, or `adjudicator` after any move.
 pub fn play_game(
     white: &mut dyn Player,
     black: &mut dyn Player,
     opening: &Opening,
-    max_plies: usize,
+    max_plies: Option<usize>,
+    mut adjudicator: Option<&mut Adjudicator>,
     round: &str,
 ) -> Result<PlayedGame, EvalError> {
     white.new_game()?;
     black.new_game()?;
+    if let Some(a) = adjudicator.as_deref_mut() {
+        a.new_game()?;
+    }
     let mut game = Game::new(Chess::default());
     for m in &opening.moves {
         game.play(m);
@@ -265,6 +354,13 @@ pub fn play_game(
             });
         }
         game.play(&m);
+        // searchless_chess evaluates after every move, before its loop
+        // checks the rules.
+        if let Some(a) = adjudicator.as_deref_mut()
+            && let Some(r) = a.verdict(&game)?
+        {
+            break (r, Termination::Adjudicated);
+        }
     };
     let headers = [
         ("Event", "chessbench evaluation".to_owned()),
@@ -292,6 +388,102 @@ pub fn play_game(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adjudication_follows_the_sign_of_the_score() {
+        assert_eq!(adjudicate(Score::Mate(3), 1300), Some(true));
+        assert_eq!(adjudicate(Score::Mate(-2), 1300), Some(false));
+        // `mate 0`: the side to move is mated.
+        assert_eq!(adjudicate(Score::Mate(0), 1300), Some(false));
+        assert_eq!(adjudicate(Score::Cp(1301), 1300), Some(true));
+        assert_eq!(adjudicate(Score::Cp(-1301), 1300), Some(false));
+        assert_eq!(adjudicate(Score::Cp(1300), 1300), None);
+        assert_eq!(adjudicate(Score::Cp(-40), 1300), None);
+    }
+
+    #[test]
+    fn stockfish_adjudicates_lost_positions_and_not_balanced_ones() {
+        let Some(config) = crate::uci::engine::tests::stockfish() else {
+            return;
+        };
+        let mut a = Adjudicator::start(&config, Limit::Nodes(5000), ADJUDICATION_CP).unwrap();
+        let game = |fen: &str| Game::new(crate::eval::game::parse_fen(fen).unwrap());
+        // Black to move against two queens: White wins, from either side's
+        // view of the score.
+        let g = game("4k3/8/8/8/8/8/8/QQ2K3 b - - 0 1");
+        assert_eq!(a.verdict(&g).unwrap(), Some(GameResult::WhiteWins));
+        let g = game("qq2k3/8/8/8/8/8/8/4K3 w - - 0 1");
+        assert_eq!(a.verdict(&g).unwrap(), Some(GameResult::BlackWins));
+        // The start position plays on; so does a mated position (the rules
+        // decide it).
+        assert_eq!(a.verdict(&Game::new(Chess::default())).unwrap(), None);
+        let mut g = Game::new(Chess::default());
+        for m in ["f2f3", "e7e5", "g2g4", "d8h4"] {
+            g.play_uci(m).unwrap();
+        }
+        assert_eq!(a.verdict(&g).unwrap(), None);
+        assert_eq!(
+            g.outcome(None),
+            Some((GameResult::BlackWins, Termination::Checkmate))
+        );
+    }
+
+    #[test]
+    fn adjudicated_games_stop_early_and_are_reproducible() {
+        use crate::eval::policy::EnginePlayer;
+        let Some(config) = crate::uci::engine::tests::stockfish() else {
+            return;
+        };
+        let opening = &read_openings(None, 1).unwrap()[0];
+        let play = |adjudicate: bool| {
+            let mut w = EnginePlayer::start(&config, Limit::Nodes(1), "w".into()).unwrap();
+            let mut b = EnginePlayer::start(&config, Limit::Nodes(1), "b".into()).unwrap();
+            let mut a = adjudicate
+                .then(|| Adjudicator::start(&config, Limit::Nodes(5000), ADJUDICATION_CP).unwrap());
+            play_game(&mut w, &mut b, opening, Some(600), a.as_mut(), "1").unwrap()
+        };
+        let adjudicated = play(true);
+        assert_eq!(adjudicated.termination, Termination::Adjudicated.name());
+        assert_ne!(adjudicated.result, "1/2-1/2");
+        // Deterministic at fixed node limits with one thread.
+        assert_eq!(play(true).pgn, adjudicated.pgn);
+        // Without adjudication the same moves continue past that point.
+        let full = play(false);
+        assert!(
+            full.plies > adjudicated.plies,
+            "{} vs {}",
+            full.plies,
+            adjudicated.plies
+        );
+        let moves = |pgn: &str| pgn.split("\n\n").nth(1).unwrap_or("").to_owned();
+        let prefix = moves(&adjudicated.pgn);
+        let prefix = prefix
+            .trim_end()
+            .rsplit_once(char::is_whitespace)
+            .unwrap()
+            .0
+            .to_owned();
+        assert!(moves(&full.pgn).starts_with(&prefix), "{prefix}");
+        // An independent search agrees the final position is decided.
+        let mut check = Engine::start(&config).unwrap();
+        let mut g = Game::new(Chess::default());
+        for m in play_pgn(&prefix).unwrap().1 {
+            g.play(&m);
+        }
+        let uci = g.uci_moves();
+        check
+            .set_position(UciPosition::Fen {
+                fen: g.start_fen(),
+                moves: &uci,
+            })
+            .unwrap();
+        let r = check
+            .search(Limit::Nodes(5000), &[], ENGINE_TIMEOUT)
+            .unwrap();
+        let verdict = adjudicate(r.best().unwrap().score, ADJUDICATION_CP).unwrap();
+        let white_won = adjudicated.result == "1-0";
+        assert_eq!(verdict == g.position().turn().is_white(), white_won);
+    }
 
     #[test]
     fn opponent_specs() {
@@ -339,13 +531,23 @@ mod tests {
         let pgn = dir.path().join("o.pgn");
         std::fs::write(
             &pgn,
-            "[Event \"?\"]\n[Result \"*\"]\n\n1. b3 *\n\n[Event \"?\"]\n\n1. e4 e5 2. Nf3 *\n",
+            "[Event \"?\"]\n[Result \"*\"]\n\n1. b3 *\n\n[Event \"?\"]\n\n1. e4 e5 2. Nf3 *\n\n\
+             [Event \"?\"]\n\n1. e4 e5 2. Nf3 Nc6 3. Bb5 a6 4. Ba4 Nf6 5. O-O Be7 6. Re1 b5 7. Bb3 d6\n\
+             8. c3 O-O 9. h3 Nb8 *\n",
         )
         .unwrap();
         let o = read_openings(Some(&pgn), 0).unwrap();
-        assert_eq!(o.len(), 2);
+        assert_eq!(o.len(), 3);
         assert_eq!(o[1].moves.len(), 3);
         assert_eq!(o[0].name, "1. b3");
+        // Long main lines are named on one line (PGN headers, CSV rows).
+        assert_eq!(o[2].moves.len(), 18);
+        assert!(!o[2].name.contains('\n'), "{:?}", o[2].name);
+        assert!(
+            o[2].name.ends_with("8. c3 O-O 9. h3 Nb8"),
+            "{:?}",
+            o[2].name
+        );
         let tsv = dir.path().join("a.tsv");
         std::fs::write(
             &tsv,

@@ -169,7 +169,7 @@ pub fn serve(
                     say(&mut output, "bestmove 0000")?;
                     continue;
                 };
-                if game.outcome(usize::MAX).is_some_and(|(_, t)| {
+                if game.outcome(None).is_some_and(|(_, t)| {
                     matches!(
                         t,
                         super::game::Termination::Checkmate | super::game::Termination::Stalemate

@@ -86,6 +86,8 @@ fn eval_scores_metrics_oracle_puzzles_and_games_and_writes_the_report() {
         "stockfish:nodes=1",
         "--openings-count",
         "1",
+        "--adjudicate",
+        "stockfish:nodes=5000",
         "--max-plies",
         "120",
         "--out",
@@ -130,6 +132,14 @@ fn eval_scores_metrics_oracle_puzzles_and_games_and_writes_the_report() {
     }
     let pgn = std::fs::read_to_string(out.join("games.pgn")).unwrap();
     assert_eq!(pgn.matches("[Event ").count(), 2);
+    // A model four steps old loses material fast: Stockfish's adjudication
+    // (a mate score or beyond 1300 cp) ends its games before the cap.
+    let games_csv = std::fs::read_to_string(out.join("games.csv")).unwrap();
+    assert!(
+        games_csv.contains("adjudicated: Stockfish evaluation"),
+        "{games_csv}"
+    );
+    assert!(!games_csv.contains("length cap"), "{games_csv}");
     assert!(pgn.contains("[White \"eval_av@4\"]") && pgn.contains("[Black \"eval_av@4\"]"));
     let md = std::fs::read_to_string(out.join("eval.md")).unwrap();
     assert!(md.contains("Kendall tau") && md.contains("stockfish-nodes-200"));
@@ -243,6 +253,17 @@ fn missing_checkpoint_and_bad_puzzles_are_clear_errors() {
         err.contains("bad.csv:2") && err.contains("a1a3 is not legal"),
         "{err}"
     );
+    let o = run(&[
+        "eval",
+        annotated().to_str().unwrap(),
+        "--checkpoint",
+        av_checkpoint().to_str().unwrap(),
+        "--adjudicate",
+        "checkpoint:x",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("adjudicate: expected a stockfish"), "{err}");
     let o = Command::new(BIN)
         .args([
             "uci",

@@ -4,8 +4,13 @@
 //!
 //! - action accuracy: the share of boards where the predictor's move has
 //!   Stockfish's highest win probability (a tie with the best counts);
-//! - Kendall's tau-b between predicted and Stockfish values per board,
-//!   averaged over boards where it is defined ([`kendall_tau_b`]);
+//! - Kendall's tau-b between predicted and Stockfish values per board
+//!   ([`kendall_tau_b`], ties handled), averaged; a board with one legal
+//!   move counts as perfect agreement (1), as in searchless_chess's
+//!   `metrics_evaluator.py`, and a board where tau-b is undefined (all
+//!   values tied) is left out. searchless_chess passes `np.argsort` of both
+//!   value arrays to `scipy.stats.kendalltau`; chessbench correlates the
+//!   values themselves, as the golden vectors do;
 //! - log-loss of the predicted value buckets against Stockfish's bucket
 //!   (value policies) or of the action distribution against Stockfish's
 //!   best move (cloning); entropy of the predicted distributions;
@@ -120,7 +125,8 @@ pub struct StaticMetrics {
     pub moves: u64,
     pub action_accuracy: f64,
     pub kendall_tau: Option<f64>,
-    /// Boards where tau is defined (two or more moves, values not all equal).
+    /// Boards in the tau average (one legal move: 1; otherwise where tau-b is
+    /// defined).
     pub kendall_tau_boards: u64,
     pub log_loss: Option<f64>,
     pub l2_win_prob: Option<f64>,
@@ -161,7 +167,12 @@ impl Accumulator {
         if argmax(predicted).is_some_and(|i| is_best(stockfish, i)) {
             self.correct += 1;
         }
-        if let Some(t) = kendall_tau_b(predicted, stockfish) {
+        let tau = if predicted.len() == 1 {
+            Some(1.0)
+        } else {
+            kendall_tau_b(predicted, stockfish)
+        };
+        if let Some(t) = tau {
             self.tau_sum += t;
             self.tau_n += 1;
         }
@@ -368,16 +379,22 @@ mod tests {
     fn ties_with_the_best_move_count_as_correct() {
         assert!(is_best(&[0.9, 0.9, 0.1], 1));
         assert!(!is_best(&[0.9, 0.8, 0.1], 1));
-        // A board with one legal move has no tau but an accuracy.
+        // A board with one legal move agrees perfectly (searchless_chess).
         let mut acc = Accumulator::new();
         acc.add_board(&[0.3], &[0.6], true);
         let m = acc.finish("x".into(), "test".into(), 0.0);
         assert_eq!(
             (m.action_accuracy, m.kendall_tau, m.kendall_tau_boards),
-            (1.0, None, 0)
+            (1.0, Some(1.0), 1)
         );
         assert_eq!(m.calibration.len(), 1);
         assert!((m.calibration[0].mean_stockfish - 0.6).abs() < 1e-12);
+        // All Stockfish values tied: tau-b is undefined, the board left out.
+        let mut acc = Accumulator::new();
+        acc.add_board(&[0.3, 0.1], &[0.5, 0.5], false);
+        acc.add_board(&[0.3, 0.1], &[0.5, 0.2], false);
+        let m = acc.finish("x".into(), "test".into(), 0.0);
+        assert_eq!((m.kendall_tau, m.kendall_tau_boards), (Some(1.0), 1));
     }
 
     #[test]

@@ -31,7 +31,7 @@ use super::{
 use crate::{
     chess::{actions::vocabulary, tokens::tokenize},
     train::data::{Policy, push_sequence},
-    uci::{Engine, EngineConfig, Limit, Position as UciPosition},
+    uci::{Engine, EngineConfig, Limit, Position as UciPosition, SearchResult},
 };
 
 /// Something that picks moves in games.
@@ -338,13 +338,15 @@ impl Player for NeuralPlayer {
 /// Deadline for one engine answer (searches are bounded by their limit).
 pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Asks `engine` for its move in `game` (among `searchmoves` if given).
-pub fn stockfish_move(
+/// Sends `game` (start position and moves) to `engine` and searches it
+/// (among `searchmoves` if given); `what` names the search in errors.
+pub fn search_game(
     engine: &mut Engine,
     game: &Game,
     limit: Limit,
     searchmoves: &[UciMove],
-) -> Result<Move, EvalError> {
+    what: &str,
+) -> Result<SearchResult, EvalError> {
     let moves = game.uci_moves();
     engine
         .set_position(UciPosition::Fen {
@@ -352,9 +354,19 @@ pub fn stockfish_move(
             moves: &moves,
         })
         .map_err(|e| EvalError::engine("position", e))?;
-    let r = engine
+    engine
         .search(limit, searchmoves, ENGINE_TIMEOUT)
-        .map_err(|e| EvalError::engine("searching", e))?;
+        .map_err(|e| EvalError::engine(what, e))
+}
+
+/// Asks `engine` for its move in `game` (among `searchmoves` if given).
+pub fn stockfish_move(
+    engine: &mut Engine,
+    game: &Game,
+    limit: Limit,
+    searchmoves: &[UciMove],
+) -> Result<Move, EvalError> {
+    let r = search_game(engine, game, limit, searchmoves, "searching")?;
     let fen = fen_of(game.position());
     let best = r.bestmove.ok_or_else(|| EvalError::Position {
         fen: fen.clone(),

@@ -16,10 +16,10 @@ use super::{
     EvalError,
     elo::GameRecord,
     game::{Game, GameResult, Termination, fen_of},
-    policy::{ENGINE_TIMEOUT, Player},
+    policy::{ENGINE_TIMEOUT, Player, search_game},
     puzzles::play_pgn,
 };
-use crate::uci::{Engine, EngineConfig, Limit, Position as UciPosition, Score};
+use crate::uci::{Engine, EngineConfig, Limit, Score};
 
 /// searchless_chess's adjudication threshold (`_MIN_SCORE_TO_STOP`).
 pub const ADJUDICATION_CP: i32 = 1300;
@@ -65,17 +65,7 @@ impl Adjudicator {
         if game.position().legal_moves().is_empty() {
             return Ok(None);
         }
-        let moves = game.uci_moves();
-        self.engine
-            .set_position(UciPosition::Fen {
-                fen: game.start_fen(),
-                moves: &moves,
-            })
-            .map_err(|e| EvalError::engine("position", e))?;
-        let r = self
-            .engine
-            .search(self.limit, &[], ENGINE_TIMEOUT)
-            .map_err(|e| EvalError::engine("adjudicating", e))?;
+        let r = search_game(&mut self.engine, game, self.limit, &[], "adjudicating")?;
         let Some(line) = r.best() else {
             return Ok(None);
         };
@@ -470,16 +460,7 @@ mod tests {
         for m in play_pgn(&prefix).unwrap().1 {
             g.play(&m);
         }
-        let uci = g.uci_moves();
-        check
-            .set_position(UciPosition::Fen {
-                fen: g.start_fen(),
-                moves: &uci,
-            })
-            .unwrap();
-        let r = check
-            .search(Limit::Nodes(5000), &[], ENGINE_TIMEOUT)
-            .unwrap();
+        let r = search_game(&mut check, &g, Limit::Nodes(5000), &[], "checking").unwrap();
         let verdict = adjudicate(r.best().unwrap().score, ADJUDICATION_CP).unwrap();
         let white_won = adjudicated.result == "1-0";
         assert_eq!(verdict == g.position().turn().is_white(), white_won);

@@ -179,11 +179,8 @@ fn main() {
     let boards = env_u64("CHESSBENCH_BENCH_BOARDS", 2048);
     let nodes = env_u64("CHESSBENCH_BENCH_NODES", 1000);
     let work = tempfile::tempdir().unwrap();
-    let pgn = resolve_crate_path(
-        "pgn-reader/benches/lichess_db_1000k.pgn",
-        Some(Path::new(env!("CARGO_MANIFEST_DIR"))),
-    )
-    .expect("pgn-reader source via cargo metadata");
+    let pgn = resolve_crate_path("pgn-reader/benches/lichess_db_1000k.pgn")
+        .expect("pgn-reader source via cargo metadata");
     let runs: Vec<PathBuf> = ["per-move", "multipv", "multipv-budget", "keep-hash"]
         .iter()
         .map(|n| work.path().join(n))

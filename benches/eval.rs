@@ -16,12 +16,9 @@
 use std::time::Instant;
 
 use chessbench::{
+    chess::{RecordSet, push_sequence},
     eval::{model::Model, policy::predict},
-    train::{
-        config::DeviceKind,
-        data::{Policy, push_sequence},
-        model_config::Preset,
-    },
+    model::{DeviceKind, Preset},
 };
 use shakmaty::{Chess, EnPassantMode, Position, fen::Fen};
 
@@ -71,7 +68,7 @@ fn main() {
             "270m" => Preset::M270,
             other => panic!("unknown preset {other}"),
         };
-        let model = Model::random(p, Policy::ActionValue, 128, device)
+        let model = Model::random(p, RecordSet::ActionValue, 128, device)
             .unwrap_or_else(|e| panic!("a {preset} model on {on}: {e}"));
         let mut tokens = Vec::new();
         // Warm up.
@@ -90,7 +87,7 @@ fn main() {
             for m in pos.legal_moves() {
                 tokens.clear();
                 push_sequence(
-                    Policy::ActionValue,
+                    RecordSet::ActionValue,
                     &board,
                     vocab.index_of_move(&m).unwrap(),
                     0,

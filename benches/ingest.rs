@@ -50,11 +50,8 @@ fn sh(cmd: &mut Command) -> std::process::Output {
 
 /// Builds pgn-reader's parallel_validate example from the crate's source.
 fn build_parallel_validate(work: &Path) -> (PathBuf, String) {
-    let manifest = resolve_crate_path(
-        "pgn-reader/Cargo.toml",
-        Some(Path::new(env!("CARGO_MANIFEST_DIR"))),
-    )
-    .expect("pgn-reader source via cargo metadata");
+    let manifest =
+        resolve_crate_path("pgn-reader/Cargo.toml").expect("pgn-reader source via cargo metadata");
     let src = manifest.parent().unwrap();
     let version = src
         .file_name()
@@ -87,26 +84,11 @@ fn build_parallel_validate(work: &Path) -> (PathBuf, String) {
     )
 }
 
-/// The benchmark input: the shared 2022-06 sample repeated, plain and .zst.
+/// The benchmark input: the 2022-06 sample of data/ repeated, plain and .zst.
 fn prepare_input(work: &Path, repeat: usize) -> (PathBuf, PathBuf, PathBuf, u64) {
-    let sample = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data/lichess_2022-06_head2500.pgn.zst");
-    let one = if sample.is_file() {
-        zstd::decode_all(std::fs::File::open(&sample).unwrap()).unwrap()
-    } else {
-        eprintln!(
-            "note: {} is absent; benchmarking the pgn-reader crate's 438 Lichess games instead",
-            sample.display()
-        );
-        std::fs::read(
-            resolve_crate_path(
-                "pgn-reader/benches/lichess_db_1000k.pgn",
-                Some(Path::new(env!("CARGO_MANIFEST_DIR"))),
-            )
-            .unwrap(),
-        )
-        .unwrap()
-    };
+    let sample = chessbench::testing::data_file("lichess_2022-06_head2500.pgn.zst");
+    let one = zstd::decode_all(std::fs::File::open(&sample).unwrap()).unwrap();
+
     let unique = work.join("unique.pgn");
     std::fs::write(&unique, &one).unwrap();
     let plain = work.join(format!("repeat{repeat}.pgn"));

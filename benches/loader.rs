@@ -6,8 +6,9 @@
 
 use std::{path::PathBuf, time::Instant};
 
+use chessbench::chess::RecordSet;
 use chessbench::train::{
-    data::{DataConfig, Loader, Policy},
+    data::{DataConfig, Loader},
     sampler::{Position, Sampling},
 };
 
@@ -27,7 +28,7 @@ fn main() {
         let config = DataConfig {
             run: run.clone(),
             split: "train".into(),
-            policy: Policy::ActionValue,
+            policy: RecordSet::ActionValue,
             buckets: 128,
             batch_size: 1024,
             sampling: Sampling::Uniform,

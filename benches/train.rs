@@ -16,20 +16,22 @@ use std::{
     time::Instant,
 };
 
-use chessbench::train::{
-    config::{DeviceKind, Precision},
-    data::{DataConfig, Loader, Policy},
-    loss::Loss,
-    model_config::{ModelShape, Preset},
-    sampler::{Position, Sampling},
-    throughput::{StepBench, bench_steps},
+use chessbench::{
+    chess::RecordSet,
+    model::{DeviceKind, ModelShape, Precision, Preset},
+    train::{
+        data::{DataConfig, Loader},
+        loss::Loss,
+        sampler::{Position, Sampling},
+        throughput::{StepBench, bench_steps},
+    },
 };
 
 fn loader_rate(run: &Path, batch: usize) -> Option<f64> {
     let config = DataConfig {
         run: run.to_owned(),
         split: "train".into(),
-        policy: Policy::ActionValue,
+        policy: RecordSet::ActionValue,
         buckets: 128,
         batch_size: batch,
         sampling: Sampling::Uniform,
@@ -99,7 +101,7 @@ fn main() {
             other => panic!("unknown preset {other}"),
         };
         let bench = StepBench {
-            shape: ModelShape::preset(preset, Policy::ActionValue, 128),
+            shape: ModelShape::preset(preset, RecordSet::ActionValue, 128),
             loss: Loss::HlGauss,
             batch_size: batch,
             steps,

@@ -53,10 +53,7 @@ mod tests {
 
     #[test]
     fn matches_the_golden_vectors() {
-        let Some(dir) = crate::testing::golden_dir() else {
-            return;
-        };
-        let text = std::fs::read_to_string(dir.join("kendall_tau.jsonl")).unwrap();
+        let text = crate::testing::golden("kendall_tau.jsonl");
         let mut n = 0;
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();

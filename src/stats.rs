@@ -8,33 +8,30 @@
 
 use std::{
     collections::{BTreeMap, HashSet},
-    fs::File,
     path::{Path, PathBuf},
 };
 
 use arrow_array::{Array, StringArray, UInt8Array};
-use parquet::arrow::{ProjectionMask, arrow_reader::ParquetRecordBatchReaderBuilder};
+use parquet::arrow::ProjectionMask;
 use serde::Serialize;
 use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_128;
 
-use crate::store::{RunDir, StoreError, Table};
+use crate::store::{RunDir, StoreError, Table, open_parquet, parquet_files};
+
+/// `chessbench stats`'s options (command line only).
+#[derive(Debug, Clone, clap::Args)]
+pub struct StatsOptions {
+    /// A run directory written by `chessbench ingest`.
+    #[arg(value_name = "RUN_DIR", value_hint = clap::ValueHint::DirPath)]
+    pub run: PathBuf,
+}
 
 /// Failures reading a run's tables.
 #[derive(Debug, Error)]
 pub enum StatsError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: {source}", path.display())]
-    Parquet {
-        path: PathBuf,
-        source: parquet::errors::ParquetError,
-    },
     #[error("{}: expected column {column} of type {expected}", path.display())]
     Column {
         path: PathBuf,
@@ -70,35 +67,14 @@ pub struct RunStats {
     pub test_in_train: Option<f64>,
 }
 
-fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, StatsError> {
-    crate::store::parquet_files(dir).map_err(|source| StatsError::Io {
-        path: dir.to_owned(),
-        source,
-    })
-}
-
-fn builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<File>, StatsError> {
-    let file = File::open(path).map_err(|source| StatsError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    ParquetRecordBatchReaderBuilder::try_new(file).map_err(|source| StatsError::Parquet {
-        path: path.to_owned(),
-        source,
-    })
-}
-
 /// Rows and bytes of a table partition.
 fn rows_and_bytes(dir: &Path) -> Result<(u64, u64), StatsError> {
     let (mut rows, mut bytes) = (0u64, 0u64);
     for path in parquet_files(dir)? {
-        let b = builder(&path)?;
+        let b = open_parquet(&path)?;
         rows += b.metadata().file_metadata().num_rows() as u64;
         bytes += std::fs::metadata(&path)
-            .map_err(|source| StatsError::Io {
-                path: path.clone(),
-                source,
-            })?
+            .map_err(|e| StoreError::io(&path, e))?
             .len();
     }
     Ok((rows, bytes))
@@ -111,7 +87,7 @@ fn for_column(
     mut f: impl FnMut(&dyn Array, &Path) -> Result<(), StatsError>,
 ) -> Result<(), StatsError> {
     for path in parquet_files(dir)? {
-        let b = builder(&path)?;
+        let b = open_parquet(&path)?;
         let index = b
             .schema()
             .index_of(column)
@@ -125,15 +101,9 @@ fn for_column(
             .with_projection(mask)
             .with_batch_size(64 * 1024)
             .build()
-            .map_err(|source| StatsError::Parquet {
-                path: path.clone(),
-                source,
-            })?;
+            .map_err(|e| StoreError::parquet(&path, e))?;
         for batch in reader {
-            let batch = batch.map_err(|e| StatsError::Parquet {
-                path: path.clone(),
-                source: e.into(),
-            })?;
+            let batch = batch.map_err(|e| StoreError::parquet(&path, e.into()))?;
             f(batch.column(0).as_ref(), &path)?;
         }
     }
@@ -145,13 +115,13 @@ fn partition(run: &Path, table: Table, split: &str) -> PathBuf {
 }
 
 /// Splits present in a run (directories `boards/split=NAME`).
-pub fn splits(run: &Path) -> Result<Vec<String>, StatsError> {
+pub(crate) fn splits(run: &Path) -> Result<Vec<String>, StatsError> {
     let dir = run.join(Table::Boards.name());
     let mut out = Vec::new();
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(source) => return Err(StatsError::Io { path: dir, source }),
+        Err(e) => return Err(StoreError::io(&dir, e).into()),
     };
     for entry in entries.flatten() {
         if let Some(name) = entry
@@ -187,7 +157,7 @@ fn for_fen_hashes(run: &Path, split: &str, mut f: impl FnMut(u128)) -> Result<()
 /// Fraction of `test` boards that occur in `train`: a set of 128-bit FEN
 /// hashes of the test split (the small one in the paper's setup), probed
 /// with train's (collision odds below 1e-20 at ChessBench scale).
-pub fn overlap(run: &Path, train: &str, test: &str) -> Result<Option<f64>, StatsError> {
+pub(crate) fn overlap(run: &Path, train: &str, test: &str) -> Result<Option<f64>, StatsError> {
     let mut test_set = HashSet::new();
     for_fen_hashes(run, test, |h| {
         test_set.insert(h);
@@ -249,7 +219,7 @@ pub fn compute(run: &Path) -> Result<RunStats, StatsError> {
 }
 
 /// The paper's Table A1 (Ruoss et al. 2024), for comparison.
-pub const PAPER_TABLE_A1: [(&str, u64, u64, u64, u64); 5] = [
+pub(crate) const PAPER_TABLE_A1: [(&str, u64, u64, u64, u64); 5] = [
     ("train 1e4", 10_000, 591_897, 589_130, 17_373_887),
     ("train 1e5", 100_000, 5_747_753, 5_720_672, 167_912_926),
     (
@@ -278,9 +248,15 @@ fn per_record(s: &SplitStats, table: &str, n: u64) -> String {
     }
 }
 
+impl crate::ui::Report for RunStats {
+    fn render(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(render(self).as_bytes())
+    }
+}
+
 /// Human-readable Table A1 (and annotation progress, once there is some).
-pub fn render(stats: &RunStats) -> String {
-    use crate::ingest::group;
+fn render(stats: &RunStats) -> String {
+    use crate::ui::group;
     let mut out = String::new();
     out.push_str(&format!(
         "{:<12} {:>12} {:>14} {:>18} {:>16} {:>10} {:>10}\n",

@@ -1,23 +1,88 @@
-//! Helpers for tests that read the shared reference material.
+//! What tests need from outside the code, in one place: the golden vectors
+//! (`tests/golden/`) and data files (`data/`) the repository ships, and the
+//! external programs some tests drive (Stockfish, Python packages).
+//!
+//! A test whose external program is missing skips with the reason, except
+//! under CI (`CI=true`, as `.ci/run` sets it), where it fails: CI proves every
+//! test ran. Golden vectors and data are in the repository, so a test never
+//! skips for them.
 
 use std::path::PathBuf;
 
-/// `../shared` next to the project root, if present. Tests that need it call
-/// this and skip (printing why) when it is absent.
-pub fn shared_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipping: {} is absent (shared golden vectors and data live there)",
-            dir.display()
-        );
-        None
+/// The repository's root (where Cargo.toml is).
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `tests/golden/`: the reference vectors (see its README).
+pub(crate) fn golden_dir() -> PathBuf {
+    root().join("tests").join("golden")
+}
+
+/// `tests/golden/NAME`, read whole.
+pub fn golden(name: &str) -> String {
+    let path = golden_dir().join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (the golden vectors ship in the repository)",
+            path.display()
+        )
+    })
+}
+
+/// `data/NAME`: the small real data the demo and tests use (see
+/// `data/README.md`).
+pub fn data_file(name: &str) -> PathBuf {
+    let path = root().join("data").join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing (it ships in the repository)",
+        path.display()
+    );
+    path
+}
+
+/// Whether this is a CI run (`CI=true`), where nothing may be skipped.
+pub(crate) fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Reports that `what` is missing: under CI a failure, else a printed reason
+/// for the caller to skip.
+pub fn missing(what: &str) {
+    assert!(
+        !in_ci(),
+        "{what}, and CI=true: CI must run every test (install it, see .ci/run)"
+    );
+    eprintln!("skipping: {what}");
+}
+
+/// Real Stockfish (`EngineConfig::default()` finds it), or `None` after
+/// [`missing`].
+pub fn stockfish() -> Option<crate::uci::EngineConfig> {
+    let config = crate::uci::EngineConfig::default();
+    match crate::uci::Engine::start(&config) {
+        Ok(e) => {
+            e.quit();
+            Some(config)
+        }
+        Err(e) => {
+            missing(&format!("no stockfish ({e}); apt-get install stockfish"));
+            None
+        }
     }
 }
 
-/// `../shared/golden`, if present.
-pub fn golden_dir() -> Option<PathBuf> {
-    shared_dir().map(|d| d.join("golden"))
+/// Whether python3 can import `modules` (else [`missing`]).
+pub fn python_has(modules: &str) -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        missing(&format!(
+            "python3 cannot import {modules} (pip install -r notebooks/requirements.txt)"
+        ));
+    }
+    ok
 }

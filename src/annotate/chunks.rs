@@ -1,83 +1,24 @@
-//! Chunks: the unit of sharding, resumption and commit.
-//!
-//! Chunk `c` of a split holds boards `[c * C, (c + 1) * C)` (C =
-//! `chunk_boards`, a power of two dividing the boards part size, so a chunk
-//! never straddles a part file). Chunk `c` belongs to shard
-//! `xxh3(c) mod N`, a deterministic, balanced slice that any number of
-//! processes can compute independently (Slurm array tasks, Kubernetes
-//! indexed pods).
-//!
-//! A chunk commits in three steps:
-//! 1. its rows are written to `TABLE/split=S/chunk-NNNNNNNN.parquet.tmp`
-//!    (state_values, action_values, failures if any), fsynced;
-//! 2. its entry `annotate/split=S/chunk-NNNNNNNN.json` is written
-//!    atomically: this is the commit point;
-//! 3. the `.tmp` files are renamed to their final names.
-//!
-//! On start, each process repairs its own shard's chunks: an entry with
-//! `.tmp` files left rolls forward (step 3), `.tmp` files without an entry
-//! are deleted. Readers glob `*.parquet` and never see a `.tmp`; a chunk's
-//! rows exist exactly once, whatever was killed when.
+//! An annotated chunk's rows: the `state_values`, `action_values` and
+//! `failures` rows of a chunk of boards, committed by the store's chunk
+//! protocol ([`crate::store::chunks`]), with an entry recording what the
+//! chunk cost.
 
-use std::{
-    collections::BTreeSet,
-    fs,
-    path::{Path, PathBuf},
-    sync::Arc,
-};
+use std::{path::Path, sync::Arc};
 
 use arrow_array::{
     ArrayRef, Float64Array, Int32Array, RecordBatch, StringArray, UInt16Array, UInt32Array,
     UInt64Array,
 };
 use serde::{Deserialize, Serialize};
-use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::board::{Annotated, Eval};
-use crate::store::{
-    StoreError, Table,
-    commit::{ANNOTATE_ENTRIES, partition_dir, remove_annotations, write_atomic},
-    writer::PartWriter,
+use crate::{
+    store::{StoreError, Table, chunks, commit::partition_dir, unix_now},
+    uci::oracle::{Annotated, Eval},
 };
-
-/// Directory of chunk entries inside a run.
-pub const ENTRIES: &str = ANNOTATE_ENTRIES;
-const SHARD_SEED: u64 = 0x6368_6573_7362_656e; // "chessben"
-
-/// The shard a chunk belongs to.
-pub fn chunk_shard(chunk: u64, count: u32) -> u32 {
-    if count <= 1 {
-        return 0;
-    }
-    (xxh3_64_with_seed(&chunk.to_le_bytes(), SHARD_SEED) % u64::from(count)) as u32
-}
-
-/// `chunk-00000012`.
-pub fn chunk_stem(chunk: u64) -> String {
-    format!("chunk-{chunk:08}")
-}
-
-/// `RUN/annotate/split=S`.
-pub fn entries_dir(run: &Path, split: &str) -> PathBuf {
-    run.join(ENTRIES).join(format!("split={split}"))
-}
-
-fn entry_path(run: &Path, split: &str, chunk: u64) -> PathBuf {
-    entries_dir(run, split).join(format!("{}.json", chunk_stem(chunk)))
-}
-
-fn data_path(run: &Path, table: Table, split: &str, chunk: u64, tmp: bool) -> PathBuf {
-    let name = format!(
-        "{}.parquet{}",
-        chunk_stem(chunk),
-        if tmp { ".tmp" } else { "" }
-    );
-    run.join(partition_dir(table, split)).join(name)
-}
 
 /// A committed chunk's record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChunkEntry {
+pub(crate) struct ChunkEntry {
     pub chunk: u64,
     pub first_board: u64,
     pub boards: u64,
@@ -96,7 +37,7 @@ pub struct ChunkEntry {
 
 /// A board that could not be annotated.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Failure {
+pub(crate) struct Failure {
     pub fen: String,
     pub reason: &'static str,
     pub attempts: u32,
@@ -105,95 +46,14 @@ pub struct Failure {
 
 /// The outcome for one board.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Annotated(Annotated),
     Failed(Failure),
 }
 
-/// Committed chunks of a split (from the entries directory).
-pub fn committed(run: &Path, split: &str) -> Result<BTreeSet<u64>, StoreError> {
-    let dir = entries_dir(run, split);
-    let mut done = BTreeSet::new();
-    let entries = match fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(done),
-        Err(e) => return Err(StoreError::io(&dir, e)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
-        let name = entry.file_name();
-        if let Some(n) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("chunk-"))
-            .and_then(|n| n.strip_suffix(".json"))
-            .and_then(|n| n.parse::<u64>().ok())
-        {
-            done.insert(n);
-        }
-    }
-    Ok(done)
-}
-
-/// Reads a chunk's entry.
-pub fn read_entry(run: &Path, split: &str, chunk: u64) -> Result<ChunkEntry, StoreError> {
-    let path = entry_path(run, split, chunk);
-    let text = fs::read_to_string(&path).map_err(|e| StoreError::io(&path, e))?;
-    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(path, e.to_string()))
-}
-
-/// Repairs the chunks of one shard after a crash: rolls committed chunks
-/// forward, deletes uncommitted files. Returns the committed chunks.
-pub fn recover(run: &Path, split: &str, shard: (u32, u32)) -> Result<BTreeSet<u64>, StoreError> {
-    let done = committed(run, split)?;
-    for table in Table::ANNOTATE {
-        let dir = run.join(partition_dir(table, split));
-        let entries = match fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(StoreError::io(&dir, e)),
-        };
-        for entry in entries {
-            let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let Some(rest) = name.strip_prefix("chunk-") else {
-                continue;
-            };
-            let (num, tmp) = match rest.strip_suffix(".parquet.tmp") {
-                Some(n) => (n, true),
-                None => match rest.strip_suffix(".parquet") {
-                    Some(n) => (n, false),
-                    None => continue,
-                },
-            };
-            let Ok(chunk) = num.parse::<u64>() else {
-                continue;
-            };
-            if chunk_shard(chunk, shard.1) != shard.0 {
-                continue; // another shard's, maybe being written right now
-            }
-            let path = entry.path();
-            match (done.contains(&chunk), tmp) {
-                (true, true) => {
-                    let to = data_path(run, table, split, chunk, false);
-                    fs::rename(&path, &to).map_err(|e| StoreError::io(&to, e))?;
-                }
-                (false, _) => fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?,
-                (true, false) => {}
-            }
-        }
-    }
-    Ok(done)
-}
-
-/// Deletes every annotation of a split (`--overwrite`).
-pub fn remove_split(run: &Path, split: &str) -> Result<(), StoreError> {
-    remove_annotations(run, split)
-}
-
 /// Accounting that goes into a chunk's entry.
 #[derive(Debug, Clone, Default)]
-pub struct ChunkWork {
+pub(crate) struct ChunkWork {
     pub searches: u64,
     pub search_seconds: f64,
     pub fallbacks: u64,
@@ -201,13 +61,13 @@ pub struct ChunkWork {
 
 /// Who annotated a chunk (recorded in its entry).
 #[derive(Debug, Clone, Copy)]
-pub struct Provenance<'a> {
+pub(crate) struct Provenance<'a> {
     pub engine: &'a str,
     pub shard: &'a str,
 }
 
 /// Writes and commits one chunk. `boards` must be sorted by board id.
-pub fn commit_chunk(
+pub(crate) fn commit_chunk(
     run: &Path,
     split: &str,
     chunk: u64,
@@ -231,7 +91,6 @@ pub fn commit_chunk(
         }
     }
     let mut tables = Vec::new();
-    let mut written = Vec::new();
     let batches = [
         (Table::StateValues, sv.len(), sv.finish()),
         (Table::ActionValues, av.len(), av.finish()),
@@ -242,16 +101,11 @@ pub fn commit_chunk(
         if rows == 0 && table != Table::StateValues {
             continue;
         }
-        let dir = run.join(partition_dir(table, split));
-        fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-        let path = data_path(run, table, split, chunk, true);
-        let batch = RecordBatch::try_new(table.schema(), columns)
-            .map_err(|e| StoreError::Corrupt(path.clone(), e.to_string()))?;
-        let mut w = PartWriter::create(&path, table)?;
-        w.write(&batch)?;
-        w.finish()?;
+        let batch = RecordBatch::try_new(table.schema(), columns).map_err(|e| {
+            StoreError::Corrupt(run.join(partition_dir(table, split)), e.to_string())
+        })?;
+        chunks::write_table(run, split, chunk, table, &batch)?;
         tables.push(table);
-        written.push((path, data_path(run, table, split, chunk, false)));
     }
     let entry = ChunkEntry {
         chunk,
@@ -263,19 +117,12 @@ pub fn commit_chunk(
         searches: work.searches,
         search_seconds: work.search_seconds,
         fallbacks: work.fallbacks,
-        tables,
+        tables: tables.clone(),
         engine: by.engine.to_owned(),
         shard: by.shard.to_owned(),
-        finished_at: crate::annotate::unix_now(),
+        finished_at: unix_now(),
     };
-    let dir = entries_dir(run, split);
-    fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-    let bytes = serde_json::to_vec_pretty(&entry)
-        .map_err(|e| StoreError::Corrupt(dir.clone(), e.to_string()))?;
-    write_atomic(&entry_path(run, split, chunk), &bytes)?;
-    for (from, to) in written {
-        fs::rename(&from, &to).map_err(|e| StoreError::io(&to, e))?;
-    }
+    chunks::commit(run, split, chunk, &entry, &tables)?;
     Ok(entry)
 }
 
@@ -416,21 +263,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shards_partition_the_chunks_evenly() {
-        let n = 4;
-        let mut counts = [0u32; 4];
-        for c in 0..4000 {
-            let s = chunk_shard(c, n);
-            counts[s as usize] += 1;
-            assert_eq!(chunk_shard(c, 1), 0);
-        }
-        for c in counts {
-            assert!((900..1100).contains(&c), "{counts:?}");
-        }
-    }
-
-    #[test]
-    fn uncommitted_files_are_removed_and_committed_ones_rolled_forward() {
+    fn a_failed_board_commits_its_failure_row() {
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path();
         let board = Outcome::Failed(Failure {
@@ -439,7 +272,7 @@ mod tests {
             attempts: 3,
             detail: "d".into(),
         });
-        commit_chunk(
+        let entry = commit_chunk(
             run,
             "train",
             7,
@@ -452,16 +285,16 @@ mod tests {
             },
         )
         .unwrap();
-        // Simulate a crash after the entry of chunk 7 but before its renames,
-        // and a crash before the entry of chunk 8.
-        let fin = data_path(run, Table::Failures, "train", 7, false);
-        fs::rename(&fin, data_path(run, Table::Failures, "train", 7, true)).unwrap();
-        let stray = data_path(run, Table::StateValues, "train", 8, true);
-        fs::write(&stray, b"partial").unwrap();
-        let done = recover(run, "train", (0, 1)).unwrap();
-        assert_eq!(done, BTreeSet::from([7]));
-        assert!(fin.exists());
-        assert!(!stray.exists());
-        assert_eq!(read_entry(run, "train", 7).unwrap().failures, 1);
+        assert_eq!(entry.failures, 1);
+        assert_eq!(entry.tables, [Table::StateValues, Table::Failures]);
+        assert_eq!(
+            chunks::committed(run, "train").unwrap(),
+            std::collections::BTreeSet::from([7])
+        );
+        assert!(
+            run.join(partition_dir(Table::Failures, "train"))
+                .join("chunk-00000007.parquet")
+                .is_file()
+        );
     }
 }

@@ -1,27 +1,18 @@
-//! Annotate configuration: raw options (the `[annotate]` table of a pipeline
-//! file, overridden by the command line and the cluster's environment)
+//! Annotate's options ([`AnnotateOptions`]: the command line and the
+//! `[annotate]` table of a pipeline file), with the cluster's environment,
 //! validated into an [`AnnotateConfig`].
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::{path::PathBuf, str::FromStr, time::Duration};
 
+use clap::{ArgAction, Args, ValueHint};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::uci::{EngineConfig, Limit, engine::default_engine_path};
+use crate::uci::{EngineConfig, Limit, engine::default_engine_path, oracle::Mode};
 
 /// Configuration problems, naming the option at fault.
 #[derive(Debug, Error)]
 pub enum AnnotateConfigError {
-    #[error("{}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: {message}", path.display())]
-    Toml { path: PathBuf, message: String },
     #[error("no run directory: give RUN_DIR or `run` in the pipeline's [annotate] table")]
     NoRun,
     #[error("invalid {option}: {message}")]
@@ -38,27 +29,6 @@ fn invalid(option: &'static str, message: impl Into<String>) -> AnnotateConfigEr
     }
 }
 
-/// How action values are obtained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// The paper's oracle: one search per legal move, restricted to it with
-    /// `searchmoves`, plus one search for the state value.
-    PerMove,
-    /// One MultiPV search per board covering every legal move (far cheaper,
-    /// shallower per move).
-    Multipv,
-}
-
-impl Mode {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::PerMove => "per-move",
-            Mode::Multipv => "multipv",
-        }
-    }
-}
-
 /// Which slice of the boards this process annotates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shard {
@@ -68,10 +38,10 @@ pub struct Shard {
 }
 
 impl Shard {
-    pub const ALL: Shard = Shard { index: 0, count: 1 };
+    pub(crate) const ALL: Shard = Shard { index: 0, count: 1 };
 
     /// Parses `I/N` (0 <= I < N).
-    pub fn parse(text: &str) -> Result<Shard, AnnotateConfigError> {
+    pub(crate) fn parse(text: &str) -> Result<Shard, AnnotateConfigError> {
         let bad = || {
             invalid(
                 "--shard",
@@ -92,7 +62,7 @@ impl Shard {
     /// `SLURM_ARRAY_TASK_COUNT`) or a Kubernetes Indexed Job
     /// (`JOB_COMPLETION_INDEX` of `CHESSBENCH_SHARD_COUNT`, which the Job
     /// sets to its `completions`).
-    pub fn from_env(
+    pub(crate) fn from_env(
         get: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<(Shard, &'static str)>, AnnotateConfigError> {
         let num = |name: &'static str| -> Result<Option<u32>, AnnotateConfigError> {
@@ -142,197 +112,237 @@ impl Shard {
     }
 }
 
+impl FromStr for Shard {
+    type Err = AnnotateConfigError;
+    fn from_str(text: &str) -> Result<Shard, AnnotateConfigError> {
+        Shard::parse(text)
+    }
+}
+
 impl std::fmt::Display for Shard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.index, self.count)
     }
 }
 
-/// Options as written in `[annotate]` or on the command line.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `chessbench annotate`'s options: the command line and the `[annotate]`
+/// table of a pipeline file (see [`crate::options`]).
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 pub struct AnnotateOptions {
-    /// Run directory (relative to the pipeline file).
+    /// Run directory written by `chessbench ingest`.
+    #[arg(value_name = "RUN_DIR", value_hint = ValueHint::DirPath)]
     pub run: Option<PathBuf>,
-    pub splits: Option<Vec<String>>,
-    pub engine: Option<PathBuf>,
-    pub engine_args: Option<Vec<String>>,
-    pub hash_mb: Option<u32>,
-    pub engine_options: Option<std::collections::BTreeMap<String, String>>,
+    /// Splits to annotate [default: all but imported ones].
+    #[arg(long = "split", value_name = "NAME", value_delimiter = ',')]
+    pub splits: Vec<String>,
+    /// Milliseconds per search (the paper: 50) [default when no limit is
+    /// given: 50].
+    #[arg(long, value_name = "MS", group = "limit", help_heading = "Search")]
     pub movetime_ms: Option<u64>,
+    /// Nodes per search (deterministic with --new-game-per-board).
+    #[arg(long, value_name = "N", group = "limit", help_heading = "Search")]
     pub nodes: Option<u64>,
+    /// Depth per search.
+    #[arg(long, value_name = "D", group = "limit", help_heading = "Search")]
     pub depth: Option<u32>,
-    pub mode: Option<Mode>,
+    /// per_move (the paper: one searchmoves search per legal move) or
+    /// multipv (one MultiPV search per board, far cheaper, shallower).
+    #[arg(long, value_enum, default_value_t = Mode::PerMove, help_heading = "Search")]
+    pub mode: Mode,
+    /// Send ucinewgame (clear hash and history) before every board, so a
+    /// board's values do not depend on which boards a worker saw before.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set, help_heading = "Search")]
+    pub new_game_per_board: bool,
+    /// Engine executable (a name without '/' is looked up on PATH).
+    #[arg(long, value_name = "PATH", default_value_os_t = default_engine_path(), value_hint = ValueHint::ExecutablePath, help_heading = "Engine")]
+    pub engine: PathBuf,
+    /// An argument for the engine executable (repeatable).
+    #[arg(
+        long = "engine-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        help_heading = "Engine"
+    )]
+    pub engine_args: Vec<String>,
+    /// A UCI option for the engine, NAME=VALUE (repeatable; in a pipeline
+    /// file, a table `engine_options = { Name = "value" }`).
+    #[arg(long = "engine-option", value_name = "NAME=VALUE", help_heading = "Engine")]
+    #[serde(deserialize_with = "engine_options")]
+    pub engine_options: Vec<EngineOption>,
+    /// Engine hash table size in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 16, help_heading = "Engine")]
+    pub hash_mb: u32,
+    /// Engine processes, one search thread each [default: the number of
+    /// cores].
+    #[arg(short = 'j', long, value_name = "N", help_heading = "Resources")]
     pub workers: Option<usize>,
-    pub chunk_boards: Option<u64>,
+    /// Annotate slice I of N (0-based); also read from SLURM_ARRAY_TASK_ID /
+    /// SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX / CHESSBENCH_SHARD_COUNT.
+    #[arg(long, value_name = "I/N", help_heading = "Resources")]
+    #[serde(with = "crate::options::as_text_opt")]
+    pub shard: Option<Shard>,
+    /// Boards per committed chunk, a power of two.
+    #[arg(long, value_name = "N", default_value_t = 1024, help_heading = "Resources")]
+    pub chunk_boards: u64,
+    /// Annotate only the first N boards of each split (ids 0..N).
+    #[arg(long, value_name = "N", help_heading = "Resources")]
     pub max_boards: Option<u64>,
-    pub max_attempts: Option<u32>,
+    /// Tries per board before it goes to `failures`.
+    #[arg(long, value_name = "N", default_value_t = 3, help_heading = "Faults")]
+    pub max_attempts: u32,
+    /// Deadline per search in ms [default: 3 x movetime + 2 s; 10 s + 1 ms
+    /// per 100 nodes for a nodes limit; 120 s for a depth limit].
+    #[arg(long, value_name = "MS", help_heading = "Faults")]
     pub search_timeout_ms: Option<u64>,
-    pub new_game_per_board: Option<bool>,
-    #[serde(skip)]
-    pub shard: Option<String>,
-    #[serde(skip)]
-    pub progress: Option<bool>,
-    #[serde(skip)]
-    pub overwrite: Option<bool>,
-    #[serde(skip)]
-    pub base_dir: Option<PathBuf>,
 }
 
-#[derive(Debug, Deserialize)]
-struct PipelineFile {
-    annotate: Option<AnnotateOptions>,
+crate::options::stage!(AnnotateOptions, "annotate");
+
+/// A UCI option given to the engine (`setoption name NAME value VALUE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineOption {
+    pub name: String,
+    pub value: String,
+}
+
+impl FromStr for EngineOption {
+    type Err = String;
+    fn from_str(text: &str) -> Result<EngineOption, String> {
+        let (name, value) = text
+            .split_once('=')
+            .ok_or_else(|| format!("expected NAME=VALUE, got {text:?}"))?;
+        Ok(EngineOption {
+            name: name.trim().to_owned(),
+            value: value.trim().to_owned(),
+        })
+    }
+}
+
+impl Serialize for EngineOption {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("{}={}", self.name, self.value))
+    }
+}
+
+/// Engine options from a pipeline file's table `{ Name = value }` (values
+/// of any scalar type) or from a list of `NAME=VALUE`.
+fn engine_options<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<EngineOption>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Table(std::collections::BTreeMap<String, serde_json::Value>),
+        List(Vec<String>),
+    }
+    Ok(match Raw::deserialize(d)? {
+        Raw::Table(t) => t
+            .into_iter()
+            .map(|(name, value)| EngineOption {
+                name,
+                value: match value {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                },
+            })
+            .collect(),
+        Raw::List(l) => l
+            .iter()
+            .map(|s| s.parse())
+            .collect::<Result<_, _>>()
+            .map_err(serde::de::Error::custom)?,
+    })
 }
 
 impl AnnotateOptions {
-    /// Reads the `[annotate]` table of a pipeline file.
-    pub fn from_pipeline_file(path: &Path) -> Result<AnnotateOptions, AnnotateConfigError> {
-        use crate::pipeline::{self, PipelineFileError};
-        let (file, base): (PipelineFile, _) = pipeline::read(path).map_err(|e| match e {
-            PipelineFileError::Read(source) => AnnotateConfigError::Read {
-                path: path.to_owned(),
-                source,
-            },
-            PipelineFileError::Toml(message) => AnnotateConfigError::Toml {
-                path: path.to_owned(),
-                message,
-            },
-        })?;
-        let mut options = file.annotate.unwrap_or_default();
-        options.base_dir = Some(base);
-        Ok(options)
-    }
-
-    /// `self` overridden by every option `cli` sets. A limit given on the
-    /// command line replaces the file's limit.
-    pub fn merge(self, cli: AnnotateOptions) -> AnnotateOptions {
-        let cli_limit = cli.movetime_ms.is_some() || cli.nodes.is_some() || cli.depth.is_some();
-        let (movetime_ms, nodes, depth) = if cli_limit {
-            (cli.movetime_ms, cli.nodes, cli.depth)
-        } else {
-            (self.movetime_ms, self.nodes, self.depth)
-        };
-        let run_from_cli = cli.run.is_some();
-        AnnotateOptions {
-            run: cli.run.or(self.run),
-            splits: cli.splits.or(self.splits),
-            engine: cli.engine.or(self.engine),
-            engine_args: cli.engine_args.or(self.engine_args),
-            hash_mb: cli.hash_mb.or(self.hash_mb),
-            engine_options: cli.engine_options.or(self.engine_options),
-            movetime_ms,
-            nodes,
-            depth,
-            mode: cli.mode.or(self.mode),
-            workers: cli.workers.or(self.workers),
-            chunk_boards: cli.chunk_boards.or(self.chunk_boards),
-            max_boards: cli.max_boards.or(self.max_boards),
-            max_attempts: cli.max_attempts.or(self.max_attempts),
-            search_timeout_ms: cli.search_timeout_ms.or(self.search_timeout_ms),
-            new_game_per_board: cli.new_game_per_board.or(self.new_game_per_board),
-            shard: cli.shard.or(self.shard),
-            progress: cli.progress.or(self.progress),
-            overwrite: cli.overwrite.or(self.overwrite),
-            base_dir: if run_from_cli { None } else { self.base_dir },
-        }
-    }
-
     /// Validates. `env` reads the process environment (a parameter so tests
-    /// can give their own).
+    /// can give their own); `overwrite` deletes the splits' annotations
+    /// first.
     pub fn validate(
-        self,
+        &self,
         env: impl Fn(&str) -> Option<String>,
+        overwrite: bool,
     ) -> Result<AnnotateConfig, AnnotateConfigError> {
-        let run = self.run.ok_or(AnnotateConfigError::NoRun)?;
-        let run = match &self.base_dir {
-            Some(dir) if run.is_relative() => dir.join(run),
-            _ => run,
-        };
+        let run = self.run.clone().ok_or(AnnotateConfigError::NoRun)?;
         let limit = match (self.movetime_ms, self.nodes, self.depth) {
-            (None, None, None) => Limit::MoveTimeMs(50),
+            (None, None, None) => Limit::MoveTimeMs(DEFAULT_MOVETIME_MS),
             (Some(ms), None, None) if ms > 0 => Limit::MoveTimeMs(ms),
             (None, Some(n), None) if n > 0 => Limit::Nodes(n),
             (None, None, Some(d)) if d > 0 => Limit::Depth(d),
             _ => {
                 return Err(invalid(
                     "limit",
-                    "give exactly one positive limit: --movetime-ms, --nodes or --depth",
+                    "give exactly one positive limit: movetime_ms, nodes or depth",
                 ));
             }
         };
         let workers = match self.workers {
-            Some(0) => return Err(invalid("--workers", "must be at least 1")),
+            Some(0) => return Err(invalid("workers", "must be at least 1")),
             Some(n) => n,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
-        let chunk_boards = self.chunk_boards.unwrap_or(1024);
+        let chunk_boards = self.chunk_boards;
         if !chunk_boards.is_power_of_two() || chunk_boards > crate::store::writer::BOARDS_PER_PART {
             return Err(invalid(
-                "--chunk-boards",
+                "chunk_boards",
                 format!(
                     "must be a power of two up to {} (so chunks never straddle a boards part file), got {chunk_boards}",
                     crate::store::writer::BOARDS_PER_PART
                 ),
             ));
         }
-        let max_attempts = self.max_attempts.unwrap_or(3);
-        if max_attempts == 0 {
-            return Err(invalid("--max-attempts", "must be at least 1"));
+        if self.max_attempts == 0 {
+            return Err(invalid("max_attempts", "must be at least 1"));
         }
-        let shard = match (&self.shard, Shard::from_env(env)?) {
-            (Some(text), _) => (Shard::parse(text)?, "--shard"),
+        let shard = match (self.shard, Shard::from_env(env)?) {
+            (Some(shard), _) => (shard, "--shard"),
             (None, Some(found)) => found,
             (None, None) => (Shard::ALL, "unsharded"),
         };
         let search_timeout = match self.search_timeout_ms {
-            Some(0) => return Err(invalid("--search-timeout-ms", "must be positive")),
+            Some(0) => return Err(invalid("search_timeout_ms", "must be positive")),
             Some(ms) => Duration::from_millis(ms),
             None => default_timeout(limit),
         };
-        if let Some(splits) = &self.splits
-            && splits.is_empty()
-        {
-            return Err(invalid("--split", "give at least one split"));
-        }
-        let hash_mb = self.hash_mb.unwrap_or(16);
-        if hash_mb == 0 {
-            return Err(invalid("--hash-mb", "must be at least 1"));
+        if self.hash_mb == 0 {
+            return Err(invalid("hash_mb", "must be at least 1"));
         }
         Ok(AnnotateConfig {
             run,
-            splits: self.splits,
+            splits: (!self.splits.is_empty()).then(|| self.splits.clone()),
             engine: EngineConfig {
-                path: self.engine.unwrap_or_else(default_engine_path),
-                args: self.engine_args.unwrap_or_default(),
+                path: self.engine.clone(),
+                args: self.engine_args.clone(),
                 threads: 1,
-                hash_mb,
+                hash_mb: self.hash_mb,
                 options: self
                     .engine_options
-                    .unwrap_or_default()
-                    .into_iter()
+                    .iter()
+                    .map(|o| (o.name.clone(), o.value.clone()))
                     .collect(),
                 handshake_timeout: Duration::from_secs(20),
             },
             limit,
-            mode: self.mode.unwrap_or(Mode::PerMove),
+            mode: self.mode,
             workers,
             chunk_boards,
             max_boards: self.max_boards,
-            max_attempts,
+            max_attempts: self.max_attempts,
             search_timeout,
-            new_game_per_board: self.new_game_per_board.unwrap_or(true),
+            new_game_per_board: self.new_game_per_board,
             shard: shard.0,
             shard_source: shard.1,
-            progress: self.progress.unwrap_or(true),
-            overwrite: self.overwrite.unwrap_or(false),
+            progress: true,
+            overwrite,
         })
     }
 }
 
+/// The search limit when none is given: the paper's 50 ms per move.
+pub(crate) const DEFAULT_MOVETIME_MS: u64 = 50;
+
 /// The deadline of one search: the limit times a margin, plus slack for
 /// process scheduling. Nodes and depth limits have no time, so they get a
 /// generous fixed deadline (at least 100k nodes/s assumed).
-pub fn default_timeout(limit: Limit) -> Duration {
+pub(crate) fn default_timeout(limit: Limit) -> Duration {
     match limit {
         Limit::MoveTimeMs(ms) => Duration::from_millis(ms.saturating_mul(3) + 2000),
         Limit::Nodes(n) => Duration::from_millis(10_000 + n / 100),
@@ -373,7 +383,7 @@ pub struct AnnotateConfig {
 impl AnnotateConfig {
     /// The settings that must not change while a split is being annotated
     /// (resumes and shards must agree on them).
-    pub fn fingerprint(&self) -> serde_json::Value {
+    pub(crate) fn fingerprint(&self) -> serde_json::Value {
         serde_json::json!({
             "limit": self.limit,
             "mode": self.mode,
@@ -438,11 +448,11 @@ mod tests {
         // --shard wins over the environment.
         let o = AnnotateOptions {
             run: Some("r".into()),
-            shard: Some("0/2".into()),
+            shard: Some(Shard { index: 0, count: 2 }),
             ..Default::default()
         };
         assert_eq!(
-            o.validate(env(&k8s)).unwrap().shard,
+            o.validate(env(&k8s), false).unwrap().shard,
             Shard { index: 0, count: 2 }
         );
     }
@@ -454,37 +464,31 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            base().validate(env(&[])).unwrap().limit,
+            base().validate(env(&[]), false).unwrap().limit,
             Limit::MoveTimeMs(50)
         );
         let o = AnnotateOptions {
             nodes: Some(500),
             ..base()
         };
-        assert_eq!(o.validate(env(&[])).unwrap().limit, Limit::Nodes(500));
+        assert_eq!(
+            o.validate(env(&[]), false).unwrap().limit,
+            Limit::Nodes(500)
+        );
         let o = AnnotateOptions {
             nodes: Some(500),
             depth: Some(3),
             ..base()
         };
-        assert!(o.validate(env(&[])).is_err());
+        assert!(o.validate(env(&[]), false).is_err());
         let o = AnnotateOptions {
-            chunk_boards: Some(1000),
+            chunk_boards: 1000,
             ..base()
         };
-        assert!(o.validate(env(&[])).is_err());
-        // A command-line limit replaces the file's.
-        let file = AnnotateOptions {
-            movetime_ms: Some(50),
-            ..base()
-        };
-        let cli = AnnotateOptions {
-            nodes: Some(100),
-            ..Default::default()
-        };
+        assert!(o.validate(env(&[]), false).is_err());
         assert_eq!(
-            file.merge(cli).validate(env(&[])).unwrap().limit,
-            Limit::Nodes(100)
+            base().validate(env(&[]), false).unwrap().mode,
+            Mode::PerMove
         );
     }
 }

@@ -8,36 +8,38 @@
 //! a killed run resumes where it stopped, and any number of shards (Slurm
 //! array tasks, Kubernetes pods) can work on one run directory at once.
 
-pub mod board;
-pub mod chunks;
+pub(crate) mod chunks;
 pub mod config;
 pub mod plan;
 mod pool;
 
 use std::{
     fs::File,
-    io::IsTerminal,
-    path::{Path, PathBuf},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    io::{self, Write},
+    path::PathBuf,
+    time::{Duration, Instant},
 };
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use serde::Serialize;
 use thiserror::Error;
 
 use self::{
-    board::{PrepareError, SearchSettings},
-    chunks::{Outcome, chunk_shard},
-    config::{AnnotateConfig, Mode},
+    chunks::Outcome,
+    config::AnnotateConfig,
     pool::{SplitWork, WorkerSettings},
 };
 use crate::{
-    ingest::group,
+    chess::legal::PrepareError,
     store::{
         Manifest, StoreError, Table,
+        chunks::{self as store_chunks, chunk_shard},
         commit::{MANIFEST, RunDir, partition_dir, update_manifest, write_atomic},
+        manifest::{AnnotateRecord, EngineRecord, ShardRecord},
+        unix_now,
     },
-    uci::{Engine, EngineError},
+    uci::{Engine, EngineError, oracle::SearchSettings},
+    ui::{Report, group},
 };
 
 /// Annotate failures that stop the run (single boards that fail go to the
@@ -83,12 +85,6 @@ pub enum AnnotateError {
     Imported(String),
 }
 
-pub(crate) fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// Per-split result of a run.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SplitSummary {
@@ -105,6 +101,9 @@ pub struct SplitSummary {
 /// What a run did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
+    /// The run annotated.
+    #[serde(skip)]
+    pub run: PathBuf,
     pub engine: String,
     pub shard: String,
     pub shard_source: String,
@@ -121,10 +120,10 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn boards(&self) -> u64 {
+    pub(crate) fn boards(&self) -> u64 {
         self.splits.iter().map(|s| s.1.boards_annotated).sum()
     }
-    pub fn failures(&self) -> u64 {
+    pub(crate) fn failures(&self) -> u64 {
         self.splits.iter().map(|s| s.1.failures).sum()
     }
 }
@@ -141,7 +140,7 @@ pub(crate) fn scope(
         manifest
             .splits
             .get(name)
-            .is_some_and(|s| s.extra.contains_key("import"))
+            .is_some_and(|s| s.import.is_some())
     };
     // Splits imported from ChessBench .bag files already carry their values.
     let names: Vec<String> = match &config.splits {
@@ -201,7 +200,7 @@ fn check_settings(
     manifest: &Manifest,
     split: &str,
 ) -> Result<(), AnnotateError> {
-    let dir = chunks::entries_dir(&config.run, split);
+    let dir = store_chunks::entries_dir(&config.run, split);
     let path = dir.join("settings.json");
     let now = serde_json::json!({
         "settings": config.fingerprint(),
@@ -209,8 +208,13 @@ fn check_settings(
     });
     match std::fs::read_to_string(&path) {
         Ok(text) => {
-            let existing: serde_json::Value = serde_json::from_str(&text)
+            let mut existing: serde_json::Value = serde_json::from_str(&text)
                 .map_err(|e| StoreError::Corrupt(path.clone(), e.to_string()))?;
+            // Runs annotated before enum values had one spelling recorded
+            // the default mode as `per-move`.
+            if existing["settings"]["mode"] == "per-move" {
+                existing["settings"]["mode"] = "per_move".into();
+            }
             if existing["boards"] != now["boards"] {
                 return Err(AnnotateError::BoardsChanged {
                     split: split.to_owned(),
@@ -237,7 +241,7 @@ fn check_settings(
 }
 
 fn shard_lock(config: &AnnotateConfig) -> Result<File, AnnotateError> {
-    let dir = config.run.join(chunks::ENTRIES);
+    let dir = config.run.join(store_chunks::ENTRIES);
     std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
     let shard = config.shard;
     let path = dir.join(format!(".shard-{}-of-{}.lock", shard.index, shard.count));
@@ -280,10 +284,10 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
     let mut summaries = Vec::new();
     for (name, n) in &scope {
         if config.overwrite {
-            chunks::remove_split(&config.run, name)?;
+            store_chunks::remove_split(&config.run, name)?;
         }
         check_settings(config, &manifest, name)?;
-        let done = chunks::recover(&config.run, name, (shard.index, shard.count))?;
+        let done = store_chunks::recover(&config.run, name, (shard.index, shard.count))?;
         let total = n.div_ceil(config.chunk_boards);
         let mine: Vec<u64> = (0..total)
             .filter(|&c| chunk_shard(c, shard.count) == shard.index)
@@ -384,6 +388,7 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
     bar.finish_and_clear();
     result?;
     let summary = Summary {
+        run: config.run.clone(),
         engine,
         shard: shard.to_string(),
         shard_source: config.shard_source.to_owned(),
@@ -407,103 +412,94 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
 /// Adds this shard's record to the manifest's `annotate` section.
 fn record(config: &AnnotateConfig, summary: &Summary) -> Result<(), AnnotateError> {
     update_manifest(&config.run, |m| {
-        let section = m
-            .extra
-            .entry("annotate".to_owned())
-            .or_insert_with(|| serde_json::json!({}));
-        if !section.is_object() {
-            *section = serde_json::json!({});
-        }
-        section["engine"] = serde_json::json!({
-            "name": summary.engine,
-            "path": config.engine.path,
-            "threads": config.engine.threads,
-        });
-        section["settings"] = config.fingerprint();
+        let section = m.annotate.get_or_insert_with(AnnotateRecord::default);
+        section.engine = EngineRecord {
+            name: summary.engine.clone(),
+            path: config.engine.path.clone(),
+            threads: config.engine.threads,
+        };
+        section.settings = config.fingerprint();
         for (split, s) in &summary.splits {
-            let entry = &mut section["splits"][split.as_str()];
-            entry["chunks_total"] = serde_json::json!(s.chunks_total);
-            entry["shards"][summary.shard.as_str()] = serde_json::json!({
-                "finished_at": unix_now(),
-                "source": summary.shard_source,
-                "chunks": s.chunks_of_shard,
-                "boards_annotated_now": s.boards_annotated,
-                "failures_now": s.failures,
-                "workers": summary.workers,
-                "utilisation": summary.utilisation,
-            });
+            let entry = section.splits.entry(split.clone()).or_default();
+            entry.chunks_total = s.chunks_total;
+            entry.shards.insert(
+                summary.shard.clone(),
+                ShardRecord {
+                    finished_at: unix_now(),
+                    source: summary.shard_source.clone(),
+                    chunks: s.chunks_of_shard,
+                    boards_annotated_now: s.boards_annotated,
+                    failures_now: s.failures,
+                    workers: summary.workers,
+                    utilisation: summary.utilisation,
+                },
+            );
         }
     })?;
     Ok(())
 }
 
 fn progress_bar(config: &AnnotateConfig, total: u64) -> ProgressBar {
-    let bar = ProgressBar::new(total);
-    if !config.progress || !std::io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-        return bar;
-    }
-    let template =
-        "{spinner} annotate [{elapsed_precise}] {bar:30} {pos}/{len} boards, ETA {eta}  {msg}";
-    if let Ok(style) = ProgressStyle::with_template(template) {
-        bar.set_style(style);
-    }
+    let bar = crate::ui::bar(
+        config.progress,
+        Some(total),
+        "{spinner} annotate [{elapsed_precise}] {bar:30} {pos}/{len} boards, ETA {eta}  {msg}",
+    );
     bar.enable_steady_tick(Duration::from_millis(250));
     bar
 }
 
-/// Human-readable summary lines.
-pub fn render(summary: &Summary, run: &Path) -> String {
-    let mut out = format!(
-        "annotated {} boards ({} failed) with {} on {} worker(s), shard {} ({}), in {:.1} s: {} searches, engines busy {:.1}% of the time{}{}\n",
-        group(summary.boards()),
-        group(summary.failures()),
-        summary.engine,
-        summary.workers,
-        summary.shard,
-        summary.shard_source,
-        summary.seconds,
-        group(summary.searches),
-        100.0 * summary.utilisation,
-        if summary.retries > 0 {
-            format!(
-                "; {} tries failed (engine crashed, hung or sent garbage) and were retried on a restarted engine",
-                group(summary.retries)
-            )
-        } else {
-            String::new()
-        },
-        if summary.fallbacks > 0 {
-            format!(
-                "; {} MultiPV lines searched again on their own",
-                group(summary.fallbacks)
-            )
-        } else {
-            String::new()
+impl Report for Summary {
+    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
+        let summary = self;
+        writeln!(
+            out,
+            "annotated {} boards ({} failed) with {} on {} worker(s), shard {} ({}), in {:.1} s: {} searches, engines busy {:.1}% of the time{}{}",
+            group(summary.boards()),
+            group(summary.failures()),
+            summary.engine,
+            summary.workers,
+            summary.shard,
+            summary.shard_source,
+            summary.seconds,
+            group(summary.searches),
+            100.0 * summary.utilisation,
+            if summary.retries > 0 {
+                format!(
+                    "; {} tries failed (engine crashed, hung or sent garbage) and were retried on a restarted engine",
+                    group(summary.retries)
+                )
+            } else {
+                String::new()
+            },
+            if summary.fallbacks > 0 {
+                format!(
+                    "; {} MultiPV lines searched again on their own",
+                    group(summary.fallbacks)
+                )
+            } else {
+                String::new()
+            }
+        )?;
+        for (name, s) in &summary.splits {
+            writeln!(
+                out,
+                "  {name}: {} boards in scope, {} chunks ({} of this shard: {} done before, {} now); {} state values, {} action values, {} failures written now",
+                group(s.boards_in_scope),
+                group(s.chunks_total),
+                group(s.chunks_of_shard),
+                group(s.chunks_already_done),
+                group(s.chunks_committed),
+                group(s.boards_annotated),
+                group(s.action_values),
+                group(s.failures),
+            )?;
         }
-    );
-    for (name, s) in &summary.splits {
-        out.push_str(&format!(
-            "  {name}: {} boards in scope, {} chunks ({} of this shard: {} done before, {} now); {} state values, {} action values, {} failures written now\n",
-            group(s.boards_in_scope),
-            group(s.chunks_total),
-            group(s.chunks_of_shard),
-            group(s.chunks_already_done),
-            group(s.chunks_committed),
-            group(s.boards_annotated),
-            group(s.action_values),
-            group(s.failures),
-        ));
+        writeln!(
+            out,
+            "wrote {} (run `chessbench stats {}` for the counts)",
+            summary.run.display(),
+            summary.run.display()
+        )
     }
-    out.push_str(&format!(
-        "wrote {} (run `chessbench stats {}` for the counts)\n",
-        run.display(),
-        run.display()
-    ));
-    out
-}
-
-/// Mode name for messages.
-pub fn mode_name(mode: Mode) -> &'static str {
-    mode.name()
 }

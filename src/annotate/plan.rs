@@ -7,26 +7,31 @@
 //! non-terminal boards, 15,316,914,724 legal moves) gives about 8,700
 //! CPU-days at 50 ms per move for the action values, as the paper says.
 
-use std::{fs::File, time::Duration};
+use std::{
+    fs::File,
+    io::{self, Write},
+    time::Duration,
+};
 
 use arrow_array::{Array, StringArray, UInt8Array};
 use parquet::arrow::{ProjectionMask, arrow_reader::ParquetRecordBatchReaderBuilder};
 use serde::Serialize;
 
-use super::{
-    AnnotateError,
-    board::{self, SearchSettings, Work},
-    config::{AnnotateConfig, Mode},
-};
+use super::{AnnotateError, config::AnnotateConfig};
 use crate::{
+    chess::legal,
     store::{Manifest, Table, commit::MANIFEST, commit::partition_dir, writer::part_file_name},
-    uci::{Engine, Limit},
+    uci::{
+        Engine, Limit,
+        oracle::{self, Mode, SearchSettings, Work},
+    },
+    ui::{Report, group},
 };
 
 /// Paper, Table A1, train 10^7 games: behavioural-cloning records
 /// (non-terminal boards) and action-value records.
-pub const PAPER_NONTERMINAL_BOARDS: u64 = 527_633_465;
-pub const PAPER_ACTION_VALUES: u64 = 15_316_914_724;
+pub(crate) const PAPER_NONTERMINAL_BOARDS: u64 = 527_633_465;
+pub(crate) const PAPER_ACTION_VALUES: u64 = 15_316_914_724;
 
 /// The cost of one split.
 #[derive(Debug, Clone, Serialize)]
@@ -158,13 +163,13 @@ pub fn plan(config: &AnnotateConfig) -> Result<Plan, AnnotateError> {
             let mut work = Work::default();
             let start = std::time::Instant::now();
             for (fen, n) in &sample {
-                let prepared = board::prepare(fen, Some(usize::from(*n))).map_err(|source| {
+                let prepared = legal::prepare(fen, Some(usize::from(*n))).map_err(|source| {
                     AnnotateError::Prepare {
                         board_id: 0,
                         source,
                     }
                 })?;
-                board::annotate(&mut engine, &prepared, &settings, &mut work)
+                oracle::annotate(&mut engine, &prepared, &settings, &mut work)
                     .map_err(AnnotateError::Engine)?;
                 if start.elapsed() > Duration::from_secs(10) {
                     break;
@@ -214,41 +219,45 @@ pub fn plan(config: &AnnotateConfig) -> Result<Plan, AnnotateError> {
     })
 }
 
-/// Human-readable plan.
-pub fn render(p: &Plan) -> String {
-    use crate::ingest::group;
-    let mut out = format!(
-        "plan: mode {}, limit `{}`, {} worker(s) x {} shard(s)\n",
-        p.mode.name(),
-        p.limit,
-        p.workers,
-        p.shards
-    );
-    for s in &p.splits {
-        out.push_str(&format!(
-            "  {}: {} boards ({} terminal), {} legal moves -> {} searches\n",
-            s.split,
-            group(s.boards),
-            group(s.terminal_boards),
-            group(s.legal_moves),
-            group(s.searches)
-        ));
+impl Report for Plan {
+    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
+        let p = self;
+        writeln!(
+            out,
+            "plan: mode {}, limit `{}`, {} worker(s) x {} shard(s)",
+            p.mode.name(),
+            p.limit,
+            p.workers,
+            p.shards
+        )?;
+        for s in &p.splits {
+            writeln!(
+                out,
+                "  {}: {} boards ({} terminal), {} legal moves -> {} searches",
+                s.split,
+                group(s.boards),
+                group(s.terminal_boards),
+                group(s.legal_moves),
+                group(s.searches)
+            )?;
+        }
+        writeln!(
+            out,
+            "  total: {} searches x {:.2} ms ({}) = {:.3} CPU-days, {:.2} h of wall time",
+            group(p.searches),
+            p.seconds_per_search * 1000.0,
+            p.rate_source,
+            p.cpu_days,
+            p.wall_hours_with_workers
+        )?;
+        writeln!(
+            out,
+            "  the paper's 10^7-game training set at this rate: {} searches = {:.0} CPU-days ({:.0} for the action values alone)",
+            group(p.paper_searches),
+            p.paper_cpu_days,
+            p.paper_action_value_cpu_days
+        )
     }
-    out.push_str(&format!(
-        "  total: {} searches x {:.2} ms ({}) = {:.3} CPU-days, {:.2} h of wall time\n",
-        group(p.searches),
-        p.seconds_per_search * 1000.0,
-        p.rate_source,
-        p.cpu_days,
-        p.wall_hours_with_workers
-    ));
-    out.push_str(&format!(
-        "  the paper's 10^7-game training set at this rate: {} searches = {:.0} CPU-days ({:.0} for the action values alone)\n",
-        group(p.paper_searches),
-        p.paper_cpu_days,
-        p.paper_action_value_cpu_days
-    ));
-    out
 }
 
 #[cfg(test)]

@@ -25,12 +25,15 @@ use parquet::arrow::{
 
 use super::{
     AnnotateError,
-    board::{self, SearchSettings, Work},
     chunks::{ChunkWork, Failure, Outcome},
 };
 use crate::{
+    chess::legal,
     store::writer::{BOARDS_PER_PART, part_file_name},
-    uci::{Engine, EngineConfig, EngineError},
+    uci::{
+        Engine, EngineConfig, EngineError,
+        oracle::{self, SearchSettings, Work},
+    },
 };
 
 /// A split's share of the work.
@@ -232,7 +235,7 @@ fn worker(jobs: Receiver<Job>, msgs: Sender<Msg>, s: Arc<WorkerSettings>, cancel
         if cancel.load(Ordering::Relaxed) {
             break;
         }
-        let prepared = match board::prepare(&job.fen, Some(usize::from(job.legal_moves))) {
+        let prepared = match legal::prepare(&job.fen, Some(usize::from(job.legal_moves))) {
             Ok(p) => p,
             Err(source) => {
                 let _ = msgs.send(Msg::Fatal(AnnotateError::Prepare {
@@ -267,7 +270,7 @@ fn worker(jobs: Receiver<Job>, msgs: Sender<Msg>, s: Arc<WorkerSettings>, cancel
             }
             let Some(e) = engine.as_mut() else { continue };
             attempts += 1;
-            match board::annotate(e, &prepared, &s.search, &mut work) {
+            match oracle::annotate(e, &prepared, &s.search, &mut work) {
                 Ok(a) => {
                     backoff = s.backoff;
                     break Outcome::Annotated(a);

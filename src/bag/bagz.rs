@@ -48,13 +48,13 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> BagError + '_ {
 }
 
 /// Whether a name means zstd-compressed records (`.bagz`).
-pub fn is_compressed(path: &Path) -> bool {
+pub(crate) fn is_compressed(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "bagz")
 }
 
 /// Expands `name@N` into its N shard paths (`name-0000i-of-0000N`); a path
 /// without `@` is itself.
-pub fn shard_paths(pattern: &Path) -> Result<Vec<PathBuf>, BagError> {
+pub(crate) fn shard_paths(pattern: &Path) -> Result<Vec<PathBuf>, BagError> {
     let text = pattern.to_string_lossy();
     let name = pattern
         .file_name()
@@ -80,7 +80,7 @@ pub fn shard_paths(pattern: &Path) -> Result<Vec<PathBuf>, BagError> {
 }
 
 /// `stem-0000i-of-0000N_data.bag`, or `stem_data.bag` for a single shard.
-pub fn shard_file_name(stem: &str, shard: u32, count: u32, compressed: bool) -> String {
+pub(crate) fn shard_file_name(stem: &str, shard: u32, count: u32, compressed: bool) -> String {
     let ext = if compressed { "bagz" } else { "bag" };
     if count <= 1 {
         format!("{stem}_data.{ext}")
@@ -153,13 +153,8 @@ impl BagWriter {
     }
 
     /// Records written.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.count
-    }
-
-    /// Whether no record was written.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
     }
 
     /// Appends the index, syncs and renames the file into place. Returns the
@@ -203,7 +198,7 @@ pub struct BagReader {
 
 impl BagReader {
     /// Opens a bag file and reads its index.
-    pub fn open(path: &Path) -> Result<BagReader, BagError> {
+    pub(crate) fn open(path: &Path) -> Result<BagReader, BagError> {
         let mut file = File::open(path).map_err(io_err(path))?;
         let size = file.metadata().map_err(io_err(path))?.len();
         let format = |reason: String| BagError::Format {
@@ -257,27 +252,22 @@ impl BagReader {
     }
 
     /// Number of records.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.limits.len() as u64
     }
 
-    /// Whether the bag holds no records.
-    pub fn is_empty(&self) -> bool {
-        self.limits.is_empty()
-    }
-
     /// The file.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Index of the record the next `read` returns.
-    pub fn position(&self) -> u64 {
+    pub(crate) fn position(&self) -> u64 {
         self.next as u64
     }
 
     /// Reads the next record into `buf`; false at the end.
-    pub fn read(&mut self, buf: &mut Vec<u8>) -> Result<bool, BagError> {
+    pub(crate) fn read(&mut self, buf: &mut Vec<u8>) -> Result<bool, BagError> {
         let Some(&end) = self.limits.get(self.next) else {
             return Ok(false);
         };
@@ -357,7 +347,7 @@ mod tests {
         let empty = dir.path().join("e.bag");
         BagWriter::create(&empty).unwrap().finish().unwrap();
         assert_eq!(fs::metadata(&empty).unwrap().len(), 0);
-        assert!(BagReader::open(&empty).unwrap().is_empty());
+        assert_eq!(BagReader::open(&empty).unwrap().len(), 0);
     }
 
     #[test]

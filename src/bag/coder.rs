@@ -18,7 +18,7 @@ use thiserror::Error;
 
 /// A record that does not decode.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum CoderError {
+pub(crate) enum CoderError {
     #[error("record ends inside {0}")]
     Truncated(&'static str),
     #[error("varint longer than 10 bytes")]
@@ -29,38 +29,8 @@ pub enum CoderError {
     Trailing(usize),
 }
 
-/// The three record sets of ChessBench.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RecordSet {
-    StateValue,
-    BehavioralCloning,
-    ActionValue,
-}
-
-impl RecordSet {
-    pub const ALL: [RecordSet; 3] = [
-        RecordSet::StateValue,
-        RecordSet::BehavioralCloning,
-        RecordSet::ActionValue,
-    ];
-
-    /// The file-name stem ChessBench uses (`state_value_data.bag`, ...).
-    pub fn stem(self) -> &'static str {
-        match self {
-            RecordSet::StateValue => "state_value",
-            RecordSet::BehavioralCloning => "behavioral_cloning",
-            RecordSet::ActionValue => "action_value",
-        }
-    }
-
-    /// `state_value_data.bag`.
-    pub fn file_name(self) -> String {
-        format!("{}_data.bag", self.stem())
-    }
-}
-
 /// Appends an unsigned LEB128 varint (Beam's `VarIntCoder` layout).
-pub fn write_varint(out: &mut Vec<u8>, mut n: u64) {
+pub(crate) fn write_varint(out: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
         out.push((n as u8 & 0x7f) | 0x80);
         n >>= 7;
@@ -69,7 +39,11 @@ pub fn write_varint(out: &mut Vec<u8>, mut n: u64) {
 }
 
 /// Reads a varint at `*pos`, advancing it.
-pub fn read_varint(buf: &[u8], pos: &mut usize, what: &'static str) -> Result<u64, CoderError> {
+pub(crate) fn read_varint(
+    buf: &[u8],
+    pos: &mut usize,
+    what: &'static str,
+) -> Result<u64, CoderError> {
     let mut n = 0u64;
     for shift in (0..70).step_by(7) {
         let Some(&b) = buf.get(*pos) else {
@@ -127,7 +101,7 @@ pub fn encode_state_value(out: &mut Vec<u8>, fen: &str, win_prob: f64) {
 }
 
 /// Encodes an action-value record `(fen, move, win_prob)` into `out`.
-pub fn encode_action_value(out: &mut Vec<u8>, fen: &str, uci: &str, win_prob: f64) {
+pub(crate) fn encode_action_value(out: &mut Vec<u8>, fen: &str, uci: &str, win_prob: f64) {
     out.clear();
     nested_str(out, fen);
     nested_str(out, uci);
@@ -136,21 +110,21 @@ pub fn encode_action_value(out: &mut Vec<u8>, fen: &str, uci: &str, win_prob: f6
 
 /// Encodes a behavioural-cloning record `(fen, move)` into `out`; the move,
 /// last, carries no length prefix.
-pub fn encode_behavioral_cloning(out: &mut Vec<u8>, fen: &str, uci: &str) {
+pub(crate) fn encode_behavioral_cloning(out: &mut Vec<u8>, fen: &str, uci: &str) {
     out.clear();
     nested_str(out, fen);
     out.extend_from_slice(uci.as_bytes());
 }
 
 /// Decodes `(fen, win_prob)`.
-pub fn decode_state_value(buf: &[u8]) -> Result<(&str, f64), CoderError> {
+pub(crate) fn decode_state_value(buf: &[u8]) -> Result<(&str, f64), CoderError> {
     let mut pos = 0;
     let fen = read_nested_str(buf, &mut pos, "the FEN")?;
     Ok((fen, read_f64(buf, pos, "the win probability")?))
 }
 
 /// Decodes `(fen, move, win_prob)`.
-pub fn decode_action_value(buf: &[u8]) -> Result<(&str, &str, f64), CoderError> {
+pub(crate) fn decode_action_value(buf: &[u8]) -> Result<(&str, &str, f64), CoderError> {
     let mut pos = 0;
     let fen = read_nested_str(buf, &mut pos, "the FEN")?;
     let uci = read_nested_str(buf, &mut pos, "the move")?;
@@ -158,7 +132,7 @@ pub fn decode_action_value(buf: &[u8]) -> Result<(&str, &str, f64), CoderError> 
 }
 
 /// Decodes `(fen, move)`.
-pub fn decode_behavioral_cloning(buf: &[u8]) -> Result<(&str, &str), CoderError> {
+pub(crate) fn decode_behavioral_cloning(buf: &[u8]) -> Result<(&str, &str), CoderError> {
     let mut pos = 0;
     let fen = read_nested_str(buf, &mut pos, "the FEN")?;
     let uci = std::str::from_utf8(&buf[pos..]).map_err(|_| CoderError::NotUtf8("the move"))?;

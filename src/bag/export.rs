@@ -4,7 +4,8 @@
 
 use std::{
     fs,
-    path::{Path, PathBuf},
+    io::{self, Write},
+    path::PathBuf,
 };
 
 use arrow_array::{Array, Float64Array, RecordBatch, StringArray, cast::AsArray};
@@ -13,9 +14,63 @@ use serde::Serialize;
 use super::{
     BagSetError,
     bagz::{BagWriter, shard_file_name},
-    coder::{self, RecordSet},
+    coder,
 };
-use crate::sql::{Session, SqlError, literal};
+use crate::{
+    chess::RecordSet,
+    sql::{Session, SqlError, literal},
+    ui::{Report, group},
+};
+
+/// `chessbench bag export`'s options (command line only).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExportOptions {
+    /// Run directory.
+    #[arg(value_name = "RUN_DIR", value_hint = clap::ValueHint::DirPath)]
+    pub run: PathBuf,
+    /// Split to export.
+    #[arg(long, value_name = "NAME")]
+    pub split: String,
+    /// Output directory [default: RUN_DIR/bag/SPLIT].
+    #[arg(short, long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    pub out: Option<PathBuf>,
+    /// Record sets to write [default: all three].
+    #[arg(long = "set", value_enum, value_delimiter = ',')]
+    pub sets: Vec<RecordSet>,
+    /// Shard a set into files of at most this many records (ChessBench's
+    /// train action values: ~7.1M per shard).
+    #[arg(long, value_name = "N", default_value_t = 7_200_000)]
+    pub records_per_shard: u64,
+    /// Zstd-compress every record (.bagz files).
+    #[arg(long)]
+    pub compress: bool,
+    /// Replace existing files.
+    #[arg(long)]
+    pub overwrite: bool,
+}
+
+impl ExportOptions {
+    /// What to export, with the defaults filled in.
+    pub fn config(&self, progress: bool) -> ExportConfig {
+        ExportConfig {
+            run: self.run.clone(),
+            split: self.split.clone(),
+            out: self
+                .out
+                .clone()
+                .unwrap_or_else(|| self.run.join("bag").join(&self.split)),
+            sets: if self.sets.is_empty() {
+                RecordSet::ALL.to_vec()
+            } else {
+                self.sets.clone()
+            },
+            records_per_shard: self.records_per_shard,
+            compress: self.compress,
+            overwrite: self.overwrite,
+            progress,
+        }
+    }
+}
 
 /// What to export.
 #[derive(Debug, Clone)]
@@ -77,9 +132,40 @@ fn session_error(session: &Session, e: duckdb::Error) -> SqlError {
     session.error(&format!("bag export of {}", session.run().display()), 1, e)
 }
 
+/// What an export wrote (as JSON: the list of sets).
+#[derive(Debug, Clone)]
+pub struct ExportSummary {
+    pub out: PathBuf,
+    pub sets: Vec<ExportedSet>,
+}
+
+impl Serialize for ExportSummary {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.sets.serialize(s)
+    }
+}
+
+impl Report for ExportSummary {
+    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
+        for set in &self.sets {
+            writeln!(
+                out,
+                "{:<20} {:>14} records {:>14} bytes {:>6.1} B/record  {} file(s) in {}",
+                set.set,
+                group(set.records),
+                group(set.bytes),
+                set.bytes as f64 / set.records.max(1) as f64,
+                set.files.len(),
+                self.out.display()
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// Exports the sets of one split. Files are written under temporary names
 /// and renamed when complete.
-pub fn export(config: &ExportConfig) -> Result<Vec<ExportedSet>, BagSetError> {
+pub fn export(config: &ExportConfig) -> Result<ExportSummary, BagSetError> {
     let session = Session::open(&config.run, &[])?;
     fs::create_dir_all(&config.out).map_err(|source| BagSetError::Io {
         path: config.out.clone(),
@@ -90,7 +176,7 @@ pub fn export(config: &ExportConfig) -> Result<Vec<ExportedSet>, BagSetError> {
         let n = count(&session, set, &config.split)?;
         if n == 0 {
             return Err(BagSetError::Empty {
-                set: set.stem(),
+                set: set.name(),
                 split: config.split.clone(),
                 run: config.run.clone(),
             });
@@ -100,7 +186,7 @@ pub fn export(config: &ExportConfig) -> Result<Vec<ExportedSet>, BagSetError> {
             .map(|i| {
                 config
                     .out
-                    .join(shard_file_name(set.stem(), i, shards, config.compress))
+                    .join(shard_file_name(set.name(), i, shards, config.compress))
             })
             .collect();
         if !config.overwrite
@@ -162,13 +248,16 @@ pub fn export(config: &ExportConfig) -> Result<Vec<ExportedSet>, BagSetError> {
         }
         bar.finish_and_clear();
         done.push(ExportedSet {
-            set: set.stem(),
+            set: set.name(),
             records: written,
             bytes,
             files,
         });
     }
-    Ok(done)
+    Ok(ExportSummary {
+        out: config.out.clone(),
+        sets: done,
+    })
 }
 
 fn string_column(batch: &RecordBatch, i: usize) -> Result<&StringArray, BagSetError> {
@@ -185,9 +274,4 @@ fn f64_column(batch: &RecordBatch, i: usize) -> Result<&Float64Array, BagSetErro
         .as_primitive_opt::<arrow_array::types::Float64Type>()
         .filter(|c| c.null_count() == 0)
         .ok_or(BagSetError::Column(i))
-}
-
-/// Output directory default: `RUN/bag/SPLIT`.
-pub fn default_out(run: &Path, split: &str) -> PathBuf {
-    run.join("bag").join(split)
 }

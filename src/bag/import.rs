@@ -15,6 +15,7 @@
 
 use std::{
     fs,
+    io::{self, Write},
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -30,24 +31,96 @@ use xxhash_rust::xxh3::xxh3_128;
 use super::{
     BagSetError,
     bagz::{BagReader, is_compressed, shard_paths},
-    coder::{self, RecordSet},
+    coder,
 };
 use crate::{
-    annotate::board::{ValueKind, prepare},
-    chess::actions::vocabulary,
+    chess::{
+        RecordSet,
+        actions::vocabulary,
+        legal::{ValueKind, prepare},
+    },
     store::{
-        RunDir, StoreError, Table,
-        commit::remove_annotations,
+        RunDir, StoreError, Table, chunks,
         legal_moves::LegalMovesWriter,
-        manifest::{IngestRecord, InputRecord, SplitCounts, SplitManifest},
+        manifest::{ImportRecord, IngestRecord, InputRecord, SplitCounts, SplitManifest},
         writer::{BOARDS_PER_PART, PartWriter, part_file_name},
     },
+    ui::{Report, group},
 };
 
 /// Rows per action_values part file.
 const AV_ROWS_PER_PART: u64 = 1 << 24;
 /// Rows per buffered batch.
 const BATCH_ROWS: usize = 64 * 1024;
+
+/// `chessbench bag import`'s options (command line only).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ImportOptions {
+    /// Run directory to write (created if needed).
+    #[arg(value_name = "RUN_DIR", value_hint = clap::ValueHint::DirPath)]
+    pub run: PathBuf,
+    /// Split to write (replaced if it exists).
+    #[arg(long, value_name = "NAME")]
+    pub split: String,
+    /// Directory with ChessBench's file names (state_value_data.bag, ...).
+    #[arg(
+        value_name = "DIR",
+        value_hint = clap::ValueHint::DirPath,
+        required_unless_present_any = ["state_value", "behavioral_cloning", "action_value"]
+    )]
+    pub dir: Option<PathBuf>,
+    /// state_value .bag file (or SET@N pattern).
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+    pub state_value: Option<PathBuf>,
+    /// behavioral_cloning .bag file (or SET@N pattern).
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+    pub behavioral_cloning: Option<PathBuf>,
+    /// action_value .bag file (or SET@N pattern).
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+    pub action_value: Option<PathBuf>,
+}
+
+impl ImportOptions {
+    /// What to import: the sets found in `dir`, replaced by the files given
+    /// per set.
+    pub fn config(&self, progress: bool) -> Result<ImportConfig, BagSetError> {
+        let mut inputs = match &self.dir {
+            Some(dir) => discover(dir)?,
+            None => Vec::new(),
+        };
+        for (set, file) in [
+            (RecordSet::StateValue, &self.state_value),
+            (RecordSet::BehavioralCloning, &self.behavioral_cloning),
+            (RecordSet::ActionValue, &self.action_value),
+        ] {
+            if let Some(f) = file {
+                inputs.retain(|(s, _)| *s != set);
+                inputs.push((set, f.clone()));
+            }
+        }
+        Ok(ImportConfig {
+            run: self.run.clone(),
+            split: self.split.clone(),
+            inputs,
+            progress,
+        })
+    }
+}
+
+impl Report for ImportSummary {
+    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "imported split {}: {} boards, {} legal moves; records: {} state_value, {} behavioral_cloning, {} action_value",
+            self.split,
+            group(self.boards),
+            group(self.legal_moves),
+            group(self.state_value_records),
+            group(self.behavioral_cloning_records),
+            group(self.action_value_records)
+        )
+    }
+}
 
 /// What to import.
 #[derive(Debug, Clone)]
@@ -61,7 +134,7 @@ pub struct ImportConfig {
 
 /// Finds the ChessBench files of a directory: `SET_data.bag` or
 /// `SET-00000-of-0000N_data.bag` (`.bagz` too), for each set present.
-pub fn discover(dir: &Path) -> Result<Vec<(RecordSet, PathBuf)>, BagSetError> {
+pub(crate) fn discover(dir: &Path) -> Result<Vec<(RecordSet, PathBuf)>, BagSetError> {
     let entries = fs::read_dir(dir).map_err(|source| BagSetError::Io {
         path: dir.to_owned(),
         source,
@@ -73,12 +146,12 @@ pub fn discover(dir: &Path) -> Result<Vec<(RecordSet, PathBuf)>, BagSetError> {
     let mut found = Vec::new();
     for set in RecordSet::ALL {
         for ext in ["bag", "bagz"] {
-            let single = format!("{}_data.{ext}", set.stem());
+            let single = format!("{}_data.{ext}", set.name());
             if names.contains(&single) {
                 found.push((set, dir.join(single)));
                 continue;
             }
-            let prefix = format!("{}-00000-of-", set.stem());
+            let prefix = format!("{}-00000-of-", set.name());
             let suffix = format!("_data.{ext}");
             if let Some(n) = names.iter().find_map(|n| {
                 n.strip_prefix(&prefix)?
@@ -86,7 +159,7 @@ pub fn discover(dir: &Path) -> Result<Vec<(RecordSet, PathBuf)>, BagSetError> {
                     .parse::<u32>()
                     .ok()
             }) {
-                found.push((set, dir.join(format!("{}@{n}_data.{ext}", set.stem()))));
+                found.push((set, dir.join(format!("{}@{n}_data.{ext}", set.name()))));
             }
         }
     }
@@ -251,7 +324,7 @@ fn open_all(pattern: &Path) -> Result<Vec<BagReader>, BagSetError> {
 
 /// Imports bag files into `config.split` of `config.run`.
 pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
-    let started_at = crate::annotate::unix_now();
+    let started_at = crate::store::unix_now();
     let run = RunDir::open(&config.run)?;
     let txn = run.begin()?;
     let split = &config.split;
@@ -418,23 +491,13 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         .collect();
 
     let mut manifest = run.manifest()?;
-    let mut extra = std::collections::BTreeMap::new();
-    extra.insert(
-        "import".to_owned(),
-        serde_json::json!({
-            "format": "chessbench-bag",
-            "state_value_records": summary.state_value_records,
-            "behavioral_cloning_records": summary.behavioral_cloning_records,
-            "action_value_records": summary.action_value_records,
-        }),
-    );
     manifest.splits.insert(
         split.clone(),
         SplitManifest {
             ingest: IngestRecord {
                 chessbench_version: env!("CARGO_PKG_VERSION").to_owned(),
                 started_at,
-                finished_at: crate::annotate::unix_now(),
+                finished_at: crate::store::unix_now(),
                 options: serde_json::json!({ "imported_from": "chessbench .bag files" }),
                 inputs: inputs_record,
                 splits_written: vec![split.clone()],
@@ -448,11 +511,16 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
                 behavioral_cloning: boards.with_moves,
                 action_value: boards.legal_moves,
             },
-            extra,
+            import: Some(ImportRecord {
+                format: "chessbench-bag".into(),
+                state_value_records: summary.state_value_records,
+                behavioral_cloning_records: summary.behavioral_cloning_records,
+                action_value_records: summary.action_value_records,
+            }),
         },
     );
     // Chunk entries of an earlier annotation describe other boards.
-    remove_annotations(run.root(), split)?;
+    chunks::remove_split(run.root(), split)?;
     txn.commit(
         &[
             Table::Games,

@@ -3,18 +3,20 @@
 //! files into a run (Ruoss et al. 2024; data at
 //! https://storage.googleapis.com/searchless_chess/data/).
 
-pub mod bagz;
+pub(crate) mod bagz;
 pub mod coder;
 pub mod export;
 pub mod import;
 
 use std::path::PathBuf;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use thiserror::Error;
 
-pub use bagz::{BagError, BagReader, BagWriter};
-pub use coder::RecordSet;
+use crate::chess::RecordSet;
+
+pub use bagz::BagReader;
+pub use bagz::{BagError, BagWriter};
 
 /// Failures of `bag export` / `bag import`.
 #[derive(Debug, Error)]
@@ -52,17 +54,11 @@ pub enum BagSetError {
 
 /// A progress bar over the records of one set (hidden when disabled).
 pub(crate) fn progress(enabled: bool, total: u64, set: RecordSet) -> ProgressBar {
-    let bar = if enabled {
-        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(4))
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix:>20} {wide_bar} {human_pos}/{human_len} records {per_sec} eta {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    let bar = crate::ui::bar(
+        enabled,
+        Some(total),
+        "{prefix:>20} {wide_bar} {human_pos}/{human_len} records {per_sec} eta {eta}",
     );
-    bar.set_prefix(set.stem());
+    bar.set_prefix(set.name());
     bar
 }

@@ -136,34 +136,29 @@ impl ActionVocabulary {
         ActionVocabulary { uci, index }
     }
 
-    /// Number of actions (always [`NUM_ACTIONS`]).
-    pub fn len(&self) -> usize {
-        self.uci.len()
-    }
-
-    /// Always false: the vocabulary is never empty.
-    pub fn is_empty(&self) -> bool {
-        self.uci.is_empty()
-    }
-
     /// The UCI string of an action, e.g. `uci(0) == Some("a1b1")`.
     pub fn uci(&self, action: u16) -> Option<&str> {
         self.uci.get(usize::from(action)).map(|s| &**s)
     }
 
     /// All UCI strings in action order.
-    pub fn iter_uci(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn iter_uci(&self) -> impl Iterator<Item = &str> {
         self.uci.iter().map(|s| &**s)
     }
 
     /// The action of a (from, to, promotion) triple, if it is in the vocabulary.
-    pub fn index_of(&self, from: Square, to: Square, promotion: Option<Role>) -> Option<u16> {
+    pub(crate) fn index_of(
+        &self,
+        from: Square,
+        to: Square,
+        promotion: Option<Role>,
+    ) -> Option<u16> {
         let i = self.index[key(from, to, promotion)];
         (i != NONE).then_some(i)
     }
 
     /// The action of a UCI move (castling as the king's two-square move).
-    pub fn index_of_uci(&self, uci: &UciMove) -> Option<u16> {
+    pub(crate) fn index_of_uci(&self, uci: &UciMove) -> Option<u16> {
         match *uci {
             UciMove::Normal {
                 from,
@@ -213,7 +208,6 @@ mod tests {
     #[test]
     fn size_and_endpoints() {
         let v = vocabulary();
-        assert_eq!(v.len(), NUM_ACTIONS);
         assert_eq!(v.uci(0), Some("a1b1"));
         assert_eq!(v.uci(1967), Some("h7g8n"));
         assert_eq!(v.uci(1968), None);
@@ -248,10 +242,7 @@ mod tests {
     /// `tokens.jsonl` lists each board's legal moves sorted by action index.
     #[test]
     fn legal_actions_match_golden() {
-        let Some(dir) = crate::testing::golden_dir() else {
-            return;
-        };
-        let text = std::fs::read_to_string(dir.join("tokens.jsonl")).unwrap();
+        let text = crate::testing::golden("tokens.jsonl");
         let v = vocabulary();
         let mut checked = 0;
         let mut terminal = 0;
@@ -287,10 +278,7 @@ mod tests {
 
     #[test]
     fn matches_golden_file() {
-        let Some(dir) = crate::testing::golden_dir() else {
-            return;
-        };
-        let text = std::fs::read_to_string(dir.join("actions.txt")).unwrap();
+        let text = crate::testing::golden("actions.txt");
         let golden: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
         let ours: Vec<&str> = vocabulary().iter_uci().collect();
         assert_eq!(ours, golden);

@@ -26,7 +26,7 @@ use shakmaty::{
 use thiserror::Error;
 
 /// Size of a key in bytes.
-pub const KEY_BYTES: usize = 40;
+pub(crate) const KEY_BYTES: usize = 40;
 
 const MAX_HALFMOVES: u32 = (1 << 23) - 1;
 
@@ -68,7 +68,7 @@ const ROLE_CHARS: [u8; 7] = *b".pnbrqk";
 impl BoardKey {
     /// Keys a standard chess position.
     #[inline]
-    pub fn from_position(pos: &Chess) -> Result<BoardKey, BoardKeyError> {
+    pub(crate) fn from_position(pos: &Chess) -> Result<BoardKey, BoardKeyError> {
         let board = pos.board();
         let b0 = board.pawns() | board.bishops() | board.queens();
         let b1 = board.knights() | board.bishops() | board.kings();
@@ -92,7 +92,7 @@ impl BoardKey {
     }
 
     /// Side to move.
-    pub fn turn(&self) -> Color {
+    pub(crate) fn turn(&self) -> Color {
         if self.0[4] & 1 == 1 {
             Color::Black
         } else {
@@ -101,12 +101,12 @@ impl BoardKey {
     }
 
     /// Halfmove clock.
-    pub fn halfmoves(&self) -> u32 {
+    pub(crate) fn halfmoves(&self) -> u32 {
         ((self.0[4] >> 9) & u64::from(MAX_HALFMOVES)) as u32
     }
 
     /// Fullmove number.
-    pub fn fullmoves(&self) -> u32 {
+    pub(crate) fn fullmoves(&self) -> u32 {
         (self.0[4] >> 32) as u32
     }
 
@@ -124,7 +124,7 @@ impl BoardKey {
     }
 
     /// Appends the FEN (EnPassantMode::Legal, as python-chess prints it).
-    pub fn write_fen(&self, out: &mut String) {
+    pub(crate) fn write_fen(&self, out: &mut String) {
         // At most 64 + 7 + 2 + 5 + 3 + 9 + 11 bytes; assembled on the stack.
         let mut buf = [0u8; 112];
         let mut n = 0;
@@ -205,7 +205,7 @@ impl BoardKey {
     }
 
     /// Rebuilds the position (for legal move generation).
-    pub fn to_position(&self) -> Result<Chess, BoardKeyError> {
+    pub fn to_position(self) -> Result<Chess, BoardKeyError> {
         let [white, b0, b1, b2, meta] = self.0;
         let occupied = b0 | b1 | b2;
         let by_role = ByRole {
@@ -252,7 +252,7 @@ impl BoardKey {
 
     /// A well-mixed 64-bit hash of the key (partitioning and hash tables).
     #[inline]
-    pub fn hash64(&self) -> u64 {
+    pub(crate) fn hash64(&self) -> u64 {
         let mut h: u64 = 0x243f_6a88_85a3_08d3;
         for w in self.0 {
             h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -267,7 +267,7 @@ impl BoardKey {
     }
 
     /// Serialises to 40 little-endian bytes.
-    pub fn to_bytes(&self) -> [u8; KEY_BYTES] {
+    pub(crate) fn to_bytes(self) -> [u8; KEY_BYTES] {
         let mut out = [0u8; KEY_BYTES];
         for (chunk, w) in out.chunks_exact_mut(8).zip(self.0) {
             chunk.copy_from_slice(&w.to_le_bytes());
@@ -276,7 +276,7 @@ impl BoardKey {
     }
 
     /// Inverse of [`BoardKey::to_bytes`].
-    pub fn from_bytes(bytes: &[u8; KEY_BYTES]) -> BoardKey {
+    pub(crate) fn from_bytes(bytes: &[u8; KEY_BYTES]) -> BoardKey {
         let mut w = [0u64; 5];
         for (i, chunk) in bytes.chunks_exact(8).enumerate() {
             let mut b = [0u8; 8];
@@ -334,10 +334,7 @@ mod tests {
 
     #[test]
     fn golden_boards_round_trip() {
-        let Some(dir) = crate::testing::golden_dir() else {
-            return;
-        };
-        let text = std::fs::read_to_string(dir.join("tokens.jsonl")).unwrap();
+        let text = crate::testing::golden("tokens.jsonl");
         let mut seen = std::collections::HashMap::new();
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();

@@ -2,11 +2,12 @@
 //! the board identity used for deduplication.
 
 pub mod actions;
-pub mod board_key;
+pub(crate) mod board_key;
+pub(crate) mod legal;
+pub(crate) mod records;
 pub mod tokens;
 pub mod value;
 
 pub use actions::{ActionVocabulary, NUM_ACTIONS, vocabulary};
-pub use board_key::BoardKey;
-pub use tokens::{SEQUENCE_LENGTH, tokenize};
-pub use value::{ValueBuckets, centipawns_to_win_probability, hl_gauss_target};
+pub(crate) use board_key::BoardKey;
+pub use records::{RecordSet, push_sequence};

@@ -15,14 +15,11 @@
 use thiserror::Error;
 
 /// Number of tokens per board.
-pub const SEQUENCE_LENGTH: usize = 77;
+pub(crate) const SEQUENCE_LENGTH: usize = 77;
 
 /// The token alphabet; a token is the index of its character here. `b` is
 /// shared by the black bishop, the black side to move and the b-file.
-pub const CHARACTERS: [u8; 31] = *b"0123456789abcdefghpnrkqPBNRQKw.";
-
-/// Number of distinct tokens.
-pub const VOCAB_SIZE: usize = CHARACTERS.len();
+pub(crate) const CHARACTERS: [u8; 31] = *b"0123456789abcdefghpnrkqPBNRQKw.";
 
 const DOT: u8 = 30;
 
@@ -177,10 +174,7 @@ mod tests {
 
     #[test]
     fn matches_golden_tokens() {
-        let Some(dir) = crate::testing::golden_dir() else {
-            return;
-        };
-        let text = std::fs::read_to_string(dir.join("tokens.jsonl")).unwrap();
+        let text = crate::testing::golden("tokens.jsonl");
         let mut n = 0;
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();

@@ -9,7 +9,7 @@
 use thiserror::Error;
 
 /// Lichess's logistic fit: win% = 50 + 50 * (2 / (1 + exp(-k * cp)) - 1).
-pub const LICHESS_CP_SCALE: f64 = 0.00368208;
+pub(crate) const LICHESS_CP_SCALE: f64 = 0.00368208;
 
 /// Win probability in [0, 1] of the side to move for a score in centipawns.
 ///
@@ -28,7 +28,7 @@ pub fn centipawns_to_win_probability(cp: f64) -> f64 {
 /// Win probability of the side to move for a UCI `score mate N`: the side that
 /// mates (N > 0) wins with probability 1, the side being mated (N <= 0) with 0.
 /// The paper maps mates to the extreme bins.
-pub fn mate_to_win_probability(mate: i32) -> f64 {
+pub(crate) fn mate_to_win_probability(mate: i32) -> f64 {
     if mate > 0 { 1.0 } else { 0.0 }
 }
 
@@ -58,7 +58,7 @@ fn unit_linspace(k: usize) -> Vec<f64> {
 
 impl ValueBuckets {
     /// Builds K uniform buckets.
-    pub fn new(k: usize) -> Result<ValueBuckets, BucketError> {
+    pub(crate) fn new(k: usize) -> Result<ValueBuckets, BucketError> {
         if k < 2 {
             return Err(BucketError::TooFew(k));
         }
@@ -69,28 +69,23 @@ impl ValueBuckets {
     }
 
     /// Number of buckets K.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.values.len()
-    }
-
-    /// Always false (K >= 2).
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
     }
 
     /// The bucket of a win probability: the number of interior edges strictly
     /// below it (`numpy.searchsorted(edges, x, side='left')`).
-    pub fn bucket(&self, win_prob: f64) -> usize {
+    pub(crate) fn bucket(&self, win_prob: f64) -> usize {
         self.edges.partition_point(|&e| e < win_prob)
     }
 
     /// Bin centres, the value a bucket stands for.
-    pub fn values(&self) -> &[f64] {
+    pub(crate) fn values(&self) -> &[f64] {
         &self.values
     }
 
     /// Interior edges.
-    pub fn edges(&self) -> &[f64] {
+    pub(crate) fn edges(&self) -> &[f64] {
         &self.edges
     }
 }
@@ -101,7 +96,12 @@ impl ValueBuckets {
 ///
 /// `target_i = (erf((e_{i+1} - y) / (sqrt 2 sigma)) - erf((e_i - y) / (sqrt 2 sigma))) / Z`
 /// with `e = linspace(0, 1, K + 1)` and Z the same difference between e_K and e_0.
-pub fn hl_gauss_target(k: usize, sigma: f64, y: f64) -> Result<Vec<f64>, BucketError> {
+///
+/// The reference form, checked against the golden vectors; the trainer
+/// computes the same batched on the device (`train::loss`), tested against
+/// this.
+#[cfg(test)]
+pub(crate) fn hl_gauss_target(k: usize, sigma: f64, y: f64) -> Result<Vec<f64>, BucketError> {
     if k < 2 {
         return Err(BucketError::TooFew(k));
     }
@@ -115,7 +115,7 @@ pub fn hl_gauss_target(k: usize, sigma: f64, y: f64) -> Result<Vec<f64>, BucketE
 }
 
 /// The paper's default HL-Gauss width for K bins.
-pub fn default_hl_gauss_sigma(k: usize) -> f64 {
+pub(crate) fn default_hl_gauss_sigma(k: usize) -> f64 {
     0.75 / k as f64
 }
 
@@ -124,10 +124,9 @@ mod tests {
     use super::*;
 
     fn golden(name: &str) -> Option<Vec<serde_json::Value>> {
-        let dir = crate::testing::golden_dir()?;
-        let text = std::fs::read_to_string(dir.join(name)).unwrap();
         Some(
-            text.lines()
+            crate::testing::golden(name)
+                .lines()
                 .filter(|l| !l.trim().is_empty())
                 .map(|l| serde_json::from_str(l).unwrap())
                 .collect(),

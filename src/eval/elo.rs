@@ -14,7 +14,7 @@ use serde::Serialize;
 
 /// One game's result from `white`'s point of view.
 #[derive(Debug, Clone, PartialEq)]
-pub struct GameRecord {
+pub(crate) struct GameRecord {
     pub white: String,
     pub black: String,
     /// 1 win, 0.5 draw, 0 loss (for white).
@@ -45,7 +45,7 @@ pub enum EloError {
 const C: f64 = std::f64::consts::LN_10 / 400.0;
 
 /// Fits ratings; the anchor gets `anchor_elo`. Sorted by rating, best first.
-pub fn fit(
+pub(crate) fn fit(
     games: &[GameRecord],
     anchor: &str,
     anchor_elo: f64,

@@ -40,7 +40,7 @@ fn key(pos: &Chess) -> RepetitionKey {
 /// How a game ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Termination {
+pub(crate) enum Termination {
     Checkmate,
     Stalemate,
     InsufficientMaterial,
@@ -54,7 +54,7 @@ pub enum Termination {
 }
 
 impl Termination {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Termination::Checkmate => "checkmate",
             Termination::Stalemate => "stalemate",
@@ -69,7 +69,7 @@ impl Termination {
 
 /// A finished game's result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum GameResult {
+pub(crate) enum GameResult {
     WhiteWins,
     BlackWins,
     Draw,
@@ -77,27 +77,18 @@ pub enum GameResult {
 
 impl GameResult {
     /// `1-0`, `0-1`, `1/2-1/2`.
-    pub fn pgn(self) -> &'static str {
+    pub(crate) fn pgn(self) -> &'static str {
         match self {
             GameResult::WhiteWins => "1-0",
             GameResult::BlackWins => "0-1",
             GameResult::Draw => "1/2-1/2",
         }
     }
-
-    /// White's score: 1, 0 or 0.5.
-    pub fn white_score(self) -> f64 {
-        match self {
-            GameResult::WhiteWins => 1.0,
-            GameResult::BlackWins => 0.0,
-            GameResult::Draw => 0.5,
-        }
-    }
 }
 
 /// A game from a start position.
 #[derive(Debug, Clone)]
-pub struct Game {
+pub(crate) struct Game {
     start: Chess,
     start_fen: String,
     position: Chess,
@@ -107,30 +98,62 @@ pub struct Game {
 }
 
 /// `position`'s FEN as ChessBench writes boards (legal en passant only).
-pub fn fen_of(position: &Chess) -> String {
+pub(crate) fn fen_of(position: &Chess) -> String {
     Fen::from_position(position, EnPassantMode::Legal).to_string()
 }
 
+/// A position or move that cannot be played.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlayError {
+    #[error("invalid FEN {fen:?}: {reason}")]
+    Fen { fen: String, reason: String },
+    #[error("illegal position {fen:?}: {reason}")]
+    Position { fen: String, reason: String },
+    #[error("{0:?} is not a UCI move")]
+    Uci(String),
+    #[error("{token:?} is not a SAN move (after {moves} moves)")]
+    San { token: String, moves: usize },
+    #[error("{mv} is not legal in {fen}")]
+    Illegal { mv: String, fen: String },
+    #[error("{mv} is not legal in {fen} (after {moves} moves)")]
+    IllegalSan {
+        mv: String,
+        fen: String,
+        moves: usize,
+    },
+}
+
 /// Parses a FEN (standard chess, standard castling).
-pub fn parse_fen(fen: &str) -> Result<Chess, String> {
+pub(crate) fn parse_fen(fen: &str) -> Result<Chess, PlayError> {
     Fen::from_ascii(fen.trim().as_bytes())
-        .map_err(|e| format!("invalid FEN {fen:?}: {e}"))?
+        .map_err(|e| PlayError::Fen {
+            fen: fen.to_owned(),
+            reason: e.to_string(),
+        })?
         .into_position(CastlingMode::Standard)
-        .map_err(|e| format!("illegal position {fen:?}: {e}"))
+        .map_err(|e| PlayError::Position {
+            fen: fen.to_owned(),
+            reason: e.to_string(),
+        })
 }
 
 /// Parses a UCI move and checks it is legal in `pos`.
-pub fn parse_uci_move(pos: &Chess, uci: &str) -> Result<Move, String> {
-    let m: UciMove = uci
-        .parse()
-        .map_err(|_| format!("{uci:?} is not a UCI move"))?;
-    m.to_move(pos)
-        .map_err(|_| format!("{uci} is not legal in {}", fen_of(pos)))
+pub(crate) fn parse_uci_move(pos: &Chess, uci: &str) -> Result<Move, PlayError> {
+    let m: UciMove = uci.parse().map_err(|_| PlayError::Uci(uci.to_owned()))?;
+    check_uci_move(pos, &m)
+}
+
+/// Checks that a UCI move is legal in `pos`.
+pub(crate) fn check_uci_move(pos: &Chess, m: &UciMove) -> Result<Move, PlayError> {
+    m.to_move(pos).map_err(|_| PlayError::Illegal {
+        mv: m.to_string(),
+        fen: fen_of(pos),
+    })
 }
 
 impl Game {
     /// A game from `start`.
-    pub fn new(start: Chess) -> Game {
+    pub(crate) fn new(start: Chess) -> Game {
         Game {
             start_fen: fen_of(&start),
             keys: vec![key(&start)],
@@ -141,34 +164,34 @@ impl Game {
     }
 
     /// The current position.
-    pub fn position(&self) -> &Chess {
+    pub(crate) fn position(&self) -> &Chess {
         &self.position
     }
 
     /// The moves played so far.
-    pub fn moves(&self) -> &[Move] {
+    pub(crate) fn moves(&self) -> &[Move] {
         &self.moves
     }
 
     /// The start position's FEN.
-    pub fn start_fen(&self) -> &str {
+    pub(crate) fn start_fen(&self) -> &str {
         &self.start_fen
     }
 
     /// Whether the game started from the standard initial position.
-    pub fn from_startpos(&self) -> bool {
+    pub(crate) fn starts_at_startpos(&self) -> bool {
         self.start == Chess::default()
     }
 
     /// Plays `m`, which must be legal in the current position.
-    pub fn play(&mut self, m: &Move) {
+    pub(crate) fn play(&mut self, m: &Move) {
         self.position.play_unchecked(*m);
         self.keys.push(key(&self.position));
         self.moves.push(*m);
     }
 
     /// Plays a UCI move after checking it is legal.
-    pub fn play_uci(&mut self, uci: &str) -> Result<Move, String> {
+    pub(crate) fn play_uci(&mut self, uci: &str) -> Result<Move, PlayError> {
         let m = parse_uci_move(&self.position, uci)?;
         self.play(&m);
         Ok(m)
@@ -176,7 +199,8 @@ impl Game {
 
     /// How often the position after `m` has occurred so far (2 means `m`
     /// repeats a position for the third time).
-    pub fn occurrences_after(&self, m: &Move) -> usize {
+    #[cfg(test)]
+    pub(crate) fn occurrences_after(&self, m: &Move) -> usize {
         let mut next = self.position.clone();
         next.play_unchecked(*m);
         self.count(&key(&next))
@@ -192,7 +216,7 @@ impl Game {
     /// `m` 0.5. True when the position after `m` occurs for the third time,
     /// or when some reply of the opponent would repeat a position for the
     /// third time (counting the position after `m`).
-    pub fn draw_claimable_after(&self, m: &Move) -> bool {
+    pub(crate) fn draw_claimable_after(&self, m: &Move) -> bool {
         let mut next = self.position.clone();
         next.play_unchecked(*m);
         let k = key(&next);
@@ -221,7 +245,7 @@ impl Game {
     }
 
     /// The moves so far in UCI (standard castling notation).
-    pub fn uci_moves(&self) -> Vec<UciMove> {
+    pub(crate) fn uci_moves(&self) -> Vec<UciMove> {
         self.moves
             .iter()
             .map(|m| m.to_uci(CastlingMode::Standard))
@@ -230,7 +254,7 @@ impl Game {
 
     /// The result if the game is over (draws claimed at once), or a draw by
     /// adjudication after `max_plies` moves (no cap when `None`).
-    pub fn outcome(&self, max_plies: Option<usize>) -> Option<(GameResult, Termination)> {
+    pub(crate) fn outcome(&self, max_plies: Option<usize>) -> Option<(GameResult, Termination)> {
         let pos = &self.position;
         if pos.is_checkmate() {
             let r = match pos.turn() {
@@ -264,7 +288,7 @@ impl Game {
 
     /// The game as PGN: `headers` (in order) then SetUp/FEN for a non-
     /// standard start, then the movetext, wrapped at 80 columns.
-    pub fn pgn(&self, headers: &[(&str, String)], result: &str) -> String {
+    pub(crate) fn pgn(&self, headers: &[(&str, String)], result: &str) -> String {
         let mut out = String::new();
         for (k, v) in headers {
             // One line per tag: a newline would end the tag pair.
@@ -274,7 +298,7 @@ impl Game {
                 .replace('"', "\\\"");
             let _ = writeln!(out, "[{k} \"{v}\"]");
         }
-        if !self.from_startpos() {
+        if !self.starts_at_startpos() {
             let _ = writeln!(out, "[SetUp \"1\"]");
             let _ = writeln!(out, "[FEN \"{}\"]", self.start_fen);
         }
@@ -409,16 +433,14 @@ mod tests {
     #[test]
     fn illegal_and_malformed_moves_are_errors() {
         let g = Game::new(Chess::default());
-        assert!(
-            parse_uci_move(g.position(), "e2e5")
-                .unwrap_err()
-                .contains("not legal")
+        assert!(matches!(
+            parse_uci_move(g.position(), "e2e5"),
+            Err(PlayError::Illegal { .. })
+        ));
+        assert_eq!(
+            parse_uci_move(g.position(), "xyz"),
+            Err(PlayError::Uci("xyz".into()))
         );
-        assert!(
-            parse_uci_move(g.position(), "xyz")
-                .unwrap_err()
-                .contains("not a UCI move")
-        );
-        assert!(parse_fen("not a fen").is_err());
+        assert!(matches!(parse_fen("not a fen"), Err(PlayError::Fen { .. })));
     }
 }

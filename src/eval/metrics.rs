@@ -32,17 +32,18 @@ use super::{
     policy::{NeuralPlayer, argmax},
 };
 use crate::{
-    annotate::board::{SearchSettings, annotate, prepare},
-    chess::value::ValueBuckets,
+    chess::{RecordSet, legal::prepare, value::ValueBuckets},
     metrics::kendall_tau_b,
     sql::Session,
-    train::data::Policy,
-    uci::Engine,
+    uci::{
+        Engine,
+        oracle::{SearchSettings, annotate},
+    },
 };
 
 /// One board with Stockfish's value of each legal move.
 #[derive(Debug, Clone)]
-pub struct LabelledBoard {
+pub(crate) struct LabelledBoard {
     pub board_id: u64,
     pub fen: String,
     /// (action index, win probability), sorted by action.
@@ -51,7 +52,7 @@ pub struct LabelledBoard {
 
 /// Reads up to `limit` annotated boards with legal moves of `split`
 /// (a deterministic sample: the lowest board ids, which are hashes).
-pub fn read_labelled_boards(
+pub(crate) fn read_labelled_boards(
     session: &Session,
     split: &str,
     limit: usize,
@@ -95,13 +96,13 @@ pub fn read_labelled_boards(
 }
 
 /// Whether the predictor's choice `pred_best` has the best Stockfish value.
-pub fn is_best(stockfish: &[f64], pred_best: usize) -> bool {
+pub(crate) fn is_best(stockfish: &[f64], pred_best: usize) -> bool {
     let max = stockfish.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     stockfish.get(pred_best).is_some_and(|&v| v >= max)
 }
 
 /// Bins of the calibration curve (predicted win probability).
-pub const CALIBRATION_BINS: usize = 10;
+pub(crate) const CALIBRATION_BINS: usize = 10;
 
 /// One calibration bin.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -138,7 +139,7 @@ pub struct StaticMetrics {
 
 /// Sums the metrics board by board.
 #[derive(Debug, Default)]
-pub struct Accumulator {
+pub(crate) struct Accumulator {
     boards: u64,
     skipped: u64,
     moves: u64,
@@ -152,7 +153,7 @@ pub struct Accumulator {
 }
 
 impl Accumulator {
-    pub fn new() -> Accumulator {
+    pub(crate) fn new() -> Accumulator {
         Accumulator {
             bins: vec![(0, 0.0, 0.0); CALIBRATION_BINS],
             ..Accumulator::default()
@@ -161,7 +162,7 @@ impl Accumulator {
 
     /// Adds a board: predicted scores and Stockfish values, aligned, and
     /// whether the scores are win probabilities (for L2 and calibration).
-    pub fn add_board(&mut self, predicted: &[f64], stockfish: &[f64], win_probs: bool) {
+    pub(crate) fn add_board(&mut self, predicted: &[f64], stockfish: &[f64], win_probs: bool) {
         self.boards += 1;
         self.moves += predicted.len() as u64;
         if argmax(predicted).is_some_and(|i| is_best(stockfish, i)) {
@@ -189,21 +190,21 @@ impl Accumulator {
         }
     }
 
-    pub fn add_nll(&mut self, nll: f64) {
+    pub(crate) fn add_nll(&mut self, nll: f64) {
         self.nll.0 += nll;
         self.nll.1 += 1;
     }
 
-    pub fn add_entropy(&mut self, h: f64) {
+    pub(crate) fn add_entropy(&mut self, h: f64) {
         self.entropy.0 += h;
         self.entropy.1 += 1;
     }
 
-    pub fn skip(&mut self) {
+    pub(crate) fn skip(&mut self) {
         self.skipped += 1;
     }
 
-    pub fn finish(&self, predictor: String, split: String, seconds: f64) -> StaticMetrics {
+    pub(crate) fn finish(&self, predictor: String, split: String, seconds: f64) -> StaticMetrics {
         let mean = |(s, n): (f64, u64)| (n > 0).then(|| s / n as f64);
         StaticMetrics {
             predictor,
@@ -245,7 +246,7 @@ impl Accumulator {
 }
 
 /// Entropy (nats) of a distribution given by log-probabilities.
-pub fn entropy_of_log_probs(log_probs: &[f32]) -> f64 {
+pub(crate) fn entropy_of_log_probs(log_probs: &[f32]) -> f64 {
     log_probs
         .iter()
         .map(|&lp| {
@@ -256,7 +257,7 @@ pub fn entropy_of_log_probs(log_probs: &[f32]) -> f64 {
 }
 
 /// Entropy (nats) of a distribution given by probabilities.
-pub fn entropy_of_probs(p: &[f64]) -> f64 {
+pub(crate) fn entropy_of_probs(p: &[f64]) -> f64 {
     p.iter().filter(|&&x| x > 0.0).map(|&x| -x * x.ln()).sum()
 }
 
@@ -268,7 +269,7 @@ fn aligned(labels: &[(u16, f64)], actions: &[u16]) -> Option<Vec<f64>> {
 }
 
 /// Scores a trained model on `boards`.
-pub fn score_model(
+pub(crate) fn score_model(
     player: &mut NeuralPlayer,
     boards: &[LabelledBoard],
     split: &str,
@@ -280,22 +281,19 @@ pub fn score_model(
     let buckets: Option<ValueBuckets> = player.model.buckets.clone();
     let mut acc = Accumulator::new();
     for (i, board) in boards.iter().enumerate() {
-        let pos: Chess = parse_fen(&board.fen).map_err(|message| EvalError::Position {
-            fen: board.fen.clone(),
-            message,
-        })?;
+        let pos: Chess = parse_fen(&board.fen)?;
         let p = player.predict(&pos)?;
         let Some(sf) = aligned(&board.actions, &p.actions) else {
             acc.skip();
             continue;
         };
         match policy {
-            Policy::ActionValue | Policy::StateValue => {
+            RecordSet::ActionValue | RecordSet::StateValue => {
                 let b = buckets.as_ref().expect("value policies have buckets");
                 for (row, &q) in p.log_probs.chunks(k).zip(&sf) {
                     // Q(s, a) for action values; the successor's value for
                     // its side to move (1 - Q) for state values.
-                    let y = if policy == Policy::ActionValue {
+                    let y = if policy == RecordSet::ActionValue {
                         q
                     } else {
                         1.0 - q
@@ -305,7 +303,7 @@ pub fn score_model(
                 }
                 acc.add_board(&p.scores, &sf, true);
             }
-            Policy::BehavioralCloning => {
+            RecordSet::BehavioralCloning => {
                 if let Some(best) = argmax(&sf) {
                     acc.add_nll(-f64::from(p.log_probs[usize::from(p.actions[best])]));
                 }
@@ -323,7 +321,7 @@ pub fn score_model(
 }
 
 /// Scores Stockfish, re-searching each legal move with `settings`.
-pub fn score_stockfish(
+pub(crate) fn score_stockfish(
     engine: &mut Engine,
     settings: &SearchSettings,
     name: String,

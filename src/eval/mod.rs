@@ -18,14 +18,14 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::{sql::SqlError, train::checkpoint::CheckpointError, uci::EngineError};
+use crate::{model::CheckpointError, sql::SqlError, uci::EngineError};
 
-pub mod elo;
-pub mod game;
-pub mod metrics;
+pub(crate) mod elo;
+pub(crate) mod game;
+pub(crate) mod metrics;
 pub mod model;
 pub mod policy;
-pub mod puzzles;
+pub(crate) mod puzzles;
 pub mod run;
 pub mod tournament;
 pub mod uci_server;
@@ -67,8 +67,22 @@ pub enum EvalError {
     },
     #[error(transparent)]
     Elo(#[from] elo::EloError),
-    #[error("eval config: {0}")]
-    Config(String),
+    #[error(transparent)]
+    Play(#[from] game::PlayError),
+    #[error("no run: pass RUN or set `run` in the pipeline file's [eval] table")]
+    NoRun,
+    #[error(
+        "no checkpoint: pass --checkpoint RUN/train/NAME or set `checkpoint` in the pipeline file's [eval] table"
+    )]
+    NoCheckpointGiven,
+    #[error("{option}: expected a stockfish:... spec, got {spec}")]
+    NotAnEngine { option: &'static str, spec: String },
+    #[error("adjudicate_cp {0}: expected a positive number of centipawns")]
+    AdjudicateCp(i32),
+    #[error("{0}")]
+    Buckets(#[from] crate::chess::value::BucketError),
+    #[error("writing the report: {0}")]
+    Json(#[from] serde_json::Error),
 }
 
 impl EvalError {

@@ -8,35 +8,13 @@ use burn::tensor::backend::Backend;
 
 use super::EvalError;
 use crate::{
-    chess::value::ValueBuckets,
-    train::{
-        checkpoint::{self, TrainState},
-        config::DeviceKind,
-        data::Policy,
-        model::{Predictor, tokens_tensor},
-        model_config::ModelShape,
+    chess::{RecordSet, value::ValueBuckets},
+    model::{
+        CheckpointInfo, DeviceKind, ModelShape, Predictor, Preset, Weights,
+        checkpoint::{self, Recipe},
+        tokens_tensor,
     },
 };
-
-/// Which parameters of a checkpoint to load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Weights {
-    /// The exponential moving average (`ema.mpk`): what training evaluates.
-    #[default]
-    Ema,
-    /// The optimiser's parameters (`model.mpk`).
-    Raw,
-}
-
-impl Weights {
-    fn file(self) -> &'static str {
-        match self {
-            Weights::Ema => "ema.mpk",
-            Weights::Raw => "model.mpk",
-        }
-    }
-}
 
 /// Runs whole sequences through a model on some backend.
 trait Forward {
@@ -65,7 +43,7 @@ impl<B: Backend> Forward for BurnForward<B> {
 fn load_on<B: Backend>(
     dir: &Path,
     weights: Weights,
-    state: &TrainState,
+    state: &CheckpointInfo,
     device: B::Device,
 ) -> Result<Box<dyn Forward>, EvalError> {
     let model = checkpoint::load_module(
@@ -88,7 +66,7 @@ fn random_on<B: Backend>(shape: &ModelShape, device: B::Device) -> Box<dyn Forwa
 pub struct Model {
     /// The checkpoint directory (`.../checkpoints/step-N`).
     pub checkpoint: PathBuf,
-    pub state: TrainState,
+    pub state: CheckpointInfo,
     pub weights: Weights,
     /// Bucket centres (value policies).
     pub buckets: Option<ValueBuckets>,
@@ -108,11 +86,15 @@ impl std::fmt::Debug for Model {
 impl Model {
     /// Loads `path`: a checkpoint directory, or a training run's directory
     /// (its newest checkpoint).
-    pub fn load(path: &Path, weights: Weights, device: DeviceKind) -> Result<Model, EvalError> {
+    pub(crate) fn load(
+        path: &Path,
+        weights: Weights,
+        device: DeviceKind,
+    ) -> Result<Model, EvalError> {
         if !path.exists() {
             return Err(EvalError::NoCheckpoint(path.to_owned()));
         }
-        let (dir, state) = checkpoint::read_state(path)?;
+        let (dir, state): (PathBuf, CheckpointInfo) = checkpoint::read_state(path)?;
         let forward = match device {
             DeviceKind::Cpu => {
                 load_on::<burn::backend::Flex>(&dir, weights, &state, Default::default())?
@@ -125,11 +107,8 @@ impl Model {
             DeviceKind::Cuda => return Err(EvalError::NoCuda),
         };
         let buckets = match state.config.policy {
-            Policy::BehavioralCloning => None,
-            _ => Some(
-                ValueBuckets::new(state.shape.outputs)
-                    .map_err(|e| EvalError::Tensor(format!("{e}")))?,
-            ),
+            RecordSet::BehavioralCloning => None,
+            _ => Some(ValueBuckets::new(state.shape.outputs)?),
         };
         Ok(Model {
             checkpoint: dir,
@@ -143,22 +122,11 @@ impl Model {
     /// A freshly initialised model of a preset on `device` (benchmarks:
     /// throughput does not depend on the weights).
     pub fn random(
-        preset: crate::train::model_config::Preset,
-        policy: Policy,
+        preset: Preset,
+        policy: RecordSet,
         buckets: usize,
         device: DeviceKind,
     ) -> Result<Model, EvalError> {
-        let options = crate::train::config::TrainOptions {
-            run: Some(PathBuf::from("(none)")),
-            name: Some("random".into()),
-            policy: Some(policy),
-            model: Some(preset),
-            buckets: Some(buckets),
-            ..Default::default()
-        };
-        let config = options
-            .resolve()
-            .map_err(|e| EvalError::Config(e.to_string()))?;
         let shape = ModelShape::preset(preset, policy, buckets);
         let forward: Box<dyn Forward> = match device {
             DeviceKind::Cpu => random_on::<burn::backend::Flex>(&shape, Default::default()),
@@ -170,17 +138,17 @@ impl Model {
             DeviceKind::Cuda => return Err(EvalError::NoCuda),
         };
         let buckets = match policy {
-            Policy::BehavioralCloning => None,
-            _ => Some(ValueBuckets::new(buckets).map_err(|e| EvalError::Config(e.to_string()))?),
+            RecordSet::BehavioralCloning => None,
+            _ => Some(ValueBuckets::new(buckets)?),
         };
         Ok(Model {
             checkpoint: PathBuf::from("(random)"),
-            state: TrainState {
+            state: CheckpointInfo {
                 step: 0,
-                position: Default::default(),
-                samples: 0,
-                elapsed_s: 0.0,
-                config,
+                config: Recipe {
+                    name: "random".into(),
+                    policy,
+                },
                 shape,
             },
             weights: Weights::Raw,
@@ -190,22 +158,22 @@ impl Model {
     }
 
     /// The policy the model was trained for.
-    pub fn policy(&self) -> Policy {
+    pub(crate) fn policy(&self) -> RecordSet {
         self.state.config.policy
     }
 
     /// Tokens per sequence (the target slot included).
-    pub fn seq_len(&self) -> usize {
+    pub(crate) fn seq_len(&self) -> usize {
         self.state.shape.seq_len
     }
 
     /// Outputs per sequence (K buckets or 1968 actions).
-    pub fn outputs(&self) -> usize {
+    pub(crate) fn outputs(&self) -> usize {
         self.state.shape.outputs
     }
 
     /// A short name: `NAME@STEP`.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         format!("{}@{}", self.state.config.name, self.state.step)
     }
 
@@ -219,7 +187,7 @@ impl Model {
 
     /// The expected win probability of one row of bucket log-probabilities
     /// (`sum_k p_k * centre_k`, the paper's value read-out).
-    pub fn expected_value(&self, log_probs: &[f32]) -> f64 {
+    pub(crate) fn expected_value(&self, log_probs: &[f32]) -> f64 {
         let Some(b) = &self.buckets else {
             return f64::NAN;
         };
@@ -228,7 +196,7 @@ impl Model {
 }
 
 /// `sum_k exp(log_probs_k) * values_k`.
-pub fn expected_value(log_probs: &[f32], values: &[f64]) -> f64 {
+pub(crate) fn expected_value(log_probs: &[f32], values: &[f64]) -> f64 {
     log_probs
         .iter()
         .zip(values)

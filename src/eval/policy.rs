@@ -29,13 +29,12 @@ use super::{
     model::Model,
 };
 use crate::{
-    chess::{actions::vocabulary, tokens::tokenize},
-    train::data::{Policy, push_sequence},
+    chess::{RecordSet, actions::vocabulary, push_sequence, tokens::tokenize},
     uci::{Engine, EngineConfig, Limit, Position as UciPosition, SearchResult},
 };
 
 /// Something that picks moves in games.
-pub trait Player {
+pub(crate) trait Player {
     /// A name for PGN headers and rating tables.
     fn name(&self) -> &str;
     /// Called before each game.
@@ -68,13 +67,13 @@ pub struct Prediction {
 
 impl Prediction {
     /// Index of the best score (the first on ties).
-    pub fn best(&self) -> Option<usize> {
+    pub(crate) fn best(&self) -> Option<usize> {
         argmax(&self.scores)
     }
 }
 
 /// Index of the first maximum (NaN never wins), like `np.argmax`.
-pub fn argmax(values: &[f64]) -> Option<usize> {
+pub(crate) fn argmax(values: &[f64]) -> Option<usize> {
     let mut best: Option<usize> = None;
     for (i, &v) in values.iter().enumerate() {
         if v.is_nan() {
@@ -88,7 +87,7 @@ pub fn argmax(values: &[f64]) -> Option<usize> {
 }
 
 /// The legal moves of `pos` ordered by UCI string, with action indices.
-pub fn ordered_legal_moves(pos: &Chess) -> Result<Vec<(String, Move, u16)>, EvalError> {
+pub(crate) fn ordered_legal_moves(pos: &Chess) -> Result<Vec<(String, Move, u16)>, EvalError> {
     let vocab = vocabulary();
     let mut moves = Vec::new();
     for m in pos.legal_moves() {
@@ -123,32 +122,32 @@ pub fn predict(model: &Model, pos: &Chess, tokens: &mut Vec<i32>) -> Result<Pred
     tokens.clear();
     let board = tokens_of(pos)?;
     match policy {
-        Policy::ActionValue => {
+        RecordSet::ActionValue => {
             for (_, _, action) in &legal {
                 push_sequence(policy, &board, *action, 0, tokens);
             }
         }
-        Policy::StateValue => {
+        RecordSet::StateValue => {
             for (_, m, _) in &legal {
                 let mut next = pos.clone();
                 next.play_unchecked(*m);
                 push_sequence(policy, &tokens_of(&next)?, 0, 0, tokens);
             }
         }
-        Policy::BehavioralCloning => push_sequence(policy, &board, 0, 0, tokens),
+        RecordSet::BehavioralCloning => push_sequence(policy, &board, 0, 0, tokens),
     }
     let log_probs = model.log_probs(tokens)?;
     let k = model.outputs();
     let scores = match policy {
-        Policy::ActionValue => log_probs
+        RecordSet::ActionValue => log_probs
             .chunks(k)
             .map(|row| model.expected_value(row))
             .collect(),
-        Policy::StateValue => log_probs
+        RecordSet::StateValue => log_probs
             .chunks(k)
             .map(|row| 1.0 - model.expected_value(row))
             .collect(),
-        Policy::BehavioralCloning => {
+        RecordSet::BehavioralCloning => {
             let picked: Vec<f64> = legal
                 .iter()
                 .map(|(_, _, a)| f64::from(log_probs[usize::from(*a)]))
@@ -166,7 +165,7 @@ pub fn predict(model: &Model, pos: &Chess, tokens: &mut Vec<i32>) -> Result<Pred
 }
 
 /// A numerically stable softmax of log-scores.
-pub fn softmax(logits: &[f64]) -> Vec<f64> {
+pub(crate) fn softmax(logits: &[f64]) -> Vec<f64> {
     let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let exp: Vec<f64> = logits.iter().map(|&l| (l - max).exp()).collect();
     let sum: f64 = exp.iter().sum();
@@ -175,14 +174,14 @@ pub fn softmax(logits: &[f64]) -> Vec<f64> {
 
 /// Stockfish settings for the decisiveness workaround.
 #[derive(Debug, Clone)]
-pub struct Decisive {
+pub(crate) struct Decisive {
     pub engine: EngineConfig,
     pub limit: Limit,
 }
 
 /// How a neural player turns predictions into moves.
 #[derive(Debug, Clone, Default)]
-pub struct PolicyOptions {
+pub(crate) struct PolicyOptions {
     /// Score a move that allows a threefold-repetition claim 0.5 (value
     /// policies).
     pub repetition_draw: bool,
@@ -191,11 +190,11 @@ pub struct PolicyOptions {
 }
 
 /// The decisiveness rule's thresholds (the paper: top five above 99%).
-pub const DECISIVE_TOP: usize = 5;
-pub const DECISIVE_THRESHOLD: f64 = 0.99;
+pub(crate) const DECISIVE_TOP: usize = 5;
+pub(crate) const DECISIVE_THRESHOLD: f64 = 0.99;
 
 /// A trained model playing moves.
-pub struct NeuralPlayer {
+pub(crate) struct NeuralPlayer {
     pub model: Model,
     pub options: PolicyOptions,
     name: String,
@@ -207,7 +206,7 @@ pub struct NeuralPlayer {
 }
 
 impl NeuralPlayer {
-    pub fn new(model: Model, options: PolicyOptions, name: Option<String>) -> NeuralPlayer {
+    pub(crate) fn new(model: Model, options: PolicyOptions, name: Option<String>) -> NeuralPlayer {
         NeuralPlayer {
             name: name.unwrap_or_else(|| model.label()),
             model,
@@ -220,14 +219,14 @@ impl NeuralPlayer {
     }
 
     /// The model's prediction for a position without history.
-    pub fn predict(&mut self, pos: &Chess) -> Result<Prediction, EvalError> {
+    pub(crate) fn predict(&mut self, pos: &Chess) -> Result<Prediction, EvalError> {
         predict(&self.model, pos, &mut self.tokens)
     }
 
     /// The prediction in a game, with the workarounds applied to `scores`.
-    pub fn analyse(&mut self, game: &Game) -> Result<Prediction, EvalError> {
+    pub(crate) fn analyse(&mut self, game: &Game) -> Result<Prediction, EvalError> {
         let mut p = predict(&self.model, game.position(), &mut self.tokens)?;
-        if self.options.repetition_draw && self.model.policy() != Policy::BehavioralCloning {
+        if self.options.repetition_draw && self.model.policy() != RecordSet::BehavioralCloning {
             for (m, s) in p.moves.iter().zip(p.scores.iter_mut()) {
                 if game.draw_claimable_after(m) {
                     *s = 0.5;
@@ -245,7 +244,7 @@ impl NeuralPlayer {
         let Some(decisive) = &self.options.decisive else {
             return Ok(None);
         };
-        if self.model.policy() == Policy::BehavioralCloning {
+        if self.model.policy() == RecordSet::BehavioralCloning {
             return Ok(None);
         }
         let chosen = decisive_choice(&mut self.decisive_engine, decisive, game, p)?;
@@ -260,7 +259,7 @@ impl NeuralPlayer {
 /// best scores (best first, ties in move order) when every one of them
 /// exceeds [`DECISIVE_THRESHOLD`], else `None` (also with fewer legal
 /// moves than that).
-pub fn decisive_candidates(scores: &[f64]) -> Option<Vec<usize>> {
+pub(crate) fn decisive_candidates(scores: &[f64]) -> Option<Vec<usize>> {
     if scores.len() < DECISIVE_TOP {
         return None;
     }
@@ -281,7 +280,7 @@ pub fn decisive_candidates(scores: &[f64]) -> Option<Vec<usize>> {
 /// [`decisive_candidates`] fires, Stockfish (started in `engine` on first
 /// use) searches only those moves (`go ... searchmoves`) and its choice is
 /// returned; otherwise `None` and the policy's own argmax stands.
-pub fn decisive_choice(
+pub(crate) fn decisive_choice(
     engine: &mut Option<Engine>,
     decisive: &Decisive,
     game: &Game,
@@ -326,7 +325,7 @@ impl Player for NeuralPlayer {
             message: "the model scored every move NaN".into(),
         })?;
         self.last_score =
-            (self.model.policy() != Policy::BehavioralCloning).then(|| p.scores[best]);
+            (self.model.policy() != RecordSet::BehavioralCloning).then(|| p.scores[best]);
         Ok(p.moves[best])
     }
 
@@ -336,11 +335,11 @@ impl Player for NeuralPlayer {
 }
 
 /// Deadline for one engine answer (searches are bounded by their limit).
-pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const ENGINE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Sends `game` (start position and moves) to `engine` and searches it
 /// (among `searchmoves` if given); `what` names the search in errors.
-pub fn search_game(
+pub(crate) fn search_game(
     engine: &mut Engine,
     game: &Game,
     limit: Limit,
@@ -349,10 +348,7 @@ pub fn search_game(
 ) -> Result<SearchResult, EvalError> {
     let moves = game.uci_moves();
     engine
-        .set_position(UciPosition::Fen {
-            fen: game.start_fen(),
-            moves: &moves,
-        })
+        .set_position(UciPosition::fen(game.start_fen(), &moves))
         .map_err(|e| EvalError::engine("position", e))?;
     engine
         .search(limit, searchmoves, ENGINE_TIMEOUT)
@@ -360,7 +356,7 @@ pub fn search_game(
 }
 
 /// Asks `engine` for its move in `game` (among `searchmoves` if given).
-pub fn stockfish_move(
+pub(crate) fn stockfish_move(
     engine: &mut Engine,
     game: &Game,
     limit: Limit,
@@ -380,14 +376,14 @@ pub fn stockfish_move(
 }
 
 /// Stockfish (or any UCI engine) at a fixed limit.
-pub struct EnginePlayer {
+pub(crate) struct EnginePlayer {
     engine: Engine,
     limit: Limit,
     name: String,
 }
 
 impl EnginePlayer {
-    pub fn start(
+    pub(crate) fn start(
         config: &EngineConfig,
         limit: Limit,
         name: String,
@@ -477,7 +473,7 @@ mod tests {
 
     #[test]
     fn the_decisiveness_rule_lets_real_stockfish_pick_among_the_top_five() {
-        let Some(engine) = crate::uci::engine::tests::stockfish() else {
+        let Some(engine) = crate::testing::stockfish() else {
             return;
         };
         let decisive = Decisive {

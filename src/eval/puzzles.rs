@@ -17,27 +17,25 @@ use shakmaty::{Chess, Move, Position, san::San};
 
 use super::{
     EvalError,
-    game::{Game, fen_of, parse_fen},
+    game::{Game, PlayError, fen_of, parse_fen},
     policy::Player,
 };
 
 /// One puzzle.
 #[derive(Debug, Clone)]
-pub struct Puzzle {
+pub(crate) struct Puzzle {
     pub id: String,
     pub rating: Option<u32>,
     /// The position before `moves[0]`.
     pub start: Chess,
     /// The line, checked legal: the opponent's move first.
     pub moves: Vec<Move>,
-    /// Line of the CSV file it came from.
-    pub line: u64,
 }
 
 /// The moves of a PGN's main line (headers, comments, variations, NAGs,
 /// move numbers and the result are skipped) played from the standard start
 /// or from a `[FEN "..."]` header; returns the final position and moves.
-pub fn play_pgn(text: &str) -> Result<(Chess, Vec<Move>), String> {
+pub(crate) fn play_pgn(text: &str) -> Result<(Chess, Vec<Move>), PlayError> {
     let mut pos = Chess::default();
     let mut body = String::new();
     for line in text.lines() {
@@ -87,15 +85,14 @@ pub fn play_pgn(text: &str) -> Result<(Chess, Vec<Move>), String> {
             continue;
         }
         let san_text = token.trim_end_matches(['!', '?', '+', '#']);
-        let san: San = san_text
-            .parse()
-            .map_err(|_| format!("{token:?} is not a SAN move (after {} moves)", moves.len()))?;
-        let m = san.to_move(&pos).map_err(|_| {
-            format!(
-                "{token} is not legal in {} (after {} moves)",
-                fen_of(&pos),
-                moves.len()
-            )
+        let san: San = san_text.parse().map_err(|_| PlayError::San {
+            token: token.to_owned(),
+            moves: moves.len(),
+        })?;
+        let m = san.to_move(&pos).map_err(|_| PlayError::IllegalSan {
+            mv: token.to_owned(),
+            fen: fen_of(&pos),
+            moves: moves.len(),
         })?;
         pos.play_unchecked(m);
         moves.push(m);
@@ -112,7 +109,7 @@ fn puzzle_error(path: &Path, line: u64, message: impl Into<String>) -> EvalError
 }
 
 /// Reads at most `limit` puzzles from a CSV file (either format).
-pub fn read_puzzles(path: &Path, limit: Option<usize>) -> Result<Vec<Puzzle>, EvalError> {
+pub(crate) fn read_puzzles(path: &Path, limit: Option<usize>) -> Result<Vec<Puzzle>, EvalError> {
     let mut reader = csv::ReaderBuilder::new()
         .flexible(true)
         .from_path(path)
@@ -145,7 +142,7 @@ pub fn read_puzzles(path: &Path, limit: Option<usize>) -> Result<Vec<Puzzle>, Ev
         let id = id_col.map_or_else(|| format!("#{}", i + 1), |c| field(c).to_owned());
         let start = match fen_col {
             Some(c) if !field(c).is_empty() => {
-                parse_fen(field(c)).map_err(|m| puzzle_error(path, line, m))?
+                parse_fen(field(c)).map_err(|m| puzzle_error(path, line, m.to_string()))?
             }
             _ => {
                 let pgn = pgn_col.map_or("", field);
@@ -192,7 +189,6 @@ pub fn read_puzzles(path: &Path, limit: Option<usize>) -> Result<Vec<Puzzle>, Ev
             rating,
             start,
             moves,
-            line,
         });
     }
     Ok(out)
@@ -200,7 +196,7 @@ pub fn read_puzzles(path: &Path, limit: Option<usize>) -> Result<Vec<Puzzle>, Ev
 
 /// How a puzzle went.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct PuzzleResult {
+pub(crate) struct PuzzleResult {
     pub id: String,
     pub rating: Option<u32>,
     pub solved: bool,
@@ -210,7 +206,7 @@ pub struct PuzzleResult {
 }
 
 /// Plays `puzzle` with `player`.
-pub fn solve(puzzle: &Puzzle, player: &mut dyn Player) -> Result<PuzzleResult, EvalError> {
+pub(crate) fn solve(puzzle: &Puzzle, player: &mut dyn Player) -> Result<PuzzleResult, EvalError> {
     player.new_game()?;
     let mut game = Game::new(puzzle.start.clone());
     let needed = (puzzle.moves.len() / 2) as u32;
@@ -241,7 +237,7 @@ pub fn solve(puzzle: &Puzzle, player: &mut dyn Player) -> Result<PuzzleResult, E
 }
 
 /// Width of the rating buckets of Figure 2.
-pub const RATING_BUCKET: u32 = 200;
+pub(crate) const RATING_BUCKET: u32 = 200;
 
 /// Accuracy in one rating bucket.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -266,7 +262,7 @@ pub struct PuzzleSummary {
 }
 
 /// Accuracy overall and per [`RATING_BUCKET`]-wide rating bucket.
-pub fn summarise(player: &str, results: &[PuzzleResult], seconds: f64) -> PuzzleSummary {
+pub(crate) fn summarise(player: &str, results: &[PuzzleResult], seconds: f64) -> PuzzleSummary {
     let mut buckets: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
     for r in results {
         if let Some(rating) = r.rating {

@@ -13,83 +13,163 @@
 use std::{
     fmt::Write as _,
     path::{Path, PathBuf},
+    str::FromStr,
     time::{Duration, Instant},
 };
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use clap::{ArgAction, Args, ValueHint};
+use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
 use super::{
     EvalError,
     elo::{self, Rating},
     metrics::{self, StaticMetrics},
-    model::{Model, Weights},
+    model::Model,
     policy::{Decisive, EnginePlayer, NeuralPlayer, Player, PolicyOptions},
     puzzles::{self, PuzzleResult, PuzzleSummary},
-    tournament::{self, Opponent, PlayedGame},
+    tournament::{self, Opponent, PlayedGame, SpecError},
 };
 use crate::{
-    annotate::{board::SearchSettings, config::Mode},
-    pipeline::{self, PipelineFileError},
+    chess::RecordSet,
+    model::{DeviceKind, Weights, tune_allocator},
     sql::Session,
     store::commit::write_atomic,
-    train::config::DeviceKind,
-    uci::{EngineConfig, engine::default_engine_path},
+    uci::{
+        EngineConfig,
+        engine::default_engine_path,
+        oracle::{Mode, SearchSettings},
+    },
+    ui::Report,
 };
 
-/// The `[eval]` table of a pipeline file; every field optional (CLI flags
-/// override it). Relative paths are relative to the file's directory.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `chessbench eval`'s options: the command line and the `[eval]` table of a
+/// pipeline file (see [`crate::options`]).
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 pub struct EvalOptions {
-    /// The annotated run whose split is scored.
+    /// The annotated run whose split the static metrics use.
+    #[arg(value_name = "RUN_DIR", value_hint = ValueHint::DirPath)]
     pub run: Option<PathBuf>,
-    /// A checkpoint directory or a training run (its newest checkpoint).
+    /// A checkpoint directory, or a training run (its newest checkpoint).
+    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
     pub checkpoint: Option<PathBuf>,
-    pub weights: Option<String>,
-    pub split: Option<String>,
-    /// Boards of the split scored by the static metrics (0: none).
-    pub boards: Option<usize>,
-    /// Stockfish as a predictor on the same boards (`stockfish:nodes=N`).
-    pub oracle: Option<String>,
-    pub puzzles: Option<PathBuf>,
-    pub max_puzzles: Option<usize>,
-    /// Stockfish on the same puzzles, for comparison.
-    pub puzzle_engine: Option<String>,
-    pub openings: Option<PathBuf>,
-    /// Openings per opponent (each played with both colours).
-    pub openings_count: Option<usize>,
-    pub opponents: Option<Vec<String>>,
-    /// Game length cap in plies (0: none, the default).
-    pub max_plies: Option<usize>,
-    /// Stockfish adjudicating games after every move
-    /// (`stockfish:movetime=10`, searchless_chess's, by default; `none`).
-    pub adjudicate: Option<String>,
-    /// The adjudication threshold in centipawns (default 1300).
-    pub adjudicate_cp: Option<i32>,
-    /// The player whose rating is fixed (default: the first opponent).
-    pub anchor: Option<String>,
-    pub anchor_elo: Option<f64>,
-    pub repetition_draw: Option<bool>,
-    /// Stockfish picks among the top five when all exceed 99%
-    /// (`stockfish:nodes=N`).
-    pub decisive: Option<String>,
-    pub engine: Option<PathBuf>,
-    pub device: Option<DeviceKind>,
-    /// The report directory (default RUN/report).
+    /// Which parameters to evaluate: their EMA (what training evaluates) or
+    /// the raw ones.
+    #[arg(long, value_enum, default_value_t = Weights::Ema)]
+    pub weights: Weights,
+    /// Where the model runs.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub device: DeviceKind,
+    /// Run only these parts (repeatable) [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<Part>,
+    /// The report directory [default: RUN/report].
+    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
     pub out: Option<PathBuf>,
-    #[serde(skip)]
-    pub base_dir: Option<PathBuf>,
+    /// Split scored by the static metrics.
+    #[arg(long, default_value = "test", help_heading = "Static metrics")]
+    pub split: String,
+    /// Boards scored by the static metrics (0: skip).
+    #[arg(long, value_name = "N", default_value_t = 1000, help_heading = "Static metrics")]
+    pub boards: usize,
+    /// Also score Stockfish as a predictor, e.g. stockfish:nodes=200.
+    #[arg(long, value_name = "SPEC", help_heading = "Static metrics")]
+    #[serde(with = "crate::options::as_text_opt")]
+    pub oracle: Option<Opponent>,
+    /// Puzzle CSV (Lichess or ChessBench format).
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath, help_heading = "Puzzles")]
+    pub puzzles: Option<PathBuf>,
+    /// Puzzles solved (the first N).
+    #[arg(long, value_name = "N", default_value_t = 200, help_heading = "Puzzles")]
+    pub max_puzzles: usize,
+    /// Stockfish on the same puzzles, e.g. stockfish:nodes=1000.
+    #[arg(long, value_name = "SPEC", help_heading = "Puzzles")]
+    #[serde(with = "crate::options::as_text_opt")]
+    pub puzzle_engine: Option<Opponent>,
+    /// An opponent (repeatable): stockfish:nodes=N, stockfish:skill=S[,depth=D],
+    /// checkpoint:PATH.
+    #[arg(long = "opponent", value_name = "SPEC", help_heading = "Games")]
+    #[serde(with = "crate::options::as_text_vec")]
+    pub opponents: Vec<Opponent>,
+    /// Openings: a PGN file (main lines) or the Lichess openings TSV
+    /// [default: a built-in list].
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath, help_heading = "Games")]
+    pub openings: Option<PathBuf>,
+    /// Openings per opponent, each played with both colours.
+    #[arg(long, value_name = "N", default_value_t = 4, help_heading = "Games")]
+    pub openings_count: usize,
+    /// Game length cap in plies; longer games are adjudicated draws (0: no
+    /// cap, as searchless_chess).
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Games")]
+    pub max_plies: usize,
+    /// Stockfish adjudicating games after every move: a mate score or more
+    /// than --adjudicate-cp ends the game as a win (searchless_chess's
+    /// tournament: 10 ms); `none` to play to the end.
+    #[arg(
+        long,
+        value_name = "SPEC",
+        default_value = "stockfish:movetime=10",
+        help_heading = "Games"
+    )]
+    #[serde(with = "crate::options::as_text")]
+    pub adjudicate: Adjudication,
+    /// The adjudication threshold in centipawns.
+    #[arg(long, value_name = "CP", default_value_t = tournament::ADJUDICATION_CP, help_heading = "Games")]
+    pub adjudicate_cp: i32,
+    /// The player whose Elo is fixed [default: the first opponent].
+    #[arg(long, help_heading = "Games")]
+    pub anchor: Option<String>,
+    /// The anchor's Elo.
+    #[arg(long, default_value_t = 0.0, help_heading = "Games")]
+    pub anchor_elo: f64,
+    /// Score moves that allow a threefold repetition as draws (the paper's
+    /// workaround); --no-repetition-draw turns it off.
+    #[arg(long = "no-repetition-draw", action = ArgAction::SetFalse, help_heading = "Policy")]
+    pub repetition_draw: bool,
+    /// Let Stockfish pick among the top five moves when all exceed 99%, e.g.
+    /// stockfish:nodes=1000.
+    #[arg(long, value_name = "SPEC", help_heading = "Policy")]
+    #[serde(with = "crate::options::as_text_opt")]
+    pub decisive: Option<Opponent>,
+    /// The UCI engine (Stockfish; a name without '/' is looked up on PATH).
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value_os_t = default_engine_path(),
+        value_hint = ValueHint::ExecutablePath
+    , help_heading = "Policy")]
+    pub engine: PathBuf,
 }
 
-#[derive(Debug, Deserialize)]
-struct PipelineFile {
-    eval: Option<EvalOptions>,
+crate::options::stage!(EvalOptions, "eval");
+
+/// Who adjudicates games: a Stockfish spec, or `none`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Adjudication(pub Option<Opponent>);
+
+impl FromStr for Adjudication {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Adjudication, SpecError> {
+        Ok(Adjudication(match s {
+            "none" => None,
+            spec => Some(spec.parse()?),
+        }))
+    }
+}
+
+impl std::fmt::Display for Adjudication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            None => f.write_str("none"),
+            Some(o) => o.fmt(f),
+        }
+    }
 }
 
 /// Parts of an evaluation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum Part {
     Metrics,
     Puzzles,
@@ -106,9 +186,6 @@ pub struct EvalConfig {
     pub boards: usize,
     pub oracle: Option<Opponent>,
     pub puzzles: Option<PathBuf>,
-    /// The puzzles path came from the command line: a missing file is an
-    /// error (from a config: skipped with the reason).
-    pub puzzles_required: bool,
     pub max_puzzles: usize,
     pub puzzle_engine: Option<Opponent>,
     pub openings: Option<PathBuf>,
@@ -128,144 +205,52 @@ pub struct EvalConfig {
 }
 
 impl EvalOptions {
-    /// The `[eval]` table of a pipeline file (empty if it has none).
-    pub fn from_pipeline_file(path: &Path) -> Result<EvalOptions, EvalError> {
-        let (file, base): (PipelineFile, _) = pipeline::read(path).map_err(|e| match e {
-            PipelineFileError::Read(source) => EvalError::Io {
-                path: path.to_owned(),
-                source,
-            },
-            PipelineFileError::Toml(m) => EvalError::Config(format!("{}: {m}", path.display())),
-        })?;
-        let mut o = file.eval.unwrap_or_default();
-        o.base_dir = Some(base);
-        Ok(o)
-    }
-
-    /// `self` overridden by what `cli` sets (CLI paths are relative to the
-    /// working directory).
-    pub fn merge(self, cli: EvalOptions) -> EvalOptions {
-        let base = self.base_dir.clone();
-        let rebase = |p: Option<PathBuf>| match (&base, p) {
-            (Some(b), Some(p)) if p.is_relative() => Some(b.join(p)),
-            (_, p) => p,
-        };
-        EvalOptions {
-            run: cli.run.or(rebase(self.run)),
-            checkpoint: cli.checkpoint.or(rebase(self.checkpoint)),
-            weights: cli.weights.or(self.weights),
-            split: cli.split.or(self.split),
-            boards: cli.boards.or(self.boards),
-            oracle: cli.oracle.or(self.oracle),
-            puzzles: cli.puzzles.or(rebase(self.puzzles)),
-            max_puzzles: cli.max_puzzles.or(self.max_puzzles),
-            puzzle_engine: cli.puzzle_engine.or(self.puzzle_engine),
-            openings: cli.openings.or(rebase(self.openings)),
-            openings_count: cli.openings_count.or(self.openings_count),
-            opponents: cli.opponents.or(self.opponents),
-            max_plies: cli.max_plies.or(self.max_plies),
-            adjudicate: cli.adjudicate.or(self.adjudicate),
-            adjudicate_cp: cli.adjudicate_cp.or(self.adjudicate_cp),
-            anchor: cli.anchor.or(self.anchor),
-            anchor_elo: cli.anchor_elo.or(self.anchor_elo),
-            repetition_draw: cli.repetition_draw.or(self.repetition_draw),
-            decisive: cli.decisive.or(self.decisive),
-            engine: cli.engine.or(rebase(self.engine)),
-            device: cli.device.or(self.device),
-            out: cli.out.or(rebase(self.out)),
-            base_dir: None,
-        }
-    }
-
-    /// Validates and fills defaults; `puzzles_from_cli` makes a missing
-    /// puzzle file an error.
-    pub fn resolve(
-        self,
-        parts: Vec<Part>,
-        puzzles_from_cli: bool,
-    ) -> Result<EvalConfig, EvalError> {
-        let spec = |s: Option<String>| -> Result<Option<Opponent>, EvalError> {
-            s.map(|s| Opponent::parse(&s).map_err(EvalError::Config))
-                .transpose()
-        };
-        let run = self.run.ok_or_else(|| {
-            EvalError::Config("no run: pass RUN or set [eval] run in the pipeline file".into())
-        })?;
-        let checkpoint = self.checkpoint.ok_or_else(|| {
-            EvalError::Config(
-                "no checkpoint: pass --checkpoint RUN/train/NAME or set [eval] checkpoint".into(),
-            )
-        })?;
-        let weights = match self.weights.as_deref() {
-            None | Some("ema") => Weights::Ema,
-            Some("raw") => Weights::Raw,
-            Some(w) => {
-                return Err(EvalError::Config(format!(
-                    "weights {w:?}: expected ema or raw"
-                )));
+    /// Validates and fills the defaults that depend on other options.
+    pub fn resolve(&self) -> Result<EvalConfig, EvalError> {
+        let run = self.run.clone().ok_or(EvalError::NoRun)?;
+        let checkpoint = self
+            .checkpoint
+            .clone()
+            .ok_or(EvalError::NoCheckpointGiven)?;
+        let engine_only = |o: &Option<Opponent>, option| -> Result<Option<Opponent>, EvalError> {
+            match o {
+                Some(o) => {
+                    o.clone().engine(option)?;
+                    Ok(Some(o.clone()))
+                }
+                None => Ok(None),
             }
         };
-        let opponents = self
-            .opponents
-            .unwrap_or_default()
-            .iter()
-            .map(|s| Opponent::parse(s).map_err(EvalError::Config))
-            .collect::<Result<Vec<_>, _>>()?;
-        let decisive = spec(self.decisive)?;
-        if matches!(decisive, Some(Opponent::Checkpoint(_))) {
-            return Err(EvalError::Config(
-                "decisive: expected a stockfish:... spec".into(),
-            ));
-        }
-        let adjudicate = match self.adjudicate.as_deref() {
-            Some("none") => None,
-            Some(s) => match Opponent::parse(s).map_err(EvalError::Config)? {
-                Opponent::Checkpoint(_) => {
-                    return Err(EvalError::Config(
-                        "adjudicate: expected a stockfish:... spec or none".into(),
-                    ));
-                }
-                o => Some(o),
-            },
-            None => Some(Opponent::Stockfish {
-                limit: crate::uci::Limit::MoveTimeMs(10),
-                skill: None,
-            }),
-        };
-        let adjudicate_cp = self.adjudicate_cp.unwrap_or(tournament::ADJUDICATION_CP);
-        if adjudicate_cp <= 0 {
-            return Err(EvalError::Config(format!(
-                "adjudicate_cp {adjudicate_cp}: expected a positive number of centipawns"
-            )));
+        if self.adjudicate_cp <= 0 {
+            return Err(EvalError::AdjudicateCp(self.adjudicate_cp));
         }
         Ok(EvalConfig {
-            out: self.out.unwrap_or_else(|| run.join("report")),
+            out: self.out.clone().unwrap_or_else(|| run.join("report")),
             run,
             checkpoint,
-            weights,
-            split: self.split.unwrap_or_else(|| "test".into()),
-            boards: self.boards.unwrap_or(1000),
-            oracle: spec(self.oracle)?,
-            puzzles: self.puzzles,
-            puzzles_required: puzzles_from_cli,
-            max_puzzles: self.max_puzzles.unwrap_or(200),
-            puzzle_engine: spec(self.puzzle_engine)?,
-            openings: self.openings,
-            openings_count: self.openings_count.unwrap_or(4),
-            opponents,
-            max_plies: self.max_plies.filter(|&n| n > 0),
-            adjudicate,
-            adjudicate_cp,
-            anchor: self.anchor,
-            anchor_elo: self.anchor_elo.unwrap_or(0.0),
-            repetition_draw: self.repetition_draw.unwrap_or(true),
-            decisive,
-            engine: self.engine.unwrap_or_else(default_engine_path),
-            device: self.device.unwrap_or(DeviceKind::Cpu),
-            parts: if parts.is_empty() {
+            weights: self.weights,
+            split: self.split.clone(),
+            boards: self.boards,
+            oracle: engine_only(&self.oracle, "oracle")?,
+            puzzles: self.puzzles.clone(),
+            max_puzzles: self.max_puzzles,
+            puzzle_engine: self.puzzle_engine.clone(),
+            openings: self.openings.clone(),
+            openings_count: self.openings_count,
+            opponents: self.opponents.clone(),
+            max_plies: (self.max_plies > 0).then_some(self.max_plies),
+            adjudicate: engine_only(&self.adjudicate.0, "adjudicate")?,
+            adjudicate_cp: self.adjudicate_cp,
+            anchor: self.anchor.clone(),
+            anchor_elo: self.anchor_elo,
+            repetition_draw: self.repetition_draw,
+            decisive: engine_only(&self.decisive, "decisive")?,
+            engine: self.engine.clone(),
+            device: self.device,
+            parts: if self.only.is_empty() {
                 vec![Part::Metrics, Part::Puzzles, Part::Games]
             } else {
-                parts
+                self.only.clone()
             },
         })
     }
@@ -277,7 +262,7 @@ pub struct EvalSummary {
     pub checkpoint: PathBuf,
     pub name: String,
     pub step: u64,
-    pub policy: crate::train::data::Policy,
+    pub policy: RecordSet,
     pub params: u64,
     pub weights: Weights,
     pub metrics: Option<StaticMetrics>,
@@ -292,6 +277,61 @@ pub struct EvalSummary {
     pub seconds: f64,
 }
 
+impl Report for EvalSummary {
+    fn render(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let s = self;
+        writeln!(
+            out,
+            "evaluated {} step {} ({:?}, {:.2}M parameters) in {:.0} s",
+            s.name,
+            s.step,
+            s.policy,
+            s.params as f64 / 1e6,
+            s.seconds
+        )?;
+        let f = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.4}"));
+        for m in s.metrics.iter().chain(&s.oracle) {
+            writeln!(
+                out,
+                "  {:<24} {} boards of {}: action accuracy {:.4}, Kendall tau {}, log-loss {}, L2 {}, entropy {} ({:.0} boards/s)",
+                m.predictor,
+                m.boards,
+                m.split,
+                m.action_accuracy,
+                f(m.kendall_tau),
+                f(m.log_loss),
+                f(m.l2_win_prob),
+                f(m.entropy),
+                m.boards_per_s
+            )?;
+        }
+        for p in &s.puzzles {
+            writeln!(
+                out,
+                "  {:<24} puzzles: {}/{} solved ({:.1}%)",
+                p.player,
+                p.solved,
+                p.puzzles,
+                100.0 * p.accuracy
+            )?;
+        }
+        for g in &s.games {
+            writeln!(
+                out,
+                "  vs {:<21} +{} ={} -{} (score {:.3})",
+                g.opponent, g.wins, g.draws, g.losses, g.score
+            )?;
+        }
+        for r in &s.ratings {
+            writeln!(out, "  Elo {:<20} {:>7.0} ± {:.0}", r.player, r.elo, r.ci95)?;
+        }
+        for x in &s.skipped {
+            writeln!(out, "  skipped: {x}")?;
+        }
+        writeln!(out, "report: {}", s.report.join("eval.md").display())
+    }
+}
+
 /// A model's results against one opponent.
 #[derive(Debug, Clone, Serialize)]
 pub struct MatchSummary {
@@ -304,17 +344,11 @@ pub struct MatchSummary {
 }
 
 fn bar(enabled: bool, len: u64, what: &str) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let b = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr_with_hz(4));
-    b.set_style(
-        ProgressStyle::with_template(&format!(
-            "{what:<8} {{bar:30}} {{pos}}/{{len}} {{msg}} [{{elapsed_precise}}, eta {{eta}}]"
-        ))
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    b
+    crate::ui::bar(
+        enabled,
+        Some(len),
+        &format!("{what:<8} {{bar:30}} {{pos}}/{{len}} {{msg}} [{{elapsed_precise}}, eta {{eta}}]"),
+    )
 }
 
 fn engine_config(config: &EvalConfig, skill: Option<i32>) -> EngineConfig {
@@ -367,7 +401,7 @@ fn write(path: &Path, text: &str) -> Result<(), EvalError> {
 /// Runs the evaluation `config` describes and writes the report.
 pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, EvalError> {
     let started = Instant::now();
-    crate::train::run::tune_allocator();
+    tune_allocator();
     std::fs::create_dir_all(&config.out).map_err(|source| EvalError::Io {
         path: config.out.clone(),
         source,
@@ -448,10 +482,6 @@ pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, Eval
     if config.parts.contains(&Part::Puzzles) {
         match &config.puzzles {
             None => skipped.push("puzzles: no puzzle file configured (--puzzles)".into()),
-            Some(p) if !p.is_file() && !config.puzzles_required => skipped.push(format!(
-                "puzzles: {} not found (the Lichess puzzle CSV; see README)",
-                p.display()
-            )),
             Some(p) => {
                 let list = puzzles::read_puzzles(p, Some(config.max_puzzles))?;
                 let mut players: Vec<Box<dyn Player>> = Vec::new();
@@ -486,16 +516,8 @@ pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, Eval
     // --- Games and Elo -------------------------------------------------------------
     let mut games: Vec<PlayedGame> = Vec::new();
     if config.parts.contains(&Part::Games) && !config.opponents.is_empty() {
-        let openings = match &config.openings {
-            Some(p) if !p.is_file() => {
-                skipped.push(format!(
-                    "openings: {} not found; used the built-in openings",
-                    p.display()
-                ));
-                tournament::read_openings(None, config.openings_count)?
-            }
-            p => tournament::read_openings(p.as_deref(), config.openings_count)?,
-        };
+        let openings =
+            tournament::read_openings(config.openings.as_deref(), config.openings_count)?;
         let total = (openings.len() * 2 * config.opponents.len()) as u64;
         let b = bar(progress, total, "games");
         let mut adjudicator = match &config.adjudicate {
@@ -575,7 +597,7 @@ fn write_report(
     games: &[PlayedGame],
 ) -> Result<(), EvalError> {
     let out = &config.out;
-    let json = serde_json::to_string_pretty(s).map_err(|e| EvalError::Config(e.to_string()))?;
+    let json = serde_json::to_string_pretty(s)?;
     let mut cal = String::from("predictor,lo,hi,moves,mean_predicted,mean_stockfish\n");
     for m in s.metrics.iter().chain(&s.oracle) {
         for c in &m.calibration {
@@ -642,7 +664,7 @@ fn write_report(
 }
 
 /// The report's Markdown.
-pub fn markdown(s: &EvalSummary) -> String {
+pub(crate) fn markdown(s: &EvalSummary) -> String {
     let mut m = String::new();
     let _ = writeln!(m, "# Evaluation of {} (step {})\n", s.name, s.step);
     let _ = writeln!(

@@ -7,7 +7,11 @@
 //! ([`Adjudicator`]: a mate score or more than 1300 centipawns either way,
 //! searched for 10 ms there, ends the game as a win for that side).
 
-use std::path::{Path, PathBuf};
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+    str::FromStr,
+};
 
 use serde::Serialize;
 use shakmaty::{Chess, Move, Position};
@@ -22,14 +26,14 @@ use super::{
 use crate::uci::{Engine, EngineConfig, Limit, Score};
 
 /// searchless_chess's adjudication threshold (`_MIN_SCORE_TO_STOP`).
-pub const ADJUDICATION_CP: i32 = 1300;
+pub(crate) const ADJUDICATION_CP: i32 = 1300;
 
 /// What Stockfish's evaluation of a position (side to move's view) says
 /// about the game: `Some(true)` the side to move wins, `Some(false)` it
 /// loses, `None` play on. A mate score always decides (`mate 0`, the side
 /// to move is mated, loses); a centipawn score decides beyond
 /// `threshold_cp` either way.
-pub fn adjudicate(score: Score, threshold_cp: i32) -> Option<bool> {
+pub(crate) fn adjudicate(score: Score, threshold_cp: i32) -> Option<bool> {
     match score {
         Score::Mate(n) => Some(n > 0),
         Score::Cp(cp) if cp.abs() > threshold_cp => Some(cp > 0),
@@ -38,14 +42,14 @@ pub fn adjudicate(score: Score, threshold_cp: i32) -> Option<bool> {
 }
 
 /// Stockfish watching a game and stopping it once it is decided.
-pub struct Adjudicator {
+pub(crate) struct Adjudicator {
     engine: Engine,
     limit: Limit,
     threshold_cp: i32,
 }
 
 impl Adjudicator {
-    pub fn start(
+    pub(crate) fn start(
         config: &EngineConfig,
         limit: Limit,
         threshold_cp: i32,
@@ -61,7 +65,7 @@ impl Adjudicator {
     /// The adjudicated result of `game` after its last move, if any. A
     /// position without legal moves is left to the rules (checkmate gives
     /// the same result; stalemate scores 0 and is a draw).
-    pub fn verdict(&mut self, game: &Game) -> Result<Option<GameResult>, EvalError> {
+    pub(crate) fn verdict(&mut self, game: &Game) -> Result<Option<GameResult>, EvalError> {
         if game.position().legal_moves().is_empty() {
             return Ok(None);
         }
@@ -77,7 +81,7 @@ impl Adjudicator {
         }))
     }
 
-    pub fn new_game(&mut self) -> Result<(), EvalError> {
+    pub(crate) fn new_game(&mut self) -> Result<(), EvalError> {
         self.engine
             .new_game(ENGINE_TIMEOUT)
             .map_err(|e| EvalError::engine("ucinewgame", e))
@@ -86,13 +90,13 @@ impl Adjudicator {
 
 /// An opening: a name and its moves from the standard start.
 #[derive(Debug, Clone)]
-pub struct Opening {
+pub(crate) struct Opening {
     pub name: String,
     pub moves: Vec<Move>,
 }
 
 /// A few common openings, used when no openings file is given.
-pub const BUILTIN_OPENINGS: &[(&str, &str)] = &[
+pub(crate) const BUILTIN_OPENINGS: &[(&str, &str)] = &[
     ("C60 Ruy Lopez", "1. e4 e5 2. Nf3 Nc6 3. Bb5"),
     ("B20 Sicilian Defence", "1. e4 c5"),
     ("C00 French Defence", "1. e4 e6"),
@@ -106,7 +110,7 @@ pub const BUILTIN_OPENINGS: &[(&str, &str)] = &[
 /// Reads openings: a PGN file of games (`eco_openings.pgn`; the main line
 /// of each) or the Lichess openings TSV (`eco`, `name`, `pgn` columns).
 /// Takes `count` spread evenly over the file (all when `count` is 0).
-pub fn read_openings(path: Option<&Path>, count: usize) -> Result<Vec<Opening>, EvalError> {
+pub(crate) fn read_openings(path: Option<&Path>, count: usize) -> Result<Vec<Opening>, EvalError> {
     let err = |path: &Path, message: String| EvalError::Openings {
         path: path.to_owned(),
         message,
@@ -115,7 +119,8 @@ pub fn read_openings(path: Option<&Path>, count: usize) -> Result<Vec<Opening>, 
     match path {
         None => {
             for (name, pgn) in BUILTIN_OPENINGS {
-                let (_, moves) = play_pgn(pgn).map_err(|m| err(Path::new("(built-in)"), m))?;
+                let (_, moves) =
+                    play_pgn(pgn).map_err(|m| err(Path::new("(built-in)"), m.to_string()))?;
                 all.push(Opening {
                     name: (*name).to_owned(),
                     moves,
@@ -214,22 +219,31 @@ pub fn read_openings(path: Option<&Path>, count: usize) -> Result<Vec<Opening>, 
         .collect())
 }
 
-/// An opponent, as written in configs: `stockfish:nodes=1000`,
-/// `stockfish:skill=3,depth=8`, `stockfish:movetime=50`, or
-/// `checkpoint:PATH`.
+/// An opponent, as written in pipeline files and on the command line:
+/// `stockfish:nodes=1000`, `stockfish:skill=3,depth=8`,
+/// `stockfish:movetime=50`, or `checkpoint:PATH`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum Opponent {
     Stockfish { limit: Limit, skill: Option<i32> },
     Checkpoint(PathBuf),
 }
 
-impl Opponent {
-    /// Parses an opponent spec.
-    pub fn parse(spec: &str) -> Result<Opponent, String> {
-        let bad = |why: &str| {
-            format!(
-                "opponent {spec:?}: {why} (expected stockfish:nodes=N, stockfish:skill=S[,nodes=N|depth=D|movetime=MS] or checkpoint:PATH)"
-            )
+/// An opponent spec that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{spec:?}: {reason} (expected stockfish:nodes=N, stockfish:skill=S[,nodes=N|depth=D|movetime=MS] or checkpoint:PATH)"
+)]
+pub struct SpecError {
+    pub spec: String,
+    pub reason: &'static str,
+}
+
+impl FromStr for Opponent {
+    type Err = SpecError;
+    fn from_str(spec: &str) -> Result<Opponent, SpecError> {
+        let bad = |reason| SpecError {
+            spec: spec.to_owned(),
+            reason,
         };
         if let Some(path) = spec.strip_prefix("checkpoint:") {
             return Ok(Opponent::Checkpoint(PathBuf::from(path)));
@@ -265,9 +279,43 @@ impl Opponent {
         };
         Ok(Opponent::Stockfish { limit, skill })
     }
+}
+
+impl fmt::Display for Opponent {
+    /// The spec, as [`Opponent::from_str`] reads it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Opponent::Stockfish { limit, skill } => {
+                f.write_str("stockfish:")?;
+                if let Some(s) = skill {
+                    write!(f, "skill={s},")?;
+                }
+                match limit {
+                    Limit::Nodes(n) => write!(f, "nodes={n}"),
+                    Limit::Depth(d) => write!(f, "depth={d}"),
+                    Limit::MoveTimeMs(ms) => write!(f, "movetime={ms}"),
+                }
+            }
+            Opponent::Checkpoint(p) => write!(f, "checkpoint:{}", p.display()),
+        }
+    }
+}
+
+impl Opponent {
+    /// A Stockfish spec (the oracle, the adjudicator, the decisiveness
+    /// rule), else the error naming `option`.
+    pub(crate) fn engine(self, option: &'static str) -> Result<(Limit, Option<i32>), EvalError> {
+        match self {
+            Opponent::Stockfish { limit, skill } => Ok((limit, skill)),
+            other => Err(EvalError::NotAnEngine {
+                option,
+                spec: other.to_string(),
+            }),
+        }
+    }
 
     /// A display name, e.g. `stockfish-nodes-1000`.
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         match self {
             Opponent::Stockfish { limit, skill } => {
                 let l = limit.to_string().replace(' ', "-");
@@ -283,7 +331,7 @@ impl Opponent {
 
 /// One finished game.
 #[derive(Debug, Clone, Serialize)]
-pub struct PlayedGame {
+pub(crate) struct PlayedGame {
     pub white: String,
     pub black: String,
     pub opening: String,
@@ -295,7 +343,7 @@ pub struct PlayedGame {
 }
 
 impl PlayedGame {
-    pub fn record(&self) -> GameRecord {
+    pub(crate) fn record(&self) -> GameRecord {
         GameRecord {
             white: self.white.clone(),
             black: self.black.clone(),
@@ -310,7 +358,7 @@ impl PlayedGame {
 
 /// Plays one game from `opening` between `white` and `black`, ended by the
 /// rules, the optional length cap, or `adjudicator` after any move.
-pub fn play_game(
+pub(crate) fn play_game(
     white: &mut dyn Player,
     black: &mut dyn Player,
     opening: &Opening,
@@ -393,7 +441,7 @@ mod tests {
 
     #[test]
     fn stockfish_adjudicates_lost_positions_and_not_balanced_ones() {
-        let Some(config) = crate::uci::engine::tests::stockfish() else {
+        let Some(config) = crate::testing::stockfish() else {
             return;
         };
         let mut a = Adjudicator::start(&config, Limit::Nodes(5000), ADJUDICATION_CP).unwrap();
@@ -421,7 +469,7 @@ mod tests {
     #[test]
     fn adjudicated_games_stop_early_and_are_reproducible() {
         use crate::eval::policy::EnginePlayer;
-        let Some(config) = crate::uci::engine::tests::stockfish() else {
+        let Some(config) = crate::testing::stockfish() else {
             return;
         };
         let opening = &read_openings(None, 1).unwrap()[0];
@@ -469,23 +517,32 @@ mod tests {
     #[test]
     fn opponent_specs() {
         assert_eq!(
-            Opponent::parse("stockfish:nodes=1000").unwrap(),
+            Opponent::from_str("stockfish:nodes=1000").unwrap(),
             Opponent::Stockfish {
                 limit: Limit::Nodes(1000),
                 skill: None
             }
         );
         assert_eq!(
-            Opponent::parse("stockfish:skill=3").unwrap(),
+            Opponent::from_str("stockfish:skill=3").unwrap(),
             Opponent::Stockfish {
                 limit: Limit::Depth(10),
                 skill: Some(3)
             }
         );
         assert_eq!(
-            Opponent::parse("stockfish:nodes=1").unwrap().name(),
+            Opponent::from_str("stockfish:nodes=1").unwrap().name(),
             "stockfish-nodes-1"
         );
+        // The spec reads back as itself.
+        for spec in [
+            "stockfish:nodes=1000",
+            "stockfish:skill=3,depth=1",
+            "stockfish:movetime=10",
+            "checkpoint:runs/x",
+        ] {
+            assert_eq!(Opponent::from_str(spec).unwrap().to_string(), spec);
+        }
         for bad in [
             "stockfish:",
             "stockfish:nodes=x",
@@ -493,7 +550,7 @@ mod tests {
             "leela:1",
             "stockfish:speed=1",
         ] {
-            assert!(Opponent::parse(bad).is_err(), "{bad}");
+            assert!(Opponent::from_str(bad).is_err(), "{bad}");
         }
     }
 

@@ -4,90 +4,27 @@
 //! search). Bad commands are answered with `info string error: ...` and the
 //! engine keeps going.
 
-use std::io::{BufRead, Write};
+use std::{
+    io::{BufRead, Write},
+    path::PathBuf,
+};
 
-use shakmaty::{CastlingMode, Chess};
+use shakmaty::{CastlingMode, Chess, uci::UciMove};
 
 use super::{
     EvalError,
-    game::{Game, parse_fen},
-    policy::Player,
+    game::{Game, PlayError, check_uci_move, parse_fen},
+    model::Model,
+    policy::{NeuralPlayer, Player, PolicyOptions},
 };
-use crate::chess::value::centipawns_to_win_probability;
-
-/// A UCI command as the server understands it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum UciCommand {
-    Uci,
-    IsReady,
-    NewGame,
-    /// `position startpos|fen F [moves ...]`: the start FEN (None for
-    /// startpos) and the moves, as text (checked when applied).
-    Position {
-        fen: Option<String>,
-        moves: Vec<String>,
-    },
-    Go,
-    Stop,
-    Quit,
-    SetOption {
-        name: String,
-        value: Option<String>,
-    },
-    /// Commands that need no answer (`debug`, `register`, `ponderhit`).
-    Ignored,
-    Empty,
-}
-
-/// Parses one line (UCI tolerates unknown leading tokens; we report them).
-pub fn parse_command(line: &str) -> Result<UciCommand, String> {
-    let tokens: Vec<&str> = line.split_whitespace().collect();
-    let Some(&first) = tokens.first() else {
-        return Ok(UciCommand::Empty);
-    };
-    Ok(match first {
-        "uci" => UciCommand::Uci,
-        "isready" => UciCommand::IsReady,
-        "ucinewgame" => UciCommand::NewGame,
-        "go" => UciCommand::Go,
-        "stop" => UciCommand::Stop,
-        "quit" => UciCommand::Quit,
-        "debug" | "register" | "ponderhit" => UciCommand::Ignored,
-        "setoption" => {
-            let rest = &tokens[1..];
-            if rest.first() != Some(&"name") {
-                return Err("setoption: expected `setoption name N [value V]`".into());
-            }
-            let v = rest.iter().position(|&t| t == "value");
-            let name = rest[1..v.unwrap_or(rest.len())].join(" ");
-            let value = v.map(|i| rest[i + 1..].join(" "));
-            UciCommand::SetOption { name, value }
-        }
-        "position" => {
-            let rest = &tokens[1..];
-            let m = rest.iter().position(|&t| t == "moves");
-            let moves = m.map_or_else(Vec::new, |i| {
-                rest[i + 1..].iter().map(|s| (*s).to_owned()).collect()
-            });
-            let head = &rest[..m.unwrap_or(rest.len())];
-            let fen = match head.first() {
-                Some(&"startpos") if head.len() == 1 => None,
-                Some(&"fen") if head.len() >= 2 => Some(head[1..].join(" ")),
-                _ => {
-                    return Err(
-                        "position: expected `position startpos [moves ...]` or `position fen FEN [moves ...]`"
-                            .into(),
-                    );
-                }
-            };
-            UciCommand::Position { fen, moves }
-        }
-        other => return Err(format!("unknown command {other:?}")),
-    })
-}
+use crate::{
+    chess::value::centipawns_to_win_probability,
+    model::{DeviceKind, Weights},
+    uci::{Command, Position},
+};
 
 /// Inverse of the paper's win-probability formula, for `info score cp`.
-pub fn win_probability_to_centipawns(p: f64) -> i32 {
+pub(crate) fn win_probability_to_centipawns(p: f64) -> i32 {
     let p = p.clamp(1e-6, 1.0 - 1e-6);
     // p = 1 / (1 + exp(-a cp))  =>  cp = ln(p / (1 - p)) / a
     let a = 0.003_682_08;
@@ -96,26 +33,75 @@ pub fn win_probability_to_centipawns(p: f64) -> i32 {
     cp.round() as i32
 }
 
+/// `chessbench uci`'s options (command line only).
+#[derive(Debug, Clone, clap::Args)]
+pub struct UciOptions {
+    /// A checkpoint directory, or a training run (its newest checkpoint).
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    pub checkpoint: PathBuf,
+    /// Which parameters to play: their EMA or the raw ones.
+    #[arg(long, value_enum, default_value_t = Weights::Ema)]
+    pub weights: Weights,
+    /// Score moves that allow a threefold repetition as draws (the paper's
+    /// workaround); --no-repetition-draw turns it off.
+    #[arg(long = "no-repetition-draw", action = clap::ArgAction::SetFalse)]
+    pub repetition_draw: bool,
+    /// Where the model runs.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub device: DeviceKind,
+}
+
+/// Loads the model `options` names and serves UCI on standard input and
+/// output.
+pub fn run(options: &UciOptions) -> Result<(), EvalError> {
+    let model = Model::load(&options.checkpoint, options.weights, options.device)?;
+    let name = model.label();
+    let mut player = NeuralPlayer::new(
+        model,
+        PolicyOptions {
+            repetition_draw: options.repetition_draw,
+            decisive: None,
+        },
+        None,
+    );
+    serve(
+        &mut player,
+        &name,
+        std::io::stdin().lock(),
+        std::io::stdout().lock(),
+    )
+}
+
 /// The engine's state between commands.
 struct Session {
     game: Option<Game>,
 }
 
-fn position(fen: Option<&str>, moves: &[String]) -> Result<Game, String> {
-    let start: Chess = match fen {
+/// Why a `position` command could not be set up.
+#[derive(Debug, thiserror::Error)]
+enum PositionError {
+    #[error(transparent)]
+    Start(PlayError),
+    #[error("move {n} of the position command: {source}")]
+    Move { n: usize, source: PlayError },
+}
+
+fn position(start: Option<&str>, moves: &[UciMove]) -> Result<Game, PositionError> {
+    let start: Chess = match start {
         None => Chess::default(),
-        Some(f) => parse_fen(f)?,
+        Some(f) => parse_fen(f).map_err(PositionError::Start)?,
     };
     let mut game = Game::new(start);
     for (i, m) in moves.iter().enumerate() {
-        game.play_uci(m)
-            .map_err(|e| format!("move {} of the position command: {e}", i + 1))?;
+        let m = check_uci_move(game.position(), m)
+            .map_err(|source| PositionError::Move { n: i + 1, source })?;
+        game.play(&m);
     }
     Ok(game)
 }
 
 /// Serves UCI on `input`/`output` until `quit` or end of input.
-pub fn serve(
+pub(crate) fn serve(
     player: &mut dyn Player,
     name: &str,
     input: impl BufRead,
@@ -135,32 +121,36 @@ pub fn serve(
             path: "(uci stdin)".into(),
             source: e,
         })?;
-        let cmd = match parse_command(&line) {
-            Ok(c) => c,
+        let cmd = match Command::parse(&line) {
+            Ok(Some(c)) => c,
+            Ok(None) => continue,
             Err(e) => {
                 say(&mut output, &format!("info string error: {e}"))?;
                 continue;
             }
         };
         match cmd {
-            UciCommand::Uci => {
+            Command::Uci => {
                 say(&mut output, &format!("id name chessbench {name}"))?;
                 say(&mut output, "id author chessbench")?;
                 say(&mut output, "uciok")?;
             }
-            UciCommand::IsReady => say(&mut output, "readyok")?,
-            UciCommand::NewGame => {
+            Command::IsReady => say(&mut output, "readyok")?,
+            Command::UciNewGame => {
                 s.game = None;
                 player.new_game()?;
             }
-            UciCommand::Position { fen, moves } => match position(fen.as_deref(), &moves) {
+            Command::Position(p) => match match &p {
+                Position::StartPos { moves } => position(None, moves),
+                Position::Fen { fen, moves } => position(Some(fen), moves),
+            } {
                 Ok(g) => s.game = Some(g),
                 Err(e) => {
                     s.game = None;
                     say(&mut output, &format!("info string error: {e}"))?;
                 }
             },
-            UciCommand::Go => {
+            Command::Go { .. } => {
                 let Some(game) = &s.game else {
                     say(
                         &mut output,
@@ -199,9 +189,12 @@ pub fn serve(
                     }
                 }
             }
-            UciCommand::Stop | UciCommand::Ignored | UciCommand::Empty => {}
-            UciCommand::SetOption { .. } => {}
-            UciCommand::Quit => break,
+            Command::Stop
+            | Command::PonderHit
+            | Command::Debug(_)
+            | Command::Register
+            | Command::SetOption { .. } => {}
+            Command::Quit => break,
         }
     }
     Ok(())
@@ -261,10 +254,12 @@ mod tests {
             out.contains("info string error: move 1 of the position command: e2e5 is not legal"),
             "{out}"
         );
-        assert!(out.contains("info string error: unknown command \"foo\""));
+        assert!(
+            out.contains("info string error: malformed UCI line (unknown command): \"foo bar\"")
+        );
         assert!(out.contains("invalid FEN"));
-        assert!(out.contains("info string error: position: expected"));
-        assert!(out.contains("info string error: setoption"));
+        assert!(out.contains("(expected `position startpos [moves ...]`"));
+        assert!(out.contains("(expected `setoption name N [value V]`)"));
         assert!(out.contains("no legal moves"), "stalemate: {out}");
         assert!(out.contains("readyok"));
         assert!(out.trim_end().ends_with("bestmove h1g1"), "{out}");

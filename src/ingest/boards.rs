@@ -26,16 +26,16 @@ use super::IngestError;
 use crate::chess::{BoardKey, board_key::KEY_BYTES};
 
 /// Bytes of one entry on disk.
-pub const ENTRY_BYTES: usize = KEY_BYTES + 16;
+pub(crate) const ENTRY_BYTES: usize = KEY_BYTES + 16;
 /// Memory per entry counted against the limit: the entry plus up to two
 /// 8-byte index slots (load factor 1/4..1/2).
-pub const BYTES_PER_ENTRY: u64 = 56 + 16;
+pub(crate) const BYTES_PER_ENTRY: u64 = 56 + 16;
 const PARTITION_BITS: u32 = 6;
 const PARTITIONS: usize = 1 << PARTITION_BITS;
 
 /// A distinct board being counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub key: BoardKey,
     /// [`first_seen`] of the first occurrence.
     pub first: u64,
@@ -45,12 +45,12 @@ pub struct Entry {
 
 /// Packs (game_no, ply) so that integer order is occurrence order.
 #[inline]
-pub fn first_seen(game_no: u64, ply: u32) -> u64 {
+pub(crate) fn first_seen(game_no: u64, ply: u32) -> u64 {
     (game_no << 16) | u64::from(ply)
 }
 
 /// Inverse of [`first_seen`].
-pub fn split_first_seen(first: u64) -> (u64, u32) {
+pub(crate) fn split_first_seen(first: u64) -> (u64, u32) {
     (first >> 16, (first & 0xffff) as u32)
 }
 
@@ -291,14 +291,14 @@ fn partition_path(dir: &Path, p: usize) -> PathBuf {
 }
 
 /// Counts the distinct boards of every split.
-pub struct Aggregator {
+pub(crate) struct Aggregator {
     sets: Vec<BoardSet>,
     max_entries: usize,
 }
 
 /// One accepted game's boards inside a [`KeyBatch`].
 #[derive(Debug, Clone, Copy)]
-pub struct BatchGame {
+pub(crate) struct BatchGame {
     pub split: u8,
     pub game_no: u64,
     pub boards: u32,
@@ -306,14 +306,14 @@ pub struct BatchGame {
 
 /// Boards of consecutive accepted games, in game order.
 #[derive(Debug, Default)]
-pub struct KeyBatch {
+pub(crate) struct KeyBatch {
     pub keys: Vec<BoardKey>,
     pub games: Vec<BatchGame>,
 }
 
 impl Aggregator {
     /// `scratch` receives spill files (one directory per split).
-    pub fn new(splits: usize, memory_limit: u64, scratch: &Path) -> Aggregator {
+    pub(crate) fn new(splits: usize, memory_limit: u64, scratch: &Path) -> Aggregator {
         let max_entries = (memory_limit / BYTES_PER_ENTRY).clamp(1024, u64::from(u32::MAX - 1));
         Aggregator {
             sets: (0..splits)
@@ -374,7 +374,7 @@ impl Aggregator {
     }
 
     /// Adds the boards of a batch of games.
-    pub fn add(&mut self, batch: &KeyBatch) -> Result<(), IngestError> {
+    pub(crate) fn add(&mut self, batch: &KeyBatch) -> Result<(), IngestError> {
         let mut at = 0usize;
         for game in &batch.games {
             let s = usize::from(game.split);
@@ -394,12 +394,12 @@ impl Aggregator {
     }
 
     /// Whether any split spilled to disk.
-    pub fn spilled(&self) -> bool {
+    pub(crate) fn spilled(&self) -> bool {
         self.sets.iter().any(|s| s.generations > 0)
     }
 
     /// The distinct boards of each split, in order of first occurrence.
-    pub fn finish(self) -> Result<Vec<BoardStream>, IngestError> {
+    pub(crate) fn finish(self) -> Result<Vec<BoardStream>, IngestError> {
         let max_entries = self.max_entries;
         let mut streams = Vec::with_capacity(self.sets.len());
         for mut set in self.sets {
@@ -542,7 +542,7 @@ fn dedup_partition(
 }
 
 /// K-way merge of run files by first occurrence.
-pub struct MergeRuns {
+pub(crate) struct MergeRuns {
     readers: Vec<EntryReader>,
     heads: BinaryHeap<Reverse<(u64, usize)>>,
     pending: Vec<Option<Entry>>,
@@ -589,7 +589,7 @@ impl Iterator for MergeRuns {
 }
 
 /// A split's distinct boards, in order of first occurrence.
-pub enum BoardStream {
+pub(crate) enum BoardStream {
     Memory(std::vec::IntoIter<Entry>),
     Merged(MergeRuns),
 }

@@ -13,7 +13,7 @@ use std::io::{self, Read};
 use memchr::memmem;
 
 /// Bytes per block before cutting at the last game boundary.
-pub const BLOCK_BYTES: usize = 1 << 20;
+pub(crate) const BLOCK_BYTES: usize = 1 << 20;
 
 /// What a block holds.
 #[derive(Debug)]
@@ -45,7 +45,7 @@ pub struct Block {
 
 impl Block {
     /// Length of the input this block covers.
-    pub fn span(&self) -> u64 {
+    pub(crate) fn span(&self) -> u64 {
         match self.kind {
             BlockKind::Games => self.data.len() as u64,
             BlockKind::Oversized { skipped } => skipped,
@@ -77,7 +77,7 @@ fn is_game_start(data: &[u8], i: usize) -> bool {
 
 /// How a game start was recognised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StartRule {
+pub(crate) enum StartRule {
     /// A `[` line after a blank line (how exporters separate games).
     BlankLine,
     /// A `[` line after a movetext line (PGN without blank lines).
@@ -86,7 +86,7 @@ pub enum StartRule {
 
 /// The last game start in `data` after position 0 by the blank-line rule,
 /// or, failing that, the last `[` line after a movetext line.
-pub fn last_game_start(data: &[u8]) -> Option<(usize, StartRule)> {
+pub(crate) fn last_game_start(data: &[u8]) -> Option<(usize, StartRule)> {
     let finder = memmem::FinderRev::new(b"\n[");
     let mut fallback = None;
     let mut end = data.len();
@@ -115,7 +115,7 @@ fn after_movetext_line(data: &[u8], nl: usize) -> bool {
 
 /// The first game start in `data[from + 1..end]`, by either rule: after a
 /// blank line, or after a movetext line.
-pub fn next_game_start(data: &[u8], from: usize, end: usize) -> Option<usize> {
+pub(crate) fn next_game_start(data: &[u8], from: usize, end: usize) -> Option<usize> {
     let end = end.min(data.len());
     let mut at = from;
     while at < end {
@@ -130,7 +130,7 @@ pub fn next_game_start(data: &[u8], from: usize, end: usize) -> Option<usize> {
 }
 
 /// Every game start (blank-line rule) in `data`, in order.
-pub fn game_starts(data: &[u8]) -> impl Iterator<Item = usize> + '_ {
+pub(crate) fn game_starts(data: &[u8]) -> impl Iterator<Item = usize> + '_ {
     memmem::find_iter(data, b"\n[")
         .map(|nl| nl + 1)
         .filter(move |&i| is_game_start(data, i))
@@ -159,7 +159,7 @@ enum Fill {
 }
 
 impl<R: Read> Chunker<R> {
-    pub fn new(reader: R, input: usize, max_game_bytes: usize) -> Chunker<R> {
+    pub(crate) fn new(reader: R, input: usize, max_game_bytes: usize) -> Chunker<R> {
         Chunker::with_block_bytes(reader, input, max_game_bytes, BLOCK_BYTES)
     }
 
@@ -184,7 +184,7 @@ impl<R: Read> Chunker<R> {
     }
 
     /// Reuses the buffers of processed blocks sent to `rx`.
-    pub fn with_recycler(mut self, rx: crossbeam_channel::Receiver<Vec<u8>>) -> Chunker<R> {
+    pub(crate) fn with_recycler(mut self, rx: crossbeam_channel::Receiver<Vec<u8>>) -> Chunker<R> {
         self.recycle = Some(rx);
         self
     }
@@ -341,7 +341,7 @@ impl<R: Read> Chunker<R> {
 
 /// Number of `\n` bytes.
 #[inline]
-pub fn count_newlines(data: &[u8]) -> u64 {
+pub(crate) fn count_newlines(data: &[u8]) -> u64 {
     // SWAR: eight bytes at a time; a byte is 0x80 in `hit` iff it was '\n'.
     const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
     let mut chunks = data.chunks_exact(8);

@@ -1,9 +1,8 @@
-//! Ingest configuration: raw options (from a pipeline TOML file and the
-//! command line, merged) validated into an [`IngestConfig`].
+//! Ingest's options ([`IngestOptions`]: the command line and the `[ingest]`
+//! table of a pipeline file) validated into an [`IngestConfig`].
 //!
-//! Paths in a pipeline file are relative to that file, never to the working
-//! directory. `crate:NAME/PATH` names a file inside a dependency's source, found
-//! with `cargo metadata` (the demo's embedded Lichess games ship in
+//! `crate:NAME/PATH` names a file inside a dependency's source, found with
+//! `cargo metadata` (the demo's embedded Lichess games ship in
 //! `pgn-reader`).
 
 use std::{
@@ -14,19 +13,15 @@ use std::{
     str::FromStr,
 };
 
+use clap::{Args, ValueHint};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+use crate::options::ByteSize;
 
 /// Configuration problems, naming the option or file at fault.
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("{}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: {message}", path.display())]
-    Toml { path: PathBuf, message: String },
     #[error(
         "no input: give PGN files (.pgn, .pgn.zst) or '-' for standard input, or a pipeline config with [[ingest.inputs]]"
     )]
@@ -62,8 +57,21 @@ pub enum ConfigError {
 /// Lichess speed classes, from the estimated duration base + 40 * increment
 /// (lichess `chess.Speed`): ultrabullet < 30 s, bullet < 180 s, blitz < 480 s,
 /// rapid < 1500 s, classical otherwise; correspondence when there is no clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
+#[value(rename_all = "lowercase")]
 pub enum Speed {
     UltraBullet,
     Bullet,
@@ -75,7 +83,7 @@ pub enum Speed {
 
 impl Speed {
     /// Every speed class.
-    pub const ALL: [Speed; 6] = [
+    pub(crate) const ALL: [Speed; 6] = [
         Speed::UltraBullet,
         Speed::Bullet,
         Speed::Blitz,
@@ -85,7 +93,7 @@ impl Speed {
     ];
 
     /// The class of a clock with `base` seconds and `increment` seconds per move.
-    pub fn from_clock(base: u32, increment: u32) -> Speed {
+    pub(crate) fn from_clock(base: u32, increment: u32) -> Speed {
         let estimate = u64::from(base) + 40 * u64::from(increment);
         match estimate {
             0..30 => Speed::UltraBullet,
@@ -97,7 +105,7 @@ impl Speed {
     }
 
     /// Lower-case name, as stored in `games.speed`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Speed::UltraBullet => "ultrabullet",
             Speed::Bullet => "bullet",
@@ -112,21 +120,6 @@ impl Speed {
 impl fmt::Display for Speed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-impl FromStr for Speed {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Speed, String> {
-        Speed::ALL
-            .into_iter()
-            .find(|sp| sp.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                format!(
-                    "unknown speed {s:?}; expected one of {}",
-                    Speed::ALL.map(Speed::name).join(", ")
-                )
-            })
     }
 }
 
@@ -164,7 +157,7 @@ pub struct GameFilter {
 
 impl GameFilter {
     /// True when no filter is active.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         !self.rated_only
             && self.speeds.is_none()
             && self.min_elo.is_none()
@@ -228,7 +221,7 @@ pub struct IngestConfig {
 
 impl IngestConfig {
     /// All split names this ingest writes, in a stable order.
-    pub fn splits(&self) -> Vec<String> {
+    pub(crate) fn splits(&self) -> Vec<String> {
         let mut splits: Vec<String> = Vec::new();
         for input in &self.inputs {
             if !splits.contains(&input.split) {
@@ -242,7 +235,7 @@ impl IngestConfig {
     }
 
     /// The options as recorded in the manifest.
-    pub fn options_json(&self) -> serde_json::Value {
+    pub(crate) fn options_json(&self) -> serde_json::Value {
         serde_json::json!({
             "filter": self.filter,
             "selection": self.selection,
@@ -255,124 +248,129 @@ impl IngestConfig {
     }
 }
 
-/// Raw options, every field optional: a pipeline file's `[ingest]` table and
-/// the command line both produce one; [`IngestOptions::merge`] lets the command
-/// line win.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `chessbench ingest`'s options: the command line and the `[ingest]` table
+/// of a pipeline file (see [`crate::options`]).
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 pub struct IngestOptions {
-    #[serde(default)]
-    pub inputs: Vec<RawInput>,
+    /// PGN inputs: .pgn or .pgn.zst files (zstd is detected from the data), or
+    /// '-' for standard input. In a pipeline file, `[[ingest.inputs]]` tables
+    /// with a `path` and the `split` its games go to.
+    #[arg(value_name = "INPUT", value_hint = ValueHint::FilePath)]
+    pub inputs: Vec<InputArg>,
+    /// Run directory to write (created if needed; the splits written replace
+    /// existing ones, other splits are kept).
+    #[arg(short, long, value_name = "RUN_DIR", value_hint = ValueHint::DirPath)]
     pub out: Option<PathBuf>,
-    pub split: Option<String>,
-    pub rated_only: Option<bool>,
-    pub speeds: Option<Vec<String>>,
-    pub min_elo: Option<u16>,
-    pub max_elo: Option<u16>,
-    pub max_games: Option<u64>,
-    pub sample_games: Option<u64>,
-    pub seed: Option<u64>,
+    /// Split the inputs' games go to (an input's own `split` wins).
+    #[arg(long, value_name = "NAME", default_value = "train", help_heading = "Splits")]
+    pub split: String,
+    /// Move this fraction of games to the test split, by a stable hash of the
+    /// Lichess game id (or of Event/Site/Date/Round/White/Black elsewhere).
+    #[arg(long, value_name = "F", help_heading = "Splits")]
     pub test_fraction: Option<f64>,
-    pub test_split: Option<String>,
-    pub max_comment_bytes: Option<String>,
-    pub max_game_bytes: Option<String>,
+    /// Name of the split --test-fraction fills.
+    #[arg(long, value_name = "NAME", default_value = "test", help_heading = "Splits")]
+    pub test_split: String,
+    /// Keep only rated games (Event not "Casual ...", both Elos known).
+    #[arg(long, help_heading = "Filters")]
+    pub rated_only: bool,
+    /// Keep only these speed classes (Lichess: base + 40 x increment).
+    #[arg(
+        long = "speed",
+        value_name = "SPEED",
+        value_delimiter = ',',
+        help_heading = "Filters"
+    )]
+    pub speeds: Vec<Speed>,
+    /// Both players' Elo must be at least this.
+    #[arg(long, value_name = "ELO", help_heading = "Filters")]
+    pub min_elo: Option<u16>,
+    /// Both players' Elo must be at most this.
+    #[arg(long, value_name = "ELO", help_heading = "Filters")]
+    pub max_elo: Option<u16>,
+    /// Stop after N accepted games (in input order).
+    #[arg(long, value_name = "N", help_heading = "Selection")]
+    pub max_games: Option<u64>,
+    /// Keep a uniform random sample of N accepted games (one pass,
+    /// deterministic for a given --seed), like the paper's 10^4..10^7 draws.
+    #[arg(long, value_name = "N", help_heading = "Selection")]
+    pub sample_games: Option<u64>,
+    /// Seed for --sample-games.
+    #[arg(long, value_name = "S", default_value_t = 0, help_heading = "Selection")]
+    pub seed: u64,
+    /// Reject games with a comment longer than this.
+    #[arg(long, value_name = "SIZE", default_value = "1MiB", help_heading = "Limits")]
+    pub max_comment_bytes: ByteSize,
+    /// Reject, without parsing, games longer than this (at least 4KiB).
+    #[arg(long, value_name = "SIZE", default_value = "32MiB", help_heading = "Limits")]
+    pub max_game_bytes: ByteSize,
+    /// Worker threads [default: the number of cores].
+    #[arg(short = 'j', long, value_name = "N", help_heading = "Resources")]
     pub threads: Option<usize>,
-    pub memory_limit: Option<String>,
-    #[serde(skip)]
-    pub progress: Option<bool>,
-    /// Directory relative paths are resolved against (the pipeline file's).
-    #[serde(skip)]
-    pub base_dir: Option<PathBuf>,
+    /// Memory for board deduplication before it spills to disk (at least
+    /// 1MiB).
+    #[arg(long, value_name = "SIZE", default_value = "4GiB", help_heading = "Resources")]
+    pub memory_limit: ByteSize,
 }
 
-/// An input as written: a path (or `-`, or `crate:NAME/PATH`) and its split.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawInput {
+crate::options::stage!(IngestOptions, "ingest");
+
+/// An input as written: a path (or `-`, or `crate:NAME/PATH`) and the split
+/// its games go to. On the command line just the path; in a pipeline file a
+/// table `{ path = "...", split = "..." }` (or just the path).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InputArg {
     pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub split: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
-struct PipelineFile {
-    ingest: Option<IngestOptions>,
+impl FromStr for InputArg {
+    type Err = std::convert::Infallible;
+    fn from_str(path: &str) -> Result<InputArg, Self::Err> {
+        Ok(InputArg {
+            path: path.to_owned(),
+            split: None,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for InputArg {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<InputArg, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Path(String),
+            Table {
+                path: String,
+                #[serde(default)]
+                split: Option<String>,
+            },
+        }
+        Ok(match Raw::deserialize(d)? {
+            Raw::Path(path) => InputArg { path, split: None },
+            Raw::Table { path, split } => InputArg { path, split },
+        })
+    }
 }
 
 impl IngestOptions {
-    /// Reads the `[ingest]` table of a pipeline file.
-    pub fn from_pipeline_file(path: &Path) -> Result<IngestOptions, ConfigError> {
-        use crate::pipeline::{self, PipelineFileError};
-        let (file, base): (PipelineFile, _) = pipeline::read(path).map_err(|e| match e {
-            PipelineFileError::Read(source) => ConfigError::Read {
-                path: path.to_owned(),
-                source,
-            },
-            PipelineFileError::Toml(message) => ConfigError::Toml {
-                path: path.to_owned(),
-                message,
-            },
-        })?;
-        let mut options = file.ingest.unwrap_or_default();
-        options.base_dir = Some(base);
-        Ok(options)
-    }
-
-    /// `self` overridden by every option `cli` sets. Inputs given on the
-    /// command line replace the file's inputs.
-    pub fn merge(self, cli: IngestOptions) -> IngestOptions {
-        let inputs_from_cli = !cli.inputs.is_empty();
-        IngestOptions {
-            inputs: if inputs_from_cli {
-                cli.inputs
-            } else {
-                self.inputs
-            },
-            out: cli.out.or(self.out),
-            split: cli.split.or(self.split),
-            rated_only: cli.rated_only.or(self.rated_only),
-            speeds: cli.speeds.or(self.speeds),
-            min_elo: cli.min_elo.or(self.min_elo),
-            max_elo: cli.max_elo.or(self.max_elo),
-            max_games: cli.max_games.or(self.max_games),
-            sample_games: cli.sample_games.or(self.sample_games),
-            seed: cli.seed.or(self.seed),
-            test_fraction: cli.test_fraction.or(self.test_fraction),
-            test_split: cli.test_split.or(self.test_split),
-            max_comment_bytes: cli.max_comment_bytes.or(self.max_comment_bytes),
-            max_game_bytes: cli.max_game_bytes.or(self.max_game_bytes),
-            threads: cli.threads.or(self.threads),
-            memory_limit: cli.memory_limit.or(self.memory_limit),
-            progress: cli.progress.or(self.progress),
-            // Paths from the file stay relative to the file; the command
-            // line's (inputs, out) are relative to the working directory.
-            base_dir: if inputs_from_cli { None } else { self.base_dir },
-        }
-    }
-
     /// Validates into a config; checks that every input file can be opened.
-    pub fn validate(self, cli_out: bool) -> Result<IngestConfig, ConfigError> {
-        let base = self.base_dir.clone();
-        let resolve = |p: &Path| -> PathBuf {
-            match &base {
-                Some(dir) if p.is_relative() => normalize(&dir.join(p)),
-                _ => p.to_owned(),
-            }
-        };
-        let default_split = self.split.clone().unwrap_or_else(|| "train".to_owned());
-        check_split(&default_split)?;
+    pub fn validate(&self) -> Result<IngestConfig, ConfigError> {
+        check_split(&self.split)?;
         if self.inputs.is_empty() {
             return Err(ConfigError::NoInputs);
         }
         let mut inputs = Vec::with_capacity(self.inputs.len());
         for raw in &self.inputs {
-            let split = raw.split.clone().unwrap_or_else(|| default_split.clone());
+            let split = raw.split.clone().unwrap_or_else(|| self.split.clone());
             check_split(&split)?;
             let source = if raw.path == "-" {
                 Source::Stdin
             } else if let Some(spec) = raw.path.strip_prefix("crate:") {
-                Source::Path(resolve_crate_path(spec, base.as_deref())?)
+                Source::Path(resolve_crate_path(spec)?)
             } else {
-                Source::Path(resolve(Path::new(&raw.path)))
+                Source::Path(PathBuf::from(&raw.path))
             };
             if let Source::Path(path) = &source {
                 check_readable(path)?;
@@ -387,29 +385,14 @@ impl IngestOptions {
         if stdin_count > 1 {
             return Err(ConfigError::StdinTwice(stdin_count));
         }
-        let out = match &self.out {
-            Some(out) if cli_out => out.clone(),
-            Some(out) => resolve(out),
-            None => return Err(ConfigError::NoOutput),
-        };
-        let speeds = match &self.speeds {
-            None => None,
-            Some(list) => Some(
-                list.iter()
-                    .map(|s| s.parse::<Speed>())
-                    .collect::<Result<BTreeSet<_>, _>>()
-                    .map_err(|message| ConfigError::Invalid {
-                        option: "--speed",
-                        message,
-                    })?,
-            ),
-        };
+        let out = self.out.clone().ok_or(ConfigError::NoOutput)?;
+        let speeds = (!self.speeds.is_empty()).then(|| self.speeds.iter().copied().collect());
         if let (Some(min), Some(max)) = (self.min_elo, self.max_elo)
             && min > max
         {
             return Err(ConfigError::EloRange { min, max });
         }
-        let test_split = self.test_split.clone().unwrap_or_else(|| "test".to_owned());
+        let test_split = self.test_split.clone();
         check_split(&test_split)?;
         if let Some(f) = self.test_fraction {
             if !(0.0..=1.0).contains(&f) {
@@ -421,36 +404,30 @@ impl IngestOptions {
         }
         if self.max_games == Some(0) {
             return Err(ConfigError::Invalid {
-                option: "--max-games",
+                option: "max_games",
                 message: "must be at least 1".into(),
             });
         }
         if self.sample_games == Some(0) {
             return Err(ConfigError::Invalid {
-                option: "--sample-games",
+                option: "sample_games",
                 message: "must be at least 1".into(),
             });
         }
-        let mut limits = Limits::default();
-        if let Some(s) = &self.max_comment_bytes {
-            limits.max_comment_bytes = parse_size(s, "--max-comment-bytes")? as usize;
-        }
-        if let Some(s) = &self.max_game_bytes {
-            limits.max_game_bytes = parse_size(s, "--max-game-bytes")? as usize;
-        }
+        let limits = Limits {
+            max_comment_bytes: self.max_comment_bytes.0 as usize,
+            max_game_bytes: self.max_game_bytes.0 as usize,
+        };
         if limits.max_game_bytes < 4096 {
             return Err(ConfigError::Invalid {
-                option: "--max-game-bytes",
+                option: "max_game_bytes",
                 message: "must be at least 4 KiB".into(),
             });
         }
-        let memory_limit = match &self.memory_limit {
-            Some(s) => parse_size(s, "--memory-limit")?,
-            None => DEFAULT_MEMORY_LIMIT,
-        };
+        let memory_limit = self.memory_limit.0;
         if memory_limit < (1 << 20) {
             return Err(ConfigError::Invalid {
-                option: "--memory-limit",
+                option: "memory_limit",
                 message: "must be at least 1 MiB".into(),
             });
         }
@@ -462,7 +439,7 @@ impl IngestOptions {
             inputs,
             out,
             filter: GameFilter {
-                rated_only: self.rated_only.unwrap_or(false),
+                rated_only: self.rated_only,
                 speeds,
                 min_elo: self.min_elo,
                 max_elo: self.max_elo,
@@ -471,7 +448,7 @@ impl IngestOptions {
                 max_games: self.max_games,
                 sample: self.sample_games.map(|games| Sample {
                     games,
-                    seed: self.seed.unwrap_or(0),
+                    seed: self.seed,
                 }),
             },
             test_fraction: self.test_fraction,
@@ -479,35 +456,10 @@ impl IngestOptions {
             limits,
             threads,
             memory_limit,
-            progress: self.progress.unwrap_or(true),
+            progress: true,
         })
     }
 }
-
-/// Removes `.` and `name/..` components without touching the filesystem.
-fn normalize(path: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir
-                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
-            {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    if out.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        out
-    }
-}
-
-/// Default memory for board deduplication.
-pub const DEFAULT_MEMORY_LIMIT: u64 = 4 << 30;
 
 fn check_split(name: &str) -> Result<(), ConfigError> {
     let ok = !name.is_empty()
@@ -537,34 +489,11 @@ fn check_readable(path: &Path) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Parses `4GiB`, `512MiB`, `64KiB`, `2G`, `1000000` (bytes).
-pub fn parse_size(text: &str, option: &'static str) -> Result<u64, ConfigError> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let invalid = |message: String| ConfigError::Invalid { option, message };
-    let value: f64 = number.parse().map_err(|_| {
-        invalid(format!(
-            "{text:?} is not a size like 4GiB, 512MiB or 1000000"
-        ))
-    })?;
-    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(invalid(format!("unknown unit {other:?} in {text:?}"))),
-    };
-    Ok((value * scale as f64) as u64)
-}
-
-/// Resolves `NAME/PATH` to a file in the source of dependency NAME, using
-/// `cargo metadata` on the project that contains `near` (or the working
-/// directory).
-pub fn resolve_crate_path(spec: &str, near: Option<&Path>) -> Result<PathBuf, ConfigError> {
+/// Resolves `NAME/PATH` to a file in the source of dependency NAME of the
+/// chessbench project this binary was built from (`cargo metadata` on its
+/// Cargo.toml), wherever the spec was written: the demo's Lichess games ship
+/// inside `pgn-reader`.
+pub fn resolve_crate_path(spec: &str) -> Result<PathBuf, ConfigError> {
     let err = |message: String| ConfigError::Crate {
         spec: format!("crate:{spec}"),
         message,
@@ -572,16 +501,13 @@ pub fn resolve_crate_path(spec: &str, near: Option<&Path>) -> Result<PathBuf, Co
     let (name, rel) = spec
         .split_once('/')
         .ok_or_else(|| err("expected crate:NAME/PATH".into()))?;
-    let start = near.map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let manifest = start
-        .canonicalize()
-        .ok()
-        .and_then(|dir| {
-            dir.ancestors()
-                .map(|d| d.join("Cargo.toml"))
-                .find(|p| p.is_file())
-        })
-        .ok_or_else(|| err(format!("no Cargo.toml above {}", start.display())))?;
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    if !manifest.is_file() {
+        return Err(err(format!(
+            "{} is gone: crate: paths name files of the chessbench source tree's dependencies",
+            manifest.display()
+        )));
+    }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--manifest-path"])
@@ -631,29 +557,13 @@ mod tests {
         assert_eq!(Speed::from_clock(600, 0), Speed::Rapid);
         assert_eq!(Speed::from_clock(900, 10), Speed::Rapid); // 1300 s
         assert_eq!(Speed::from_clock(1800, 0), Speed::Classical);
-        assert_eq!("Blitz".parse::<Speed>(), Ok(Speed::Blitz));
-        assert!("hyper".parse::<Speed>().is_err());
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4GiB", "x").unwrap(), 4 << 30);
-        assert_eq!(parse_size("512MiB", "x").unwrap(), 512 << 20);
-        assert_eq!(parse_size("1.5k", "x").unwrap(), 1536);
-        assert_eq!(parse_size("1000", "x").unwrap(), 1000);
-        assert!(parse_size("lots", "x").is_err());
-        assert!(parse_size("5 parsecs", "x").is_err());
-    }
-
-    #[test]
-    fn paths_are_normalized() {
+        use clap::ValueEnum;
+        assert_eq!(Speed::from_str("blitz", false), Ok(Speed::Blitz));
+        assert!(Speed::from_str("hyper", false).is_err());
         assert_eq!(
-            normalize(Path::new("pipeline/../runs/demo")),
-            PathBuf::from("runs/demo")
+            serde_json::to_value(Speed::UltraBullet).unwrap(),
+            "ultrabullet"
         );
-        assert_eq!(normalize(Path::new("./a/./b")), PathBuf::from("a/b"));
-        assert_eq!(normalize(Path::new("../x")), PathBuf::from("../x"));
-        assert_eq!(normalize(Path::new("a/..")), PathBuf::from("."));
     }
 
     #[test]
@@ -666,56 +576,27 @@ mod tests {
     }
 
     #[test]
-    fn cli_overrides_file() {
-        let file = IngestOptions {
-            inputs: vec![RawInput {
-                path: "a.pgn".into(),
-                split: None,
-            }],
-            max_games: Some(10),
-            min_elo: Some(1000),
-            base_dir: Some("/cfg".into()),
-            ..Default::default()
-        };
-        let cli = IngestOptions {
-            max_games: Some(5),
-            ..Default::default()
-        };
-        let merged = file.merge(cli);
-        assert_eq!(merged.max_games, Some(5));
-        assert_eq!(merged.min_elo, Some(1000));
-        assert_eq!(merged.inputs.len(), 1);
-        assert_eq!(merged.base_dir, Some(PathBuf::from("/cfg")));
-    }
-
-    #[test]
     fn validation_errors_name_the_problem() {
         let tmp = tempfile::tempdir().unwrap();
         let pgn = tmp.path().join("a.pgn");
         std::fs::write(&pgn, "").unwrap();
         let base = || IngestOptions {
-            inputs: vec![RawInput {
-                path: pgn.display().to_string(),
-                split: None,
-            }],
+            inputs: vec![pgn.display().to_string().parse().unwrap()],
             out: Some(tmp.path().join("run")),
             ..Default::default()
         };
-        assert!(base().validate(true).is_ok());
+        assert!(base().validate().is_ok());
         let missing = IngestOptions {
-            inputs: vec![RawInput {
-                path: "/no/such.pgn".into(),
-                split: None,
-            }],
+            inputs: vec!["/no/such.pgn".parse().unwrap()],
             ..base()
         };
-        let e = missing.validate(true).unwrap_err().to_string();
+        let e = missing.validate().unwrap_err().to_string();
         assert!(e.contains("/no/such.pgn"), "{e}");
         let e = IngestOptions {
             test_fraction: Some(1.5),
             ..base()
         }
-        .validate(true)
+        .validate()
         .unwrap_err();
         assert!(matches!(e, ConfigError::TestFraction(_)));
         let e = IngestOptions {
@@ -723,16 +604,24 @@ mod tests {
             max_elo: Some(1000),
             ..base()
         }
-        .validate(true)
+        .validate()
         .unwrap_err();
         assert!(matches!(e, ConfigError::EloRange { .. }));
         let e = IngestOptions {
-            speeds: Some(vec!["hyperbullet".into()]),
+            max_game_bytes: ByteSize(100),
             ..base()
         }
-        .validate(true)
+        .validate()
         .unwrap_err()
         .to_string();
-        assert!(e.contains("hyperbullet") && e.contains("blitz"), "{e}");
+        assert!(e.contains("max_game_bytes"), "{e}");
+        assert!(matches!(
+            IngestOptions {
+                out: None,
+                ..base()
+            }
+            .validate(),
+            Err(ConfigError::NoOutput)
+        ));
     }
 }

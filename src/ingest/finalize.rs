@@ -35,7 +35,7 @@ use crate::{
 
 /// Record counts of a split (Table A1).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BoardTotals {
+pub(crate) struct BoardTotals {
     /// Distinct boards.
     pub state_value: u64,
     /// Distinct boards with a legal move.
@@ -60,7 +60,7 @@ impl std::ops::AddAssign for BoardTotals {
 const JOB_BOARDS: usize = 16 * 1024;
 
 /// Writes all parts of one split. `done` counts boards written (progress).
-pub fn write_split(
+pub(crate) fn write_split(
     mut stream: BoardStream,
     boards_dir: &Path,
     moves_dir: &Path,

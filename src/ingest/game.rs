@@ -11,7 +11,7 @@ use super::config::{GameFilter, Limits, Speed};
 
 /// Most plies a game may have (keeps the ply in 16 bits of the board's
 /// first-occurrence key; real games stay below 1,000).
-pub const MAX_PLIES: usize = 65_000;
+pub(crate) const MAX_PLIES: usize = 65_000;
 
 /// Why a game was not accepted (`rejects.reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -48,7 +48,8 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason.
-    pub const ALL: [RejectReason; 14] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [RejectReason; 14] = [
         RejectReason::ParseError,
         RejectReason::InvalidUtf8,
         RejectReason::GameTooLarge,
@@ -89,7 +90,7 @@ impl RejectReason {
 /// Tags chessbench reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
-pub enum Tag {
+pub(crate) enum Tag {
     Event,
     Site,
     Date,
@@ -197,19 +198,19 @@ impl Tags {
     }
 
     /// The value of a tag, if present.
-    pub fn get(&self, tag: Tag) -> Option<&str> {
+    pub(crate) fn get(&self, tag: Tag) -> Option<&str> {
         (self.present & (1 << tag as usize) != 0).then(|| self.values[tag as usize].as_str())
     }
 
     /// The value unless absent or a PGN "unknown" placeholder (`?`, `-`, empty).
-    pub fn known(&self, tag: Tag) -> Option<&str> {
+    pub(crate) fn known(&self, tag: Tag) -> Option<&str> {
         self.get(tag)
             .filter(|v| !v.is_empty() && *v != "?" && *v != "-" && *v != "*")
     }
 }
 
 /// The Lichess game id in a Site tag (`https://lichess.org/abcdEFGH`).
-pub fn lichess_id(site: &str) -> Option<&str> {
+pub(crate) fn lichess_id(site: &str) -> Option<&str> {
     let rest = site
         .strip_prefix("https://lichess.org/")
         .or_else(|| site.strip_prefix("http://lichess.org/"))?;
@@ -218,13 +219,13 @@ pub fn lichess_id(site: &str) -> Option<&str> {
 }
 
 /// A numeric Elo tag.
-pub fn parse_elo(value: Option<&str>) -> Option<u16> {
+pub(crate) fn parse_elo(value: Option<&str>) -> Option<u16> {
     value.and_then(|v| v.trim().parse().ok())
 }
 
 /// TimeControl `base+increment` (seconds) or `base`; None for `-`, `?`,
 /// multi-stage controls and garbage.
-pub fn parse_clock(value: Option<&str>) -> Option<(u32, u32)> {
+pub(crate) fn parse_clock(value: Option<&str>) -> Option<(u32, u32)> {
     let v = value?.trim();
     let (base, inc) = v.split_once('+').unwrap_or((v, "0"));
     Some((base.parse().ok()?, inc.parse().ok()?))
@@ -232,7 +233,7 @@ pub fn parse_clock(value: Option<&str>) -> Option<(u32, u32)> {
 
 /// The speed class of a TimeControl tag: a clock, `-` (correspondence /
 /// unlimited), or None when absent or unparsable.
-pub fn speed_of(time_control: Option<&str>) -> Option<Speed> {
+pub(crate) fn speed_of(time_control: Option<&str>) -> Option<Speed> {
     match time_control.map(str::trim) {
         Some("-") => Some(Speed::Correspondence),
         tc => parse_clock(tc).map(|(b, i)| Speed::from_clock(b, i)),
@@ -240,7 +241,7 @@ pub fn speed_of(time_control: Option<&str>) -> Option<Speed> {
 }
 
 /// Days since 1970-01-01 of a `YYYY.MM.DD` tag with every part known.
-pub fn parse_date(value: Option<&str>) -> Option<i32> {
+pub(crate) fn parse_date(value: Option<&str>) -> Option<i32> {
     let mut parts = value?.trim().splitn(3, '.');
     let y: i64 = parts.next()?.parse().ok()?;
     let m: i64 = parts.next()?.parse().ok()?;
@@ -259,7 +260,7 @@ pub fn parse_date(value: Option<&str>) -> Option<i32> {
 }
 
 /// Seconds since midnight of an `HH:MM:SS` tag.
-pub fn parse_time(value: Option<&str>) -> Option<i32> {
+pub(crate) fn parse_time(value: Option<&str>) -> Option<i32> {
     let mut parts = value?.trim().splitn(3, ':');
     let h: i32 = parts.next()?.parse().ok()?;
     let m: i32 = parts.next()?.parse().ok()?;

@@ -33,26 +33,20 @@ impl<R: Read> Read for Counting<R> {
 }
 
 /// An opened input: a stream of PGN bytes.
-pub struct OpenInput {
+pub(crate) struct OpenInput {
     pub reader: Box<dyn Read + Send>,
     pub zstd: bool,
-    /// Size on disk, when known (files).
-    pub size: Option<u64>,
 }
 
 /// Opens an input. `counter` receives the number of raw bytes read.
-pub fn open(spec: &InputSpec, counter: Arc<AtomicU64>) -> Result<OpenInput, IngestError> {
+pub(crate) fn open(spec: &InputSpec, counter: Arc<AtomicU64>) -> Result<OpenInput, IngestError> {
     let input_err = |source: io::Error| IngestError::Input {
         input: spec.display.clone(),
         source,
     };
-    let (raw, size): (Box<dyn Read + Send>, Option<u64>) = match &spec.source {
-        Source::Stdin => (Box::new(io::stdin()), None),
-        Source::Path(path) => {
-            let file = File::open(path).map_err(input_err)?;
-            let size = file.metadata().ok().map(|m| m.len());
-            (Box::new(file), size)
-        }
+    let raw: Box<dyn Read + Send> = match &spec.source {
+        Source::Stdin => Box::new(io::stdin()),
+        Source::Path(path) => Box::new(File::open(path).map_err(input_err)?),
     };
     let mut raw = Counting {
         inner: raw,
@@ -75,13 +69,11 @@ pub fn open(spec: &InputSpec, counter: Arc<AtomicU64>) -> Result<OpenInput, Inge
         Ok(OpenInput {
             reader: Box::new(decoder),
             zstd: true,
-            size,
         })
     } else {
         Ok(OpenInput {
             reader: Box::new(stream),
             zstd: false,
-            size,
         })
     }
 }

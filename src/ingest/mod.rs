@@ -14,18 +14,19 @@
 //! Everything is written into a staging directory and committed atomically
 //! with the manifest (see [`crate::store::commit`]).
 
-pub mod boards;
+pub(crate) mod boards;
 pub mod chunker;
 pub mod config;
-pub mod finalize;
+pub(crate) mod finalize;
 pub mod game;
-pub mod input;
-pub mod sample;
-pub mod tables;
+pub(crate) mod input;
+pub(crate) mod sample;
+pub(crate) mod tables;
 pub mod worker;
 
 use std::{
     collections::{BTreeMap, HashSet},
+    io::{self, Write},
     path::PathBuf,
     sync::{
         Arc, Mutex,
@@ -35,7 +36,7 @@ use std::{
 };
 
 use crossbeam_channel::{Receiver, Sender, bounded};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use thiserror::Error;
 
 use self::{
@@ -48,10 +49,13 @@ use self::{
     tables::{GamesBuilder, Position, RejectsBuilder, RowSink},
     worker::{BlockResult, Emit, Verdict, WorkerSettings, process_block, replay},
 };
-use crate::chess::BoardKey;
-use crate::store::{
-    RunDir, StoreError, Table,
-    manifest::{IngestRecord, InputRecord, SplitCounts, SplitManifest},
+use crate::{
+    chess::BoardKey,
+    store::{
+        RunDir, StoreError, Table,
+        manifest::{IngestRecord, InputRecord, SplitCounts, SplitManifest},
+    },
+    ui::{Report, group},
 };
 
 /// Ingest failures. Bad *games* are never errors (they go to `rejects`);
@@ -79,6 +83,8 @@ pub enum IngestError {
 /// What an ingest did.
 #[derive(Debug, Clone)]
 pub struct Summary {
+    /// The run directory written.
+    pub out: PathBuf,
     pub splits: Vec<(String, SplitCounts)>,
     pub inputs: Vec<InputRecord>,
     pub seconds: f64,
@@ -93,7 +99,7 @@ pub struct Summary {
 }
 
 /// Peak resident set size of this process (VmHWM), where /proc tells it.
-pub fn peak_rss() -> Option<u64> {
+pub(crate) fn peak_rss() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -106,8 +112,100 @@ impl Summary {
         self.inputs.iter().map(|i| i.games_read).sum()
     }
     /// Decompressed PGN bytes read.
-    pub fn pgn_bytes(&self) -> u64 {
+    pub(crate) fn pgn_bytes(&self) -> u64 {
         self.inputs.iter().map(|i| i.pgn_bytes).sum()
+    }
+}
+
+impl serde::Serialize for Summary {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde_json::json!({
+            "out": self.out,
+            "seconds": self.seconds,
+            "games_read": self.games_read(),
+            "pgn_bytes": self.pgn_bytes(),
+            "spilled": self.spilled,
+            "peak_rss_bytes": self.peak_rss,
+            "phases": self.phases.iter().cloned().collect::<BTreeMap<_, _>>(),
+            "inputs": self.inputs,
+            "splits": self.splits.iter().cloned().collect::<BTreeMap<_, _>>(),
+        })
+        .serialize(s)
+    }
+}
+
+impl Report for Summary {
+    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
+        let secs = self.seconds.max(1e-9);
+        writeln!(
+            out,
+            "ingested {} games ({:.1} MB of PGN) from {} input(s) in {:.2} s: {:.0} games/s, {:.1} MB/s{}",
+            group(self.games_read()),
+            self.pgn_bytes() as f64 / 1e6,
+            self.inputs.len(),
+            self.seconds,
+            self.games_read() as f64 / secs,
+            self.pgn_bytes() as f64 / 1e6 / secs,
+            if self.spilled {
+                " (board dedup spilled to disk)"
+            } else {
+                ""
+            }
+        )?;
+        let phases: Vec<String> = self
+            .phases
+            .iter()
+            .map(|(name, secs)| format!("{name} {secs:.2} s"))
+            .collect();
+        let peak = self
+            .peak_rss
+            .map(|b| format!("; peak memory {:.0} MB", b as f64 / 1e6))
+            .unwrap_or_default();
+        writeln!(out, "  phases: {}{peak}", phases.join(", "))?;
+        for (name, c) in &self.splits {
+            let rejected: u64 = c.rejected.values().sum();
+            let reasons: Vec<String> = c.rejected.iter().map(|(r, n)| format!("{r} {n}")).collect();
+            writeln!(
+                out,
+                "  {name}: {} games, {} boards ({} with a legal move), {} legal moves; {} rejected{}{}",
+                group(c.games),
+                group(c.state_value),
+                group(c.behavioral_cloning),
+                group(c.action_value),
+                group(rejected),
+                if reasons.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", reasons.join(", "))
+                },
+                if c.not_sampled > 0 {
+                    format!("; {} accepted but not sampled", group(c.not_sampled))
+                } else {
+                    String::new()
+                }
+            )?;
+        }
+        writeln!(
+            out,
+            "wrote {} (run `chessbench stats {}` for Table A1)",
+            self.out.display(),
+            self.out.display()
+        )
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.inputs
+            .iter()
+            .filter_map(|input| {
+                input.error.as_ref().map(|e| {
+                    format!(
+                        "input {} ended early with a read error after {} games: {e} \
+                         (a game cut off by it is in rejects as 'truncated')",
+                        input.source, input.games_read
+                    )
+                })
+            })
+            .collect()
     }
 }
 
@@ -396,7 +494,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
             SplitManifest {
                 ingest: record.clone(),
                 counts: c.clone(),
-                extra: BTreeMap::new(),
+                import: None,
             },
         );
     }
@@ -405,11 +503,12 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     // The splits' boards were replaced: annotations of the old boards no
     // longer apply (`annotate` also checks, should this be interrupted).
     for split in &splits {
-        crate::store::commit::remove_annotations(&config.out, split)?;
+        crate::store::chunks::remove_split(&config.out, split)?;
     }
     mark("commit", &mut phases);
     bar.finish_and_clear();
     Ok(Summary {
+        out: config.out.clone(),
         splits: splits.into_iter().zip(counts).collect(),
         inputs,
         seconds: clock.elapsed().as_secs_f64(),
@@ -431,18 +530,12 @@ fn progress_bar(config: &IngestConfig) -> ProgressBar {
             Source::Stdin => None,
         })
         .sum();
-    let bar = match total {
-        Some(t) => ProgressBar::with_draw_target(Some(t), ProgressDrawTarget::stderr()),
-        None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
-    };
     let template = if total.is_some() {
         "{spinner} [{elapsed_precise}] {bar:30} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} | {msg}"
     } else {
         "{spinner} [{elapsed_precise}] {bytes} read {bytes_per_sec} | {msg}"
     };
-    if let Ok(style) = ProgressStyle::with_template(template) {
-        bar.set_style(style);
-    }
+    let bar = crate::ui::bar(true, total, template);
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
 }
@@ -728,17 +821,4 @@ impl Collector<'_> {
         }
         Ok(())
     }
-}
-
-/// `1234567` -> `1,234,567`.
-pub fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }

@@ -21,7 +21,7 @@ use super::{IngestError, config::Speed, worker::GameMeta};
 
 /// A spooled candidate.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     pub game_no: u64,
     pub split: u8,
     pub input: u32,
@@ -33,7 +33,7 @@ pub struct Candidate {
 }
 
 /// The sampler.
-pub struct Reservoir {
+pub(crate) struct Reservoir {
     k: usize,
     seed: u64,
     heap: BinaryHeap<(u64, u64)>,
@@ -44,7 +44,7 @@ pub struct Reservoir {
 }
 
 /// The priority of a game.
-pub fn priority(game_no: u64, seed: u64) -> u64 {
+pub(crate) fn priority(game_no: u64, seed: u64) -> u64 {
     xxh3_64_with_seed(&game_no.to_le_bytes(), seed)
 }
 
@@ -56,7 +56,7 @@ fn spool_err(path: &Path, source: std::io::Error) -> IngestError {
 }
 
 impl Reservoir {
-    pub fn new(k: u64, seed: u64, dir: &Path) -> Result<Reservoir, IngestError> {
+    pub(crate) fn new(k: u64, seed: u64, dir: &Path) -> Result<Reservoir, IngestError> {
         let path = dir.join("sample-spool.bin");
         let file = File::create(&path).map_err(|e| spool_err(&path, e))?;
         Ok(Reservoir {
@@ -71,7 +71,7 @@ impl Reservoir {
     }
 
     /// Offers an accepted game; spools it if it may end up in the sample.
-    pub fn offer(&mut self, c: &Candidate) -> Result<(), IngestError> {
+    pub(crate) fn offer(&mut self, c: &Candidate) -> Result<(), IngestError> {
         self.offered += 1;
         let item = (priority(c.game_no, self.seed), c.game_no);
         if self.heap.len() < self.k {
@@ -90,13 +90,15 @@ impl Reservoir {
     }
 
     /// Accepted games offered so far.
-    pub fn offered(&self) -> u64 {
+    #[cfg(test)]
+    #[cfg(test)]
+    pub(crate) fn offered(&self) -> u64 {
         self.offered
     }
 
     /// Ends the stream: the selected game numbers and a reader over the
     /// spooled candidates (a superset, in game order).
-    pub fn finish(self) -> Result<(HashSet<u64>, SpoolReader), IngestError> {
+    pub(crate) fn finish(self) -> Result<(HashSet<u64>, SpoolReader), IngestError> {
         let Reservoir {
             heap, spool, path, ..
         } = self;
@@ -117,7 +119,7 @@ impl Reservoir {
 }
 
 /// Reads spooled candidates back.
-pub struct SpoolReader {
+pub(crate) struct SpoolReader {
     reader: BufReader<File>,
     path: PathBuf,
 }

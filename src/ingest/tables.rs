@@ -31,7 +31,7 @@ pub struct Position<'a> {
 }
 
 /// Builds `games` batches.
-pub struct GamesBuilder {
+pub(crate) struct GamesBuilder {
     game_no: UInt64Builder,
     id: StringBuilder,
     event: StringBuilder,
@@ -84,7 +84,7 @@ impl Default for GamesBuilder {
 }
 
 impl GamesBuilder {
-    pub fn push(&mut self, at: &Position<'_>, meta: &GameMeta) {
+    pub(crate) fn push(&mut self, at: &Position<'_>, meta: &GameMeta) {
         self.game_no.append_value(at.game_no);
         self.id.append_option(meta.id.as_deref());
         self.event.append_option(meta.event.as_deref());
@@ -140,7 +140,7 @@ impl GamesBuilder {
 }
 
 /// Builds `rejects` batches.
-pub struct RejectsBuilder {
+pub(crate) struct RejectsBuilder {
     game_no: UInt64Builder,
     source: StringBuilder,
     game_index: UInt64Builder,
@@ -171,7 +171,7 @@ impl Default for RejectsBuilder {
 }
 
 impl RejectsBuilder {
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         at: &Position<'_>,
         reason: RejectReason,
@@ -210,7 +210,7 @@ impl RejectsBuilder {
 }
 
 /// A builder that can be flushed into a batch.
-pub trait BatchBuilder: Default {
+pub(crate) trait BatchBuilder: Default {
     const TABLE: Table;
     fn rows(&self) -> usize;
     fn finish_batch(&mut self) -> Result<RecordBatch, IngestError>;
@@ -237,7 +237,7 @@ impl BatchBuilder for RejectsBuilder {
 }
 
 /// Rows of one table partition, written to part files of up to 4M rows.
-pub struct RowSink<B: BatchBuilder> {
+pub(crate) struct RowSink<B: BatchBuilder> {
     pub builder: B,
     dir: PathBuf,
     writer: Option<PartWriter>,
@@ -246,7 +246,7 @@ pub struct RowSink<B: BatchBuilder> {
 }
 
 impl<B: BatchBuilder> RowSink<B> {
-    pub fn new(dir: PathBuf) -> RowSink<B> {
+    pub(crate) fn new(dir: PathBuf) -> RowSink<B> {
         RowSink {
             builder: B::default(),
             dir,
@@ -257,7 +257,7 @@ impl<B: BatchBuilder> RowSink<B> {
     }
 
     /// Call after each pushed row.
-    pub fn row_added(&mut self) -> Result<(), IngestError> {
+    pub(crate) fn row_added(&mut self) -> Result<(), IngestError> {
         self.rows += 1;
         if self.builder.rows() >= BATCH_ROWS {
             self.flush()?;
@@ -287,7 +287,7 @@ impl<B: BatchBuilder> RowSink<B> {
     }
 
     /// Flushes and closes; always leaves at least one (possibly empty) part.
-    pub fn finish(mut self) -> Result<u64, IngestError> {
+    pub(crate) fn finish(mut self) -> Result<u64, IngestError> {
         if self.builder.rows() > 0 || self.next_part == 0 {
             self.flush()?;
         }

@@ -131,7 +131,7 @@ pub struct BlockResult {
 
 /// Encodes a move as from (6 bits) | to (6 bits) | promotion role (3 bits),
 /// castling as the king's two-square move.
-pub fn encode_move(m: &Move) -> u16 {
+pub(crate) fn encode_move(m: &Move) -> u16 {
     match m.to_uci(CastlingMode::Standard) {
         UciMove::Normal {
             from,
@@ -144,7 +144,7 @@ pub fn encode_move(m: &Move) -> u16 {
 }
 
 /// Inverse of [`encode_move`].
-pub fn decode_move(code: u16) -> UciMove {
+pub(crate) fn decode_move(code: u16) -> UciMove {
     let promotion = match code >> 12 {
         2 => Some(Role::Knight),
         3 => Some(Role::Bishop),
@@ -237,7 +237,7 @@ fn identity_hash(tags: &Tags) -> u64 {
 
 /// Whether a game goes to the test split: a stable hash of its Lichess id
 /// (or, elsewhere, of Event/Site/Date/Round/White/Black) below the fraction.
-pub fn in_test_fraction(tags: &Tags, fraction: f64) -> bool {
+pub(crate) fn in_test_fraction(tags: &Tags, fraction: f64) -> bool {
     let u = (identity_hash(tags) >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
     u < fraction
 }
@@ -510,7 +510,7 @@ fn key_of(pos: &Chess) -> BoardKey {
 
 /// Replays encoded moves from the start position, pushing every board key.
 /// Fails only if the moves are not a legal game (a corrupt spool).
-pub fn replay(moves: &[u16], keys: &mut Vec<BoardKey>) -> Result<(), String> {
+pub(crate) fn replay(moves: &[u16], keys: &mut Vec<BoardKey>) -> Result<(), String> {
     let mut pos = Chess::default();
     keys.push(key_of(&pos));
     for (ply, &code) in moves.iter().enumerate() {

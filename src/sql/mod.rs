@@ -12,7 +12,7 @@
 //! itself when a query touches it.
 
 pub mod output;
-pub mod script;
+pub(crate) mod script;
 
 use std::{
     fs,
@@ -24,14 +24,14 @@ use duckdb::Connection;
 use thiserror::Error;
 
 use crate::{
-    annotate::chunks,
-    store::{RunDir, StoreError, Table, commit::RunReader, commit::partition_dir},
+    store::{RunDir, StoreError, Table, chunks, commit::RunReader, commit::partition_dir},
+    ui::group,
 };
-pub use output::{Format, ResultSet};
-pub use script::Statement;
+pub(crate) use output::{Format, ResultSet};
+pub(crate) use script::Statement;
 
 /// `sql/views.sql`.
-pub const VIEWS_SQL: &str = include_str!("../../sql/views.sql");
+pub(crate) const VIEWS_SQL: &str = include_str!("../../sql/views.sql");
 
 /// The SQL files shipped in `sql/`, by name.
 pub const BUILTIN: [(&str, &str); 6] = [
@@ -77,12 +77,14 @@ pub enum SqlError {
     },
     #[error("variable {0:?}: expected NAME=VALUE with NAME made of letters, digits and _")]
     BadVariable(String),
+    #[error("give a SQL file, a built-in query name or -e SQL")]
+    NoQuery,
 }
 
 /// Resolves a query argument: an existing file, or a built-in name
 /// (`table_a1`, `table_a1.sql`, `sql/table_a1.sql`). Returns (source name,
 /// text).
-pub fn resolve(arg: &str) -> Result<(String, String), SqlError> {
+pub(crate) fn resolve(arg: &str) -> Result<(String, String), SqlError> {
     let path = Path::new(arg);
     if path.is_file() {
         let text = fs::read_to_string(path).map_err(|source| SqlError::Io {
@@ -102,7 +104,7 @@ pub fn resolve(arg: &str) -> Result<(String, String), SqlError> {
 /// Checks that a run's tables are complete enough to query: every split the
 /// manifest lists has files for each ingest table, and no committed annotate
 /// chunk still has its files under temporary names.
-pub fn check_run(run: &Path) -> Result<RunReader, SqlError> {
+pub(crate) fn check_run(run: &Path) -> Result<RunReader, SqlError> {
     let reader = RunDir::read(run)?;
     let manifest = crate::store::Manifest::read(&run.join(crate::store::commit::MANIFEST))?;
     for split in manifest.splits.keys() {
@@ -121,46 +123,20 @@ pub fn check_run(run: &Path) -> Result<RunReader, SqlError> {
             }
         }
     }
-    let entries = run.join(chunks::ENTRIES);
-    let Ok(dirs) = fs::read_dir(&entries) else {
-        return Ok(reader);
-    };
-    for dir in dirs.flatten() {
-        let name = dir.file_name();
-        let Some(split) = name.to_str().and_then(|n| n.strip_prefix("split=")) else {
-            continue;
-        };
-        let done = chunks::committed(run, split)?;
-        for table in Table::ANNOTATE {
-            let dir = run.join(partition_dir(table, split));
-            let Ok(files) = fs::read_dir(&dir) else {
-                continue;
-            };
-            for file in files.flatten() {
-                let file = file.file_name();
-                let Some(chunk) = file
-                    .to_str()
-                    .and_then(|n| n.strip_prefix("chunk-"))
-                    .and_then(|n| n.strip_suffix(".parquet.tmp"))
-                    .and_then(|n| n.parse::<u64>().ok())
-                else {
-                    continue;
-                };
-                if done.contains(&chunk) {
-                    return Err(SqlError::Partial {
-                        table: table.name(),
-                        run: run.to_owned(),
-                        detail: format!(
-                            "chunk {chunk} of split {split:?} is committed but its file is still \
-                             {} (an annotate commit is in progress or was interrupted): wait for it, \
-                             or run `chessbench annotate {}` to complete it",
-                            dir.join(&file).display(),
-                            run.display()
-                        ),
-                    });
-                }
-            }
-        }
+    if let Some(c) = chunks::interrupted_commit(run)? {
+        return Err(SqlError::Partial {
+            table: c.table.name(),
+            run: run.to_owned(),
+            detail: format!(
+                "chunk {} of split {:?} is committed but its file is still \
+                 {} (an annotate commit is in progress or was interrupted): wait for it, \
+                 or run `chessbench annotate {}` to complete it",
+                c.chunk,
+                c.split,
+                c.path.display(),
+                run.display()
+            ),
+        });
     }
     Ok(reader)
 }
@@ -179,13 +155,13 @@ fn has_parquet(dir: &Path) -> Result<bool, SqlError> {
 }
 
 /// Quotes a string as a SQL literal.
-pub fn literal(s: &str) -> String {
+pub(crate) fn literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
 /// An embedded DuckDB with a run's views loaded. Holds the run's shared
 /// commit lock, so no commit changes the tables while it is open.
-pub struct Session {
+pub(crate) struct Session {
     conn: Connection,
     run: PathBuf,
     /// Views dropped because their table has no files, with what to do.
@@ -221,7 +197,7 @@ const REQUIRED: [(&str, &str); 5] = [
 impl Session {
     /// Checks the run, opens an in-memory DuckDB, sets `run_dir` and the
     /// given variables, and loads `views.sql`.
-    pub fn open(run: &Path, variables: &[(String, String)]) -> Result<Session, SqlError> {
+    pub(crate) fn open(run: &Path, variables: &[(String, String)]) -> Result<Session, SqlError> {
         let reader = check_run(run)?;
         let conn = Connection::open_in_memory()?;
         let absolute = fs::canonicalize(run).map_err(|source| SqlError::Io {
@@ -262,18 +238,18 @@ impl Session {
     }
 
     /// The run directory.
-    pub fn run(&self) -> &Path {
+    pub(crate) fn run(&self) -> &Path {
         &self.run
     }
 
     /// The DuckDB connection (views loaded).
-    pub fn connection(&self) -> &Connection {
+    pub(crate) fn connection(&self) -> &Connection {
         &self.conn
     }
 
     /// A DuckDB error as a SqlError: missing tables by name, others with
     /// the source and line of the statement.
-    pub fn error(&self, source_name: &str, line: usize, e: duckdb::Error) -> SqlError {
+    pub(crate) fn error(&self, source_name: &str, line: usize, e: duckdb::Error) -> SqlError {
         let message = e.to_string();
         if let Some(i) = message.find("chessbench: table ") {
             return SqlError::MissingTable(message[i + "chessbench: ".len()..].trim().to_owned());
@@ -305,7 +281,7 @@ impl Session {
     }
 
     /// Runs one statement and collects its result.
-    pub fn query(
+    pub(crate) fn query(
         &self,
         source_name: &str,
         s: &Statement,
@@ -329,7 +305,7 @@ impl Session {
 
     /// Runs a script: statements that return rows are collected (only the
     /// one named `only`, when given), the others executed.
-    pub fn run_script(
+    pub(crate) fn run_script(
         &self,
         source_name: &str,
         text: &str,
@@ -363,7 +339,7 @@ impl Session {
 
     /// Annotation coverage per split: (split, boards, annotated, failed) for
     /// splits with some but not all boards annotated.
-    pub fn partial_annotation(&self) -> Result<Vec<(String, u64, u64, u64)>, SqlError> {
+    pub(crate) fn partial_annotation(&self) -> Result<Vec<(String, u64, u64, u64)>, SqlError> {
         let sql = "WITH b AS (SELECT split, count(*) AS n FROM boards GROUP BY split), \
                    s AS (SELECT split, count(*) AS n FROM state_values GROUP BY split), \
                    f AS (SELECT split, count(*) AS n FROM failures GROUP BY split) \
@@ -389,8 +365,73 @@ impl Session {
     }
 }
 
+/// `chessbench sql`'s options (command line only).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SqlOptions {
+    /// Run directory.
+    #[arg(value_name = "RUN_DIR", value_hint = clap::ValueHint::DirPath)]
+    pub run: PathBuf,
+    /// A SQL file, or a built-in query: table_a1, dataset_stats, overlap,
+    /// sampling, views.
+    #[arg(
+        value_name = "QUERY",
+        required_unless_present = "execute",
+        conflicts_with = "execute"
+    )]
+    pub query: Option<String>,
+    /// Run this SQL instead of a file.
+    #[arg(short = 'e', long = "execute", value_name = "SQL")]
+    pub execute: Option<String>,
+    /// Output format (--json is --format json).
+    #[arg(short, long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Print only the result of the query named NAME (`-- @name NAME`).
+    #[arg(long, value_name = "NAME")]
+    pub only: Option<String>,
+    /// Rows shown per result in table and markdown output (0: all).
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    pub max_rows: usize,
+    /// Set a DuckDB variable before the query (getvariable('NAME')), e.g.
+    /// --var test_split=holdout. Repeatable.
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_variable)]
+    pub vars: Vec<(String, String)>,
+    /// No notes on standard error (e.g. about partially annotated splits).
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// Runs `chessbench sql`: the query's results on `out`, notes about
+/// partially annotated splits on standard error.
+pub fn run(options: &SqlOptions, out: &mut dyn std::io::Write) -> Result<(), SqlError> {
+    let (source_name, text) = match (&options.query, &options.execute) {
+        (_, Some(sql)) => ("-e".to_owned(), sql.clone()),
+        (Some(q), None) => resolve(q)?,
+        (None, None) => return Err(SqlError::NoQuery),
+    };
+    let session = Session::open(&options.run, &options.vars)?;
+    if !options.quiet {
+        for (split, boards, annotated, failed) in session.partial_annotation()? {
+            eprintln!(
+                "note: split {split}: {} of {} boards annotated{}; value tables and record sets cover those only",
+                group(annotated),
+                group(boards),
+                if failed > 0 {
+                    format!(", {} failed", group(failed))
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    let results = session.run_script(&source_name, &text, options.only.as_deref())?;
+    output::write(out, &results, options.format, options.max_rows).map_err(|source| SqlError::Io {
+        path: PathBuf::from("(standard output)"),
+        source,
+    })
+}
+
 /// Parses `NAME=VALUE`.
-pub fn parse_variable(s: &str) -> Result<(String, String), SqlError> {
+pub(crate) fn parse_variable(s: &str) -> Result<(String, String), SqlError> {
     let (name, value) = s
         .split_once('=')
         .ok_or_else(|| SqlError::BadVariable(s.to_owned()))?;

@@ -7,7 +7,8 @@ use arrow_cast::display::{ArrayFormatter, FormatOptions};
 use arrow_schema::{DataType, SchemaRef};
 
 /// Output format of `chessbench sql`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
 pub enum Format {
     /// Aligned columns for a terminal, long results cut to `max_rows`.
     Table,
@@ -21,7 +22,7 @@ pub enum Format {
 
 /// One statement's result.
 #[derive(Debug, Clone)]
-pub struct ResultSet {
+pub(crate) struct ResultSet {
     /// `-- @name` of the statement, or `result_N`.
     pub name: String,
     pub schema: SchemaRef,
@@ -29,12 +30,12 @@ pub struct ResultSet {
 }
 
 impl ResultSet {
-    pub fn num_rows(&self) -> usize {
+    pub(crate) fn num_rows(&self) -> usize {
         self.batches.iter().map(RecordBatch::num_rows).sum()
     }
 
     /// Column names.
-    pub fn columns(&self) -> Vec<String> {
+    pub(crate) fn columns(&self) -> Vec<String> {
         self.schema
             .fields()
             .iter()
@@ -44,7 +45,7 @@ impl ResultSet {
 
     /// Every cell as display text (None for NULL), row by row, at most
     /// `limit` rows.
-    pub fn text_rows(
+    pub(crate) fn text_rows(
         &self,
         limit: usize,
     ) -> Result<Vec<Vec<Option<String>>>, arrow_schema::ArrowError> {
@@ -116,7 +117,7 @@ fn is_numeric(t: &DataType) -> bool {
 
 /// Writes results in `format`. `max_rows` limits rows per result in table and
 /// Markdown output (0: no limit); CSV and JSON are always complete.
-pub fn write(
+pub(crate) fn write(
     out: &mut dyn Write,
     results: &[ResultSet],
     format: Format,

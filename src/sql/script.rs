@@ -8,7 +8,7 @@
 
 /// One statement of a script.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Statement {
+pub(crate) struct Statement {
     /// The statement's text without the terminating `;`, comments kept.
     pub sql: String,
     /// 1-based line of the statement's first non-blank, non-comment text.
@@ -19,7 +19,7 @@ pub struct Statement {
 
 impl Statement {
     /// The first keyword, upper-cased (`SELECT`, `WITH`, `SET`, ...).
-    pub fn keyword(&self) -> String {
+    pub(crate) fn keyword(&self) -> String {
         let code = strip_leading_comments(&self.sql);
         code.trim_start_matches('(')
             .split(|c: char| !c.is_ascii_alphabetic())
@@ -30,7 +30,7 @@ impl Statement {
 
     /// Whether the statement returns rows worth printing (a query, not a
     /// `SET`, `CREATE`, ...).
-    pub fn returns_rows(&self) -> bool {
+    pub(crate) fn returns_rows(&self) -> bool {
         matches!(
             self.keyword().as_str(),
             "SELECT"
@@ -78,7 +78,7 @@ enum State {
 
 /// Splits `text` into statements. Empty statements (only whitespace and
 /// comments) are dropped; an unterminated last statement is kept.
-pub fn split(text: &str) -> Vec<Statement> {
+pub(crate) fn split(text: &str) -> Vec<Statement> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut state = State::Code;

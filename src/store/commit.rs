@@ -30,11 +30,11 @@ const JOURNAL: &str = ".commit-journal.json";
 const LOCK: &str = ".lock";
 const COMMIT_LOCK: &str = ".commit.lock";
 /// File name of the run manifest.
-pub const MANIFEST: &str = "manifest.json";
+pub(crate) const MANIFEST: &str = "manifest.json";
 
 /// An open, locked run directory.
 #[derive(Debug)]
-pub struct RunDir {
+pub(crate) struct RunDir {
     root: PathBuf,
     _lock: File,
 }
@@ -49,7 +49,7 @@ struct Journal {
 /// fsync, rename). The temp name is unique to the process and call, so
 /// concurrent writers of one file (annotate shards starting together) never
 /// share, truncate or steal each other's temp file; the last rename wins.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut name = path.file_name().unwrap_or_default().to_os_string();
@@ -79,7 +79,7 @@ fn sync_dir(dir: Option<&Path>) {
     }
 }
 
-fn remove_dir_if_exists(path: &Path) -> Result<(), StoreError> {
+pub(crate) fn remove_dir_if_exists(path: &Path) -> Result<(), StoreError> {
     match fs::remove_dir_all(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -90,7 +90,7 @@ fn remove_dir_if_exists(path: &Path) -> Result<(), StoreError> {
 impl RunDir {
     /// Opens (creating if needed) and locks a run directory, finishing any
     /// commit a crashed process left half done and removing stale staging.
-    pub fn open(root: &Path) -> Result<RunDir, StoreError> {
+    pub(crate) fn open(root: &Path) -> Result<RunDir, StoreError> {
         fs::create_dir_all(root).map_err(|e| StoreError::io(root, e))?;
         let lock_path = root.join(LOCK);
         let lock = File::create(&lock_path).map_err(|e| StoreError::io(&lock_path, e))?;
@@ -113,7 +113,7 @@ impl RunDir {
     /// the returned guard is dropped, so no commit can change the tables
     /// meanwhile; a commit a crashed process left half done is finished
     /// first.
-    pub fn read(root: &Path) -> Result<RunReader, StoreError> {
+    pub(crate) fn read(root: &Path) -> Result<RunReader, StoreError> {
         if !root.join(MANIFEST).is_file() {
             return Err(StoreError::NotARun(root.to_owned()));
         }
@@ -133,12 +133,12 @@ impl RunDir {
     }
 
     /// The directory.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// The current manifest (empty for a new run).
-    pub fn manifest(&self) -> Result<Manifest, StoreError> {
+    pub(crate) fn manifest(&self) -> Result<Manifest, StoreError> {
         Manifest::read(&self.root.join(MANIFEST))
     }
 
@@ -195,7 +195,7 @@ impl RunDir {
     }
 
     /// Starts a transaction with a fresh staging directory.
-    pub fn begin(&self) -> Result<Transaction<'_>, StoreError> {
+    pub(crate) fn begin(&self) -> Result<Transaction<'_>, StoreError> {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -211,40 +211,22 @@ impl RunDir {
     }
 }
 
-/// Directory of the annotate stage's chunk entries inside a run.
-pub const ANNOTATE_ENTRIES: &str = "annotate";
-
-/// Deletes a split's annotations (tables and chunk entries): they describe
-/// boards that an ingest has just replaced, or the user asked to start over.
-pub fn remove_annotations(root: &Path, split: &str) -> Result<(), StoreError> {
-    let mut dirs = vec![root.join(ANNOTATE_ENTRIES).join(format!("split={split}"))];
-    dirs.extend(
-        Table::ANNOTATE
-            .iter()
-            .map(|&t| root.join(partition_dir(t, split))),
-    );
-    for dir in dirs {
-        remove_dir_if_exists(&dir)?;
-    }
-    Ok(())
-}
-
 /// How long [`RunDir::open_shared`] waits for an exclusive holder of `.lock`
 /// to let go before reporting the run as locked.
-pub const SHARED_OPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const SHARED_OPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A stage that works beside others of its kind on a run (annotate shards):
 /// holds `.lock` shared, so an ingest (which holds it exclusively) cannot
 /// replace the boards underneath, while any number of shards run.
 #[derive(Debug)]
-pub struct SharedRun {
+pub(crate) struct SharedRun {
     _lock: File,
 }
 
 impl RunDir {
     /// Opens a run for a shared stage. Finishes a crashed commit first if no
     /// other process holds the run.
-    pub fn open_shared(root: &Path) -> Result<SharedRun, StoreError> {
+    pub(crate) fn open_shared(root: &Path) -> Result<SharedRun, StoreError> {
         if !root.join(MANIFEST).is_file() {
             return Err(StoreError::NotARun(root.to_owned()));
         }
@@ -289,7 +271,10 @@ impl RunDir {
 
 /// Reads, changes and atomically rewrites the manifest under the exclusive
 /// commit lock (for stages that add their own section).
-pub fn update_manifest(root: &Path, change: impl FnOnce(&mut Manifest)) -> Result<(), StoreError> {
+pub(crate) fn update_manifest(
+    root: &Path,
+    change: impl FnOnce(&mut Manifest),
+) -> Result<(), StoreError> {
     let _commit = commit_lock(root, true)?;
     let path = root.join(MANIFEST);
     let mut manifest = Manifest::read(&path)?;
@@ -301,7 +286,7 @@ pub fn update_manifest(root: &Path, change: impl FnOnce(&mut Manifest)) -> Resul
 
 /// A run directory open for reading (see [`RunDir::read`]).
 #[derive(Debug)]
-pub struct RunReader {
+pub(crate) struct RunReader {
     root: PathBuf,
     _guard: Option<File>,
 }
@@ -346,7 +331,7 @@ fn commit_lock(root: &Path, exclusive: bool) -> Result<Option<File>, StoreError>
 
 /// Files staged for one atomic commit.
 #[derive(Debug)]
-pub struct Transaction<'a> {
+pub(crate) struct Transaction<'a> {
     run: &'a RunDir,
     rel: PathBuf,
     dir: PathBuf,
@@ -355,13 +340,13 @@ pub struct Transaction<'a> {
 }
 
 /// `TABLE/split=NAME`, the hive partition directory.
-pub fn partition_dir(table: Table, split: &str) -> PathBuf {
+pub(crate) fn partition_dir(table: Table, split: &str) -> PathBuf {
     PathBuf::from(table.name()).join(format!("split={split}"))
 }
 
 impl Transaction<'_> {
     /// The staging directory of a table partition, created on demand.
-    pub fn partition(&self, table: Table, split: &str) -> Result<PathBuf, StoreError> {
+    pub(crate) fn partition(&self, table: Table, split: &str) -> Result<PathBuf, StoreError> {
         let dir = self.dir.join(partition_dir(table, split));
         fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         Ok(dir)
@@ -369,7 +354,7 @@ impl Transaction<'_> {
 
     /// A scratch directory inside the staging area (spill files), removed
     /// with the transaction.
-    pub fn scratch(&self, name: &str) -> Result<PathBuf, StoreError> {
+    pub(crate) fn scratch(&self, name: &str) -> Result<PathBuf, StoreError> {
         let dir = self.dir.join("scratch").join(name);
         fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         Ok(dir)
@@ -377,7 +362,7 @@ impl Transaction<'_> {
 
     /// Publishes the staged partitions of `tables` x `splits` (replacing
     /// those partitions if they exist) and the new manifest, atomically.
-    pub fn commit(
+    pub(crate) fn commit(
         mut self,
         tables: &[Table],
         splits: &[String],

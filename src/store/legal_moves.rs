@@ -36,7 +36,7 @@ use super::{StoreError, schema::Table, writer::properties};
 use crate::chess::{NUM_ACTIONS, vocabulary};
 
 /// Rows per row group.
-pub const ROW_GROUP_ROWS: usize = 1 << 20;
+pub(crate) const ROW_GROUP_ROWS: usize = 1 << 20;
 /// Values per data page.
 const PAGE_VALUES: usize = 64 * 1024;
 /// Bits per dictionary index. 11 would do (1968 actions < 2^11), but at 16
@@ -49,7 +49,7 @@ const ZSTD_LEVEL: i32 = 1;
 const _: () = assert!(NUM_ACTIONS <= 1 << INDEX_BITS);
 
 /// Writes one `legal_moves` part file.
-pub struct LegalMovesWriter {
+pub(crate) struct LegalMovesWriter {
     writer: SerializedFileWriter<BufWriter<File>>,
     columns: [ColumnDescPtr; 3],
     board_ids: Vec<u64>,
@@ -64,7 +64,7 @@ fn perr(path: &Path) -> impl Fn(ParquetError) -> StoreError + '_ {
 
 impl LegalMovesWriter {
     /// Creates `path`.
-    pub fn create(path: &Path) -> Result<LegalMovesWriter, StoreError> {
+    pub(crate) fn create(path: &Path) -> Result<LegalMovesWriter, StoreError> {
         let schema = Table::LegalMoves.schema();
         let mut props = properties(Table::LegalMoves);
         add_encoded_arrow_schema_to_metadata(&schema, &mut props);
@@ -92,7 +92,7 @@ impl LegalMovesWriter {
     }
 
     /// Appends the (sorted) legal actions of one board.
-    pub fn push(&mut self, board_id: u64, actions: &[u16]) -> Result<(), StoreError> {
+    pub(crate) fn push(&mut self, board_id: u64, actions: &[u16]) -> Result<(), StoreError> {
         let mut rest = actions;
         while !rest.is_empty() {
             let room = ROW_GROUP_ROWS - self.actions.len();
@@ -106,11 +106,6 @@ impl LegalMovesWriter {
             rest = later;
         }
         Ok(())
-    }
-
-    /// Rows written so far (flushed or pending).
-    pub fn rows(&self) -> u64 {
-        self.rows + self.actions.len() as u64
     }
 
     fn flush(&mut self) -> Result<(), StoreError> {
@@ -144,7 +139,7 @@ impl LegalMovesWriter {
     }
 
     /// Flushes and fsyncs the file; returns the number of rows.
-    pub fn finish(mut self) -> Result<u64, StoreError> {
+    pub(crate) fn finish(mut self) -> Result<u64, StoreError> {
         self.flush()?;
         let path = self.path.clone();
         let buf = self.writer.into_inner().map_err(perr(&path))?;
@@ -222,7 +217,7 @@ fn pack_miniblock(values: &[u64; 32], width: u32, out: &mut Vec<u8>) {
 /// miniblocks of 32, each bit-packed at its own width above the block's
 /// minimum delta (Parquet format spec, "Delta encoding"). Miniblocks past
 /// the last value have width 0 and no data.
-pub fn delta_binary_packed(values: &[i64], out: &mut Vec<u8>) {
+pub(crate) fn delta_binary_packed(values: &[i64], out: &mut Vec<u8>) {
     const BLOCK: usize = 128;
     const MINIBLOCKS: usize = 4;
     const MINI: usize = BLOCK / MINIBLOCKS;
@@ -402,7 +397,7 @@ fn action_chunk(
 /// each run headed by `varint(groups << 1 | 1)` (one byte), values packed
 /// LSB first, i.e. as little-endian u16; the last group is padded with zeros
 /// (readers stop at the page's value count).
-pub fn bit_pack(values: &[u16], out: &mut Vec<u8>) {
+pub(crate) fn bit_pack(values: &[u16], out: &mut Vec<u8>) {
     const _: () = assert!(INDEX_BITS == 16);
     out.reserve(values.len() * 2 + values.len() / 256 + 16);
     for run in values.chunks(63 * 8) {

@@ -1,18 +1,20 @@
 //! Storage: table schemas, Parquet writers with explicit properties, run
 //! directories with atomic commits, and the run manifest.
 
-pub mod commit;
-pub mod legal_moves;
-pub mod manifest;
-pub mod schema;
-pub mod writer;
+pub(crate) mod chunks;
+pub(crate) mod commit;
+pub(crate) mod legal_moves;
+pub(crate) mod manifest;
+pub(crate) mod schema;
+pub(crate) mod writer;
 
 use std::path::{Path, PathBuf};
 
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use thiserror::Error;
 
-pub use commit::{RunDir, Transaction};
-pub use manifest::Manifest;
+pub(crate) use commit::RunDir;
+pub(crate) use manifest::Manifest;
 pub use schema::Table;
 
 /// Storage failures, each naming the file involved.
@@ -40,21 +42,36 @@ pub enum StoreError {
 
 /// The `*.parquet` files of a directory, sorted; none when it does not exist.
 /// (Temporary `*.parquet.tmp` files of unfinished writes never count.)
-pub fn parquet_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub(crate) fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
+        Err(e) => return Err(StoreError::io(dir, e)),
     };
     let mut files = Vec::new();
     for entry in entries {
-        let path = entry?.path();
+        let path = entry.map_err(|e| StoreError::io(dir, e))?.path();
         if path.extension().is_some_and(|e| e == "parquet") {
             files.push(path);
         }
     }
     files.sort();
     Ok(files)
+}
+
+/// Opens a Parquet file for reading; errors name the file.
+pub(crate) fn open_parquet(
+    path: &Path,
+) -> Result<ParquetRecordBatchReaderBuilder<std::fs::File>, StoreError> {
+    let file = std::fs::File::open(path).map_err(|e| StoreError::io(path, e))?;
+    ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| StoreError::parquet(path, e))
+}
+
+/// Seconds since the Unix epoch (timestamps in manifests and entries).
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 impl StoreError {

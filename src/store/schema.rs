@@ -8,7 +8,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use serde::{Deserialize, Serialize};
 
 /// Version of the on-disk table layout (directory `schemas/v{N}`).
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// The tables a run directory holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -40,10 +40,11 @@ impl Table {
     ];
 
     /// The tables `annotate` writes.
-    pub const ANNOTATE: [Table; 3] = [Table::StateValues, Table::ActionValues, Table::Failures];
+    pub(crate) const ANNOTATE: [Table; 3] =
+        [Table::StateValues, Table::ActionValues, Table::Failures];
 
     /// Every table.
-    pub const ALL: [Table; 7] = [
+    pub(crate) const ALL: [Table; 7] = [
         Table::Games,
         Table::Boards,
         Table::LegalMoves,
@@ -153,7 +154,8 @@ impl Table {
 }
 
 /// The JSON type names used in `schemas/v1/*.json`.
-pub fn type_name(data_type: &DataType) -> String {
+#[cfg(test)]
+pub(crate) fn type_name(data_type: &DataType) -> String {
     match data_type {
         DataType::UInt8 => "uint8".into(),
         DataType::UInt16 => "uint16".into(),

@@ -20,7 +20,7 @@ use parquet::{
 use super::{StoreError, schema::Table};
 
 /// Boards per part file; legal_moves part N covers the same board ids.
-pub const BOARDS_PER_PART: u64 = 1 << 20;
+pub(crate) const BOARDS_PER_PART: u64 = 1 << 20;
 
 fn zstd(level: i32) -> Compression {
     // Levels 1..=22 are valid; the constants below are in range.
@@ -32,7 +32,7 @@ fn zstd(level: i32) -> Compression {
 /// - dense, sorted ids use DELTA_BINARY_PACKED (a few bits per row);
 /// - low-cardinality strings (speed, result, uci, reason) use dictionaries;
 /// - FENs are unique per split, so no dictionary, zstd does the work.
-pub fn properties(table: Table) -> WriterProperties {
+pub(crate) fn properties(table: Table) -> WriterProperties {
     let col = |name: &str| ColumnPath::from(name);
     let b = WriterProperties::builder()
         .set_writer_version(WriterVersion::PARQUET_1_0)
@@ -98,7 +98,7 @@ pub fn properties(table: Table) -> WriterProperties {
 }
 
 /// One Parquet file being written.
-pub struct PartWriter {
+pub(crate) struct PartWriter {
     writer: ArrowWriter<BufWriter<File>>,
     path: PathBuf,
     rows: u64,
@@ -106,7 +106,7 @@ pub struct PartWriter {
 
 impl PartWriter {
     /// Creates `path` (its directory must exist) for `table`.
-    pub fn create(path: &Path, table: Table) -> Result<PartWriter, StoreError> {
+    pub(crate) fn create(path: &Path, table: Table) -> Result<PartWriter, StoreError> {
         let file = File::create(path).map_err(|e| StoreError::io(path, e))?;
         let writer = ArrowWriter::try_new(
             BufWriter::with_capacity(1 << 20, file),
@@ -122,7 +122,7 @@ impl PartWriter {
     }
 
     /// Appends a batch (its schema must be the table's).
-    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), StoreError> {
+    pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<(), StoreError> {
         self.rows += batch.num_rows() as u64;
         self.writer
             .write(batch)
@@ -130,12 +130,12 @@ impl PartWriter {
     }
 
     /// Rows written so far.
-    pub fn rows(&self) -> u64 {
+    pub(crate) fn rows(&self) -> u64 {
         self.rows
     }
 
     /// Finishes the file and flushes it to stable storage.
-    pub fn finish(self) -> Result<u64, StoreError> {
+    pub(crate) fn finish(self) -> Result<u64, StoreError> {
         let PartWriter { writer, path, rows } = self;
         let buf = writer
             .into_inner()
@@ -149,6 +149,6 @@ impl PartWriter {
 }
 
 /// `part-00012.parquet`.
-pub fn part_file_name(part: u64) -> String {
+pub(crate) fn part_file_name(part: u64) -> String {
     format!("part-{part:05}.parquet")
 }

@@ -1,50 +1,25 @@
-//! Checkpoints: `RUN/train/NAME/checkpoints/step-NNNNNNNNN/` holds the model,
-//! its EMA, the optimiser state (full precision MessagePack, burn's
-//! `NamedMpkFileRecorder`) and `state.json` (step, sampler position, the
-//! config). A checkpoint is written into a temporary directory and renamed
-//! into place, so a crash leaves either the whole checkpoint or none; the
-//! newest complete one is where a run resumes.
+//! Writing checkpoints (the layout is [`crate::model::checkpoint`]'s): a
+//! checkpoint is written into a temporary directory and renamed into place,
+//! so a crash leaves either the whole checkpoint or none; the newest complete
+//! one is where a run resumes.
 
 use std::{
     fs,
     path::{Path, PathBuf},
 };
 
-use burn::{
-    module::Module,
-    optim::Optimizer,
-    record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder},
-    tensor::backend::{AutodiffBackend, Backend},
-};
+use burn::{module::Module, optim::Optimizer, record::Recorder, tensor::backend::AutodiffBackend};
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
 
-use super::{config::TrainConfig, model::Predictor, model_config::ModelShape, sampler::Position};
-
-/// Checkpoint failures, naming the path.
-#[derive(Debug, Error)]
-pub enum CheckpointError {
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: {message}", path.display())]
-    Record { path: PathBuf, message: String },
-    #[error("{}: {message}", path.display())]
-    State { path: PathBuf, message: String },
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Io {
-        path: path.to_owned(),
-        source,
-    }
-}
+use super::{config::TrainConfig, sampler::Position};
+use crate::model::{
+    ModelShape, Predictor,
+    checkpoint::{CheckpointError, STATE, checkpoints_dir, io, list, recorder, step_dir},
+};
 
 /// What besides the tensors a checkpoint records.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct TrainState {
+pub(crate) struct TrainState {
     /// Optimiser steps done.
     pub step: u64,
     /// Where the sampler continues.
@@ -59,75 +34,8 @@ pub struct TrainState {
     pub shape: ModelShape,
 }
 
-const STATE: &str = "state.json";
-
-fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
-    NamedMpkFileRecorder::new()
-}
-
-/// The checkpoints directory of a training run.
-pub fn checkpoints_dir(out_dir: &Path) -> PathBuf {
-    out_dir.join("checkpoints")
-}
-
-fn step_dir(out_dir: &Path, step: u64) -> PathBuf {
-    checkpoints_dir(out_dir).join(format!("step-{step:09}"))
-}
-
-/// Complete checkpoints, oldest first.
-pub fn list(out_dir: &Path) -> Result<Vec<(u64, PathBuf)>, CheckpointError> {
-    let dir = checkpoints_dir(out_dir);
-    let entries = match fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io(&dir)(e)),
-    };
-    let mut found = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(io(&dir))?;
-        let name = entry.file_name();
-        let Some(step) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("step-"))
-            .and_then(|n| n.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        if entry.path().join(STATE).is_file() {
-            found.push((step, entry.path()));
-        }
-    }
-    found.sort();
-    Ok(found)
-}
-
-/// The newest complete checkpoint.
-pub fn latest(out_dir: &Path) -> Result<Option<PathBuf>, CheckpointError> {
-    Ok(list(out_dir)?.pop().map(|(_, p)| p))
-}
-
-/// Reads a checkpoint's `state.json`. `path` is a checkpoint directory or a
-/// training run's directory (then its newest checkpoint).
-pub fn read_state(path: &Path) -> Result<(PathBuf, TrainState), CheckpointError> {
-    let dir = if path.join(STATE).is_file() {
-        path.to_owned()
-    } else {
-        latest(path)?.ok_or_else(|| CheckpointError::State {
-            path: path.to_owned(),
-            message: "not a checkpoint (no state.json) and no checkpoints/step-* below it".into(),
-        })?
-    };
-    let file = dir.join(STATE);
-    let text = fs::read_to_string(&file).map_err(io(&file))?;
-    let state = serde_json::from_str(&text).map_err(|e| CheckpointError::State {
-        path: file.clone(),
-        message: e.to_string(),
-    })?;
-    Ok((dir, state))
-}
-
 /// Writes a checkpoint atomically and keeps the newest `keep`.
-pub fn save<B, O>(
+pub(crate) fn save<B, O>(
     out_dir: &Path,
     state: &TrainState,
     model: &Predictor<B>,
@@ -190,25 +98,12 @@ where
     Ok(target)
 }
 
-/// Loads a model's parameters (`model.mpk`, or the EMA's `ema.mpk`) into
-/// `fresh`, a predictor of the checkpoint's shape.
-pub fn load_module<B: Backend>(
-    dir: &Path,
-    file: &str,
-    fresh: Predictor<B>,
-    device: &B::Device,
-) -> Result<Predictor<B>, CheckpointError> {
-    let path = dir.join(file);
-    fresh
-        .load_file(&path, &recorder(), device)
-        .map_err(|e| CheckpointError::Record {
-            path,
-            message: e.to_string(),
-        })
-}
-
 /// Loads the optimiser state into `optim`.
-pub fn load_optim<B, O>(dir: &Path, optim: O, device: &B::Device) -> Result<O, CheckpointError>
+pub(crate) fn load_optim<B, O>(
+    dir: &Path,
+    optim: O,
+    device: &B::Device,
+) -> Result<O, CheckpointError>
 where
     B: AutodiffBackend,
     O: Optimizer<Predictor<B>, B>,

@@ -1,24 +1,22 @@
-//! Training configuration: the `[train]` table of a pipeline file, overridden
-//! by the command line, validated into a [`TrainConfig`] that is saved next
-//! to every checkpoint (a resumed run must have the same recipe).
+//! Training's options ([`TrainOptions`]: the command line and the `[train]`
+//! table of a pipeline file) validated into a [`TrainConfig`], the recipe
+//! saved next to every checkpoint (a resumed run must have the same one).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use clap::{Args, ValueHint};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::{data::Policy, loss::Loss, model_config::Preset, sampler::Sampling};
+use super::{loss::Loss, sampler::Sampling};
+use crate::{
+    chess::RecordSet,
+    model::{DeviceKind, Precision, Preset},
+};
 
 /// Configuration problems, naming the option at fault.
 #[derive(Debug, Error)]
 pub enum TrainConfigError {
-    #[error("{}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: {message}", path.display())]
-    Toml { path: PathBuf, message: String },
     #[error("no run directory: give --run or `run` in the pipeline's [train] table")]
     NoRun,
     #[error("invalid {option}: {message}")]
@@ -35,67 +33,130 @@ fn invalid(option: &'static str, message: impl Into<String>) -> TrainConfigError
     }
 }
 
-/// Where the model runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeviceKind {
-    /// burn's `flex` CPU backend (all cores).
-    Cpu,
-    /// burn-cuda on GPU 0 (needs a binary built with `--features cuda`).
-    Cuda,
-}
-
-/// Floating-point format of parameters and activations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Precision {
-    F32,
-    /// bfloat16 everywhere (burn 0.21 has no autocast, so parameters and
-    /// Adam moments are bf16 too); CUDA only.
-    Bf16,
-}
-
-/// Options as written in `[train]` or on the command line; every field is
-/// optional and has a default (see [`TrainOptions::resolve`]).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `chessbench train`'s options: the command line and the `[train]` table of
+/// a pipeline file (see [`crate::options`]). [`TrainOptions::resolve`]
+/// validates them into the recipe saved with every checkpoint.
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 pub struct TrainOptions {
+    /// Run directory with annotated tables.
+    #[arg(long, value_name = "RUN_DIR", value_hint = ValueHint::DirPath)]
     pub run: Option<PathBuf>,
+    /// Name of the training run: outputs go to RUN/train/NAME [default:
+    /// POLICY_MODEL, e.g. av_tiny].
+    #[arg(long)]
     pub name: Option<String>,
-    pub split: Option<String>,
-    pub eval_split: Option<String>,
-    pub policy: Option<Policy>,
-    pub model: Option<Preset>,
-    pub buckets: Option<usize>,
+    /// Split to train on.
+    #[arg(long, default_value = "train")]
+    pub split: String,
+    /// Split to evaluate on; "" for none.
+    #[arg(long, default_value = "test")]
+    pub eval_split: String,
+    /// The record set learned, which makes the predictor (its policy).
+    #[arg(long, value_enum, default_value_t = RecordSet::ActionValue, help_heading = "Recipe")]
+    pub policy: RecordSet,
+    /// Model size.
+    #[arg(long, value_enum, default_value_t = Preset::Tiny, help_heading = "Recipe")]
+    pub model: Preset,
+    /// K value buckets.
+    #[arg(long, default_value_t = 128, help_heading = "Recipe")]
+    pub buckets: usize,
+    /// Loss [default: hl_gauss for value predictors, cross_entropy for
+    /// behavioural cloning].
+    #[arg(long, value_enum, help_heading = "Recipe")]
     pub loss: Option<Loss>,
-    pub batch_size: Option<usize>,
-    pub learning_rate: Option<f64>,
-    pub adam_beta1: Option<f64>,
-    pub adam_beta2: Option<f64>,
-    pub adam_epsilon: Option<f64>,
-    pub grad_clip: Option<f64>,
-    pub ema_decay: Option<f64>,
-    pub steps: Option<u64>,
-    pub sampling: Option<Sampling>,
-    pub seed: Option<u64>,
-    pub window: Option<usize>,
-    pub workers: Option<usize>,
-    pub log_every: Option<u64>,
-    pub checkpoint_every: Option<u64>,
-    pub keep_checkpoints: Option<usize>,
-    pub eval_every: Option<u64>,
-    pub eval_records: Option<usize>,
-    pub marginal_records: Option<usize>,
-    pub device: Option<DeviceKind>,
-    pub precision: Option<Precision>,
-    #[serde(skip)]
-    pub base_dir: Option<PathBuf>,
+    /// Records per step.
+    #[arg(long, default_value_t = 1024, help_heading = "Recipe")]
+    pub batch_size: usize,
+    /// Adam learning rate.
+    #[arg(long, default_value_t = 1e-4, help_heading = "Recipe")]
+    pub learning_rate: f64,
+    /// Adam beta1.
+    #[arg(long, default_value_t = 0.9, help_heading = "Recipe")]
+    pub adam_beta1: f64,
+    /// Adam beta2.
+    #[arg(long, default_value_t = 0.999, help_heading = "Recipe")]
+    pub adam_beta2: f64,
+    /// Adam epsilon.
+    #[arg(long, default_value_t = 1e-8, help_heading = "Recipe")]
+    pub adam_epsilon: f64,
+    /// Global gradient-norm clip.
+    #[arg(long, default_value_t = 1.0, help_heading = "Recipe")]
+    pub grad_clip: f64,
+    /// Decay of the parameters' exponential moving average (evaluated).
+    #[arg(long, default_value_t = 0.99, help_heading = "Recipe")]
+    pub ema_decay: f64,
+    /// Total optimiser steps; raise it to continue a finished run.
+    #[arg(long, default_value_t = 1000, help_heading = "Recipe")]
+    pub steps: u64,
+    /// Record sampler.
+    #[arg(long, value_enum, default_value_t = Sampling::Uniform, help_heading = "Recipe")]
+    pub sampling: Sampling,
+    /// Seed of the initialisation and the sampler.
+    #[arg(long, default_value_t = 0, help_heading = "Recipe")]
+    pub seed: u64,
+    /// Row groups shuffled together by the sampler.
+    #[arg(long, default_value_t = 16, help_heading = "Recipe")]
+    pub window: usize,
+    /// Loader threads.
+    #[arg(long, default_value_t = 1, help_heading = "Resources")]
+    pub workers: usize,
+    /// Log a metrics row every N steps.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 10,
+        help_heading = "Logs and checkpoints"
+    )]
+    pub log_every: u64,
+    /// Checkpoint every N steps (and at the end).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1000,
+        help_heading = "Logs and checkpoints"
+    )]
+    pub checkpoint_every: u64,
+    /// Checkpoints kept (the newest).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 2,
+        help_heading = "Logs and checkpoints"
+    )]
+    pub keep_checkpoints: usize,
+    /// Evaluate the EMA every N steps; 0: at the end only.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Logs and checkpoints"
+    )]
+    pub eval_every: u64,
+    /// Records of the eval split per evaluation.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16_384,
+        help_heading = "Logs and checkpoints"
+    )]
+    pub eval_records: usize,
+    /// Train records the predict-the-marginal baseline is estimated from.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1_000_000,
+        help_heading = "Logs and checkpoints"
+    )]
+    pub marginal_records: usize,
+    /// Backend (cuda needs a binary built with --features cuda).
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu, help_heading = "Resources")]
+    pub device: DeviceKind,
+    /// Floating-point format (bf16: CUDA only).
+    #[arg(long, value_enum, default_value_t = Precision::F32, help_heading = "Resources")]
+    pub precision: Precision,
 }
 
-#[derive(Debug, Deserialize)]
-struct PipelineFile {
-    train: Option<TrainOptions>,
-}
+crate::options::stage!(TrainOptions, "train");
 
 /// A validated training recipe.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,7 +169,7 @@ pub struct TrainConfig {
     pub split: String,
     /// Split evaluated on (log-loss against the marginal baseline), if any.
     pub eval_split: Option<String>,
-    pub policy: Policy,
+    pub policy: RecordSet,
     pub model: Preset,
     /// K value buckets (value policies).
     pub buckets: usize,
@@ -165,7 +226,7 @@ impl TrainConfig {
     }
 
     /// The options that differ from `saved` and may not change on resume.
-    pub fn incompatible_with(&self, saved: &TrainConfig) -> Vec<String> {
+    pub(crate) fn incompatible_with(&self, saved: &TrainConfig) -> Vec<String> {
         let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
             (serde_json::to_value(self), serde_json::to_value(saved))
         else {
@@ -184,76 +245,15 @@ impl TrainConfig {
 }
 
 impl TrainOptions {
-    /// Reads the `[train]` table of a pipeline file.
-    pub fn from_pipeline_file(path: &Path) -> Result<TrainOptions, TrainConfigError> {
-        use crate::pipeline::{self, PipelineFileError};
-        let (file, base): (PipelineFile, _) = pipeline::read(path).map_err(|e| match e {
-            PipelineFileError::Read(source) => TrainConfigError::Read {
-                path: path.to_owned(),
-                source,
-            },
-            PipelineFileError::Toml(message) => TrainConfigError::Toml {
-                path: path.to_owned(),
-                message,
-            },
-        })?;
-        let mut options = file.train.unwrap_or_default();
-        options.base_dir = Some(base);
-        Ok(options)
-    }
-
-    /// `self` overridden by every option `cli` sets.
-    pub fn merge(self, cli: TrainOptions) -> TrainOptions {
-        let run_from_cli = cli.run.is_some();
-        macro_rules! pick {
-            ($($f:ident),*) => { TrainOptions { $($f: cli.$f.or(self.$f),)*
-                base_dir: if run_from_cli { None } else { self.base_dir } } };
-        }
-        pick!(
-            run,
-            name,
-            split,
-            eval_split,
-            policy,
-            model,
-            buckets,
-            loss,
-            batch_size,
-            learning_rate,
-            adam_beta1,
-            adam_beta2,
-            adam_epsilon,
-            grad_clip,
-            ema_decay,
-            steps,
-            sampling,
-            seed,
-            window,
-            workers,
-            log_every,
-            checkpoint_every,
-            keep_checkpoints,
-            eval_every,
-            eval_records,
-            marginal_records,
-            device,
-            precision
-        )
-    }
-
-    /// Validates and fills defaults.
-    pub fn resolve(self) -> Result<TrainConfig, TrainConfigError> {
-        let run = self.run.ok_or(TrainConfigError::NoRun)?;
-        let run = match &self.base_dir {
-            Some(base) if run.is_relative() => base.join(run),
-            _ => run,
-        };
-        let policy = self.policy.unwrap_or(Policy::ActionValue);
+    /// Validates and fills the defaults that depend on other options.
+    pub fn resolve(&self) -> Result<TrainConfig, TrainConfigError> {
+        let run = self.run.clone().ok_or(TrainConfigError::NoRun)?;
+        let policy = self.policy;
         let loss = self.loss.unwrap_or(match policy {
-            Policy::BehavioralCloning => Loss::CrossEntropy,
+            RecordSet::BehavioralCloning => Loss::CrossEntropy,
             _ => Loss::HlGauss,
         });
-        if policy == Policy::BehavioralCloning && loss != Loss::CrossEntropy {
+        if policy == RecordSet::BehavioralCloning && loss != Loss::CrossEntropy {
             return Err(invalid(
                 "loss",
                 format!(
@@ -261,18 +261,14 @@ impl TrainOptions {
                 ),
             ));
         }
-        let model = self.model.unwrap_or(Preset::Tiny);
-        let name = self.name.unwrap_or_else(|| {
+        let model = self.model;
+        let name = self.name.clone().unwrap_or_else(|| {
             let p = match policy {
-                Policy::ActionValue => "av",
-                Policy::StateValue => "sv",
-                Policy::BehavioralCloning => "bc",
+                RecordSet::ActionValue => "av",
+                RecordSet::StateValue => "sv",
+                RecordSet::BehavioralCloning => "bc",
             };
-            let m = serde_json::to_value(model)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default();
-            format!("{p}_{m}")
+            format!("{p}_{}", model.name())
         });
         if name.is_empty()
             || !name
@@ -285,23 +281,21 @@ impl TrainOptions {
                 format!("expected letters, digits, '-', '_' or '.', got {name:?}"),
             ));
         }
-        let buckets = self.buckets.unwrap_or(128);
+        let buckets = self.buckets;
         if !(2..=crate::chess::actions::NUM_ACTIONS).contains(&buckets) {
             return Err(invalid(
                 "buckets",
                 format!("expected 2..=1968 value buckets, got {buckets}"),
             ));
         }
-        let positive = |option: &'static str, v: Option<u64>, default: u64| {
-            let v = v.unwrap_or(default);
+        let positive = |option: &'static str, v: u64| {
             if v == 0 {
                 Err(invalid(option, "must be at least 1"))
             } else {
                 Ok(v)
             }
         };
-        let unit = |option: &'static str, v: Option<f64>, default: f64| {
-            let v = v.unwrap_or(default);
+        let unit = |option: &'static str, v: f64| {
             if (0.0..1.0).contains(&v) {
                 Ok(v)
             } else {
@@ -311,26 +305,25 @@ impl TrainOptions {
                 ))
             }
         };
-        let learning_rate = self.learning_rate.unwrap_or(1e-4);
+        let learning_rate = self.learning_rate;
         if !(learning_rate > 0.0 && learning_rate.is_finite()) {
             return Err(invalid(
                 "learning_rate",
                 format!("must be > 0, got {learning_rate}"),
             ));
         }
-        let grad_clip = self.grad_clip.unwrap_or(1.0);
+        let grad_clip = self.grad_clip;
         if grad_clip.is_nan() || grad_clip <= 0.0 {
             return Err(invalid(
                 "grad_clip",
                 format!("must be > 0, got {grad_clip}"),
             ));
         }
-        let adam_epsilon = self.adam_epsilon.unwrap_or(1e-8);
+        let adam_epsilon = self.adam_epsilon;
         if adam_epsilon.is_nan() || adam_epsilon <= 0.0 {
             return Err(invalid("adam_epsilon", "must be > 0"));
         }
-        let device = self.device.unwrap_or(DeviceKind::Cpu);
-        let precision = self.precision.unwrap_or(Precision::F32);
+        let (device, precision) = (self.device, self.precision);
         if device == DeviceKind::Cpu && precision == Precision::Bf16 {
             return Err(invalid(
                 "precision",
@@ -340,43 +333,30 @@ impl TrainOptions {
         Ok(TrainConfig {
             run,
             name,
-            split: self.split.unwrap_or_else(|| "train".into()),
-            eval_split: match self.eval_split.as_deref() {
-                Some("") => None,
-                Some(s) => Some(s.to_owned()),
-                None => Some("test".into()),
-            },
+            split: self.split.clone(),
+            eval_split: (!self.eval_split.is_empty()).then(|| self.eval_split.clone()),
             policy,
             model,
             buckets,
             loss,
-            batch_size: positive("batch_size", self.batch_size.map(|v| v as u64), 1024)? as usize,
+            batch_size: positive("batch_size", self.batch_size as u64)? as usize,
             learning_rate,
-            adam_beta1: unit("adam_beta1", self.adam_beta1, 0.9)?,
-            adam_beta2: unit("adam_beta2", self.adam_beta2, 0.999)?,
+            adam_beta1: unit("adam_beta1", self.adam_beta1)?,
+            adam_beta2: unit("adam_beta2", self.adam_beta2)?,
             adam_epsilon,
             grad_clip,
-            ema_decay: unit("ema_decay", self.ema_decay, 0.99)?,
-            steps: positive("steps", self.steps, 1000)?,
-            sampling: self.sampling.unwrap_or(Sampling::Uniform),
-            seed: self.seed.unwrap_or(0),
-            window: positive("window", self.window.map(|v| v as u64), 16)? as usize,
-            workers: positive("workers", self.workers.map(|v| v as u64), 1)? as usize,
-            log_every: positive("log_every", self.log_every, 10)?,
-            checkpoint_every: positive("checkpoint_every", self.checkpoint_every, 1000)?,
-            keep_checkpoints: positive(
-                "keep_checkpoints",
-                self.keep_checkpoints.map(|v| v as u64),
-                2,
-            )? as usize,
-            eval_every: self.eval_every.unwrap_or(0),
-            eval_records: positive("eval_records", self.eval_records.map(|v| v as u64), 16_384)?
-                as usize,
-            marginal_records: positive(
-                "marginal_records",
-                self.marginal_records.map(|v| v as u64),
-                1_000_000,
-            )? as usize,
+            ema_decay: unit("ema_decay", self.ema_decay)?,
+            steps: positive("steps", self.steps)?,
+            sampling: self.sampling,
+            seed: self.seed,
+            window: positive("window", self.window as u64)? as usize,
+            workers: positive("workers", self.workers as u64)? as usize,
+            log_every: positive("log_every", self.log_every)?,
+            checkpoint_every: positive("checkpoint_every", self.checkpoint_every)?,
+            keep_checkpoints: positive("keep_checkpoints", self.keep_checkpoints as u64)? as usize,
+            eval_every: self.eval_every,
+            eval_records: positive("eval_records", self.eval_records as u64)? as usize,
+            marginal_records: positive("marginal_records", self.marginal_records as u64)? as usize,
             device,
             precision,
         })
@@ -387,41 +367,37 @@ impl TrainOptions {
 mod tests {
     use super::*;
 
-    fn options(toml_text: &str) -> TrainOptions {
-        toml::from_str::<PipelineFile>(toml_text)
-            .unwrap()
-            .train
-            .unwrap()
+    fn options(table: &str) -> TrainOptions {
+        crate::options::from_table(table).unwrap()
     }
 
     #[test]
     fn defaults_follow_the_policy() {
-        let c = options("[train]\nrun = \"r\"\npolicy = \"behavioral_cloning\"")
+        let c = options("run = \"r\"\npolicy = \"behavioral_cloning\"")
             .resolve()
             .unwrap();
         assert_eq!(c.loss, Loss::CrossEntropy);
         assert_eq!(c.name, "bc_tiny");
-        let c = options("[train]\nrun = \"r\"").resolve().unwrap();
-        assert_eq!((c.policy, c.loss), (Policy::ActionValue, Loss::HlGauss));
+        let c = options("run = \"r\"").resolve().unwrap();
+        assert_eq!((c.policy, c.loss), (RecordSet::ActionValue, Loss::HlGauss));
         assert_eq!(c.eval_split.as_deref(), Some("test"));
     }
 
     #[test]
     fn bad_options_are_named() {
         let err = |t: &str| options(t).resolve().unwrap_err().to_string();
-        assert!(
-            err("[train]\nrun=\"r\"\npolicy=\"behavioral_cloning\"\nloss=\"l2\"").contains("loss")
-        );
-        assert!(err("[train]\nrun=\"r\"\nbuckets=1").contains("buckets"));
-        assert!(err("[train]\nrun=\"r\"\nprecision=\"bf16\"").contains("precision"));
-        assert!(err("[train]\nrun=\"r\"\nname=\"../x\"").contains("name"));
-        assert!(err("[train]\nrun=\"r\"\nema_decay=1.5").contains("ema_decay"));
-        assert!(toml::from_str::<PipelineFile>("[train]\nbatch=3").is_err());
+        assert!(err("run=\"r\"\npolicy=\"behavioral_cloning\"\nloss=\"l2\"").contains("loss"));
+        assert!(err("run=\"r\"\nbuckets=1").contains("buckets"));
+        assert!(err("run=\"r\"\nprecision=\"bf16\"").contains("precision"));
+        assert!(err("run=\"r\"\nname=\"../x\"").contains("name"));
+        assert!(err("run=\"r\"\nema_decay=1.5").contains("ema_decay"));
+        assert!(crate::options::from_table::<TrainOptions>("batch=3").is_err());
+        assert!(crate::options::from_table::<TrainOptions>("batch_size=\"x\"").is_err());
     }
 
     #[test]
     fn resume_compatibility() {
-        let a = options("[train]\nrun=\"r\"\nsteps=10").resolve().unwrap();
+        let a = options("run=\"r\"\nsteps=10").resolve().unwrap();
         let mut b = a.clone();
         b.steps = 20;
         b.workers = 2;

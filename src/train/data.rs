@@ -1,19 +1,8 @@
 //! Training data: annotated records of a run, as token sequences in
-//! searchless_chess's layout, streamed from the Parquet tables in sampler
-//! order, with prefetching worker threads.
-//!
-//! Sequences (Ruoss et al. 2024, §2.2; `tokenizer.py`, `training.py`): the 77
-//! FEN tokens, then
-//! - action value: the action index and the value bucket of its win% (79),
-//! - state value: the bucket of the board's win% (78),
-//! - behavioural cloning: the best action's index (78).
-//!
-//! All tokens share one vocabulary of 1968 (= the number of actions, which
-//! exceeds the 31 FEN characters and K <= 1968 buckets). The model sees the
-//! sequence shifted right and predicts its last token.
+//! searchless_chess's layout ([`crate::chess::records`]), streamed from the
+//! Parquet tables in sampler order, with prefetching worker threads.
 
 use std::{
-    fs::File,
     path::{Path, PathBuf},
     sync::Arc,
     thread,
@@ -23,65 +12,32 @@ use arrow_array::{
     Array, Float64Array, RecordBatch, StringArray, UInt16Array, UInt64Array, cast::AsArray,
 };
 use crossbeam_channel::{Receiver, bounded};
-use parquet::arrow::{ProjectionMask, arrow_reader::ParquetRecordBatchReaderBuilder};
-use serde::{Deserialize, Serialize};
+use parquet::arrow::ProjectionMask;
 use thiserror::Error;
 
 use super::sampler::{self, Position, Sampling};
 use crate::{
     chess::{
         actions::NUM_ACTIONS,
+        records::{RecordSet, push_sequence},
         tokens::{SEQUENCE_LENGTH, tokenize},
         value::ValueBuckets,
     },
-    store::{Table, commit::partition_dir},
+    store::{StoreError, Table, commit::partition_dir, open_parquet, parquet_files},
 };
 
-/// Which predictor a dataset feeds (the paper's three).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Policy {
-    /// Q(s, a): action-value records, target = value bucket.
-    ActionValue,
-    /// V(s): state-value records, target = value bucket.
-    StateValue,
-    /// pi(s): behavioural-cloning records, target = best action.
-    BehavioralCloning,
-}
-
-impl Policy {
-    /// Tokens per sequence.
-    pub fn sequence_length(self) -> usize {
-        match self {
-            Policy::ActionValue => SEQUENCE_LENGTH + 2,
-            Policy::StateValue | Policy::BehavioralCloning => SEQUENCE_LENGTH + 1,
-        }
-    }
-
-    /// Size of the shared token vocabulary.
-    pub const VOCAB_SIZE: usize = NUM_ACTIONS;
-
-    fn table(self) -> Table {
-        match self {
-            Policy::ActionValue => Table::ActionValues,
-            _ => Table::StateValues,
-        }
+fn value_table(set: RecordSet) -> Table {
+    match set {
+        RecordSet::ActionValue => Table::ActionValues,
+        _ => Table::StateValues,
     }
 }
 
 /// Failures reading training data, naming the file.
 #[derive(Debug, Error)]
 pub enum DataError {
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: {source}", path.display())]
-    Parquet {
-        path: PathBuf,
-        source: parquet::errors::ParquetError,
-    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
     #[error("{}: {message}", path.display())]
     Table { path: PathBuf, message: String },
     #[error("split {split:?} of run {} has no {table} records (annotate it first)", run.display())]
@@ -96,30 +52,12 @@ pub enum DataError {
     Worker(String),
 }
 
-/// Appends the sequence of one record to `out`.
-///
-/// `target` is the value bucket (action value, state value) or the action
-/// index (behavioural cloning); `action` is only used for action values.
-pub fn push_sequence(
-    policy: Policy,
-    board: &[u8; SEQUENCE_LENGTH],
-    action: u16,
-    target: u16,
-    out: &mut Vec<i32>,
-) {
-    out.extend(board.iter().map(|&t| i32::from(t)));
-    if policy == Policy::ActionValue {
-        out.push(i32::from(action));
-    }
-    out.push(i32::from(target));
-}
-
 /// What the loader reads.
 #[derive(Debug, Clone)]
 pub struct DataConfig {
     pub run: PathBuf,
     pub split: String,
-    pub policy: Policy,
+    pub policy: RecordSet,
     /// K value buckets (ignored for behavioural cloning).
     pub buckets: usize,
     pub batch_size: usize,
@@ -146,11 +84,8 @@ pub struct Batch {
 }
 
 impl Batch {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.targets.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.targets.is_empty()
     }
 }
 
@@ -167,30 +102,12 @@ struct Boards {
     weights: Vec<u32>,
 }
 
-fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, DataError> {
-    crate::store::parquet_files(dir).map_err(|source| DataError::Io {
-        path: dir.to_owned(),
-        source,
-    })
-}
-
-fn reader(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<File>, DataError> {
-    let file = File::open(path).map_err(|source| DataError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    ParquetRecordBatchReaderBuilder::try_new(file).map_err(|source| DataError::Parquet {
-        path: path.to_owned(),
-        source,
-    })
-}
-
 fn read_columns(
     path: &Path,
     row_group: Option<usize>,
     columns: &[&str],
 ) -> Result<Vec<RecordBatch>, DataError> {
-    let b = reader(path)?;
+    let b = open_parquet(path)?;
     let schema = b.parquet_schema();
     let indices: Vec<usize> = columns
         .iter()
@@ -208,10 +125,7 @@ fn read_columns(
     if let Some(rg) = row_group {
         b = b.with_row_groups(vec![rg]);
     }
-    let r = b.build().map_err(|source| DataError::Parquet {
-        path: path.to_owned(),
-        source,
-    })?;
+    let r = b.build().map_err(|e| StoreError::parquet(path, e))?;
     r.collect::<Result<Vec<_>, _>>()
         .map_err(|e| DataError::Table {
             path: path.to_owned(),
@@ -284,20 +198,20 @@ struct UnitRecords {
 
 fn read_unit(
     unit: &Unit,
-    policy: Policy,
+    policy: RecordSet,
     buckets: &ValueBuckets,
     out: &mut UnitRecords,
 ) -> Result<(), DataError> {
     let path = &unit.path;
     let columns: &[&str] = match policy {
-        Policy::ActionValue => &["board_id", "action", "win_prob"],
-        Policy::StateValue => &["board_id", "win_prob"],
-        Policy::BehavioralCloning => &["board_id", "best_action"],
+        RecordSet::ActionValue => &["board_id", "action", "win_prob"],
+        RecordSet::StateValue => &["board_id", "win_prob"],
+        RecordSet::BehavioralCloning => &["board_id", "best_action"],
     };
     for batch in read_columns(path, Some(unit.row_group), columns)? {
         let ids = column::<UInt64Array>(&batch, "board_id", path)?;
         match policy {
-            Policy::BehavioralCloning => {
+            RecordSet::BehavioralCloning => {
                 let best = column::<UInt16Array>(&batch, "best_action", path)?;
                 for i in 0..batch.num_rows() {
                     if best.is_null(i) {
@@ -357,7 +271,7 @@ struct Window {
 impl Loader {
     /// Opens the split's tables and starts the workers at `start`.
     pub fn new(config: DataConfig, start: Position) -> Result<Loader, DataError> {
-        let k = if config.policy == Policy::BehavioralCloning {
+        let k = if config.policy == RecordSet::BehavioralCloning {
             2
         } else {
             config.buckets
@@ -366,11 +280,11 @@ impl Loader {
             .ok()
             .filter(|b| b.len() <= NUM_ACTIONS)
             .ok_or(DataError::Buckets(config.buckets))?;
-        let table = config.policy.table();
+        let table = value_table(config.policy);
         let mut units = Vec::new();
         let mut rows = 0u64;
         for path in parquet_files(&config.run.join(partition_dir(table, &config.split)))? {
-            let b = reader(&path)?;
+            let b = open_parquet(&path)?;
             for rg in 0..b.metadata().num_row_groups() {
                 let n = b.metadata().row_group(rg).num_rows();
                 rows += n.max(0) as u64;
@@ -434,11 +348,6 @@ impl Loader {
             current: None,
             offset: start.offset as usize,
         })
-    }
-
-    /// Number of units (row groups) per epoch.
-    pub fn units(&self) -> usize {
-        self.shared.units.len()
     }
 
     /// Records per uniform epoch (row count of the split's value table).
@@ -547,25 +456,4 @@ fn build_window(
         window.win_prob.push(records.win_prob[i]);
     }
     Ok(window)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sequences_follow_searchless_chess() {
-        let fen = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1";
-        let board = tokenize(fen).unwrap();
-        let mut out = Vec::new();
-        push_sequence(Policy::ActionValue, &board, 1967, 31, &mut out);
-        assert_eq!(out.len(), 79);
-        assert_eq!(&out[77..], &[1967, 31]);
-        assert!(out[..77].iter().zip(board).all(|(&a, b)| a == i32::from(b)));
-        out.clear();
-        push_sequence(Policy::BehavioralCloning, &board, 0, 5, &mut out);
-        assert_eq!(out.len(), Policy::BehavioralCloning.sequence_length());
-        assert_eq!(out[77], 5);
-        assert!(out.iter().all(|&t| (t as usize) < Policy::VOCAB_SIZE));
-    }
 }

@@ -47,7 +47,7 @@ pub struct EmaMismatch(pub usize);
 
 /// One EMA step. `ema` must come from `model.valid()` (or a checkpoint of
 /// it), so its parameter ids are the model's.
-pub fn update<B: AutodiffBackend, M: AutodiffModule<B>>(
+pub(crate) fn update<B: AutodiffBackend, M: AutodiffModule<B>>(
     ema: M::InnerModule,
     model: &M,
     decay: f64,

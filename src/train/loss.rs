@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 use crate::chess::value::{ValueBuckets, default_hl_gauss_sigma};
 
 /// A training loss.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum Loss {
     /// Cross-entropy against the HL-Gauss distribution of the win
     /// probability over the K buckets (Imani & White 2018; Farebrother et
@@ -25,17 +26,9 @@ pub enum Loss {
     L2,
 }
 
-impl Loss {
-    /// Whether the loss needs value buckets (every loss but cross-entropy
-    /// uses the scalar win probability).
-    pub fn needs_win_prob(self) -> bool {
-        !matches!(self, Loss::CrossEntropy)
-    }
-}
-
 /// Device-side constants of the value losses for K buckets.
 #[derive(Debug, Clone)]
-pub struct ValueSupport<B: Backend> {
+pub(crate) struct ValueSupport<B: Backend> {
     /// `linspace(0, 1, K + 1)` as `[1, K + 1]`.
     edges: Tensor<B, 2>,
     /// Bucket centres as `[K, 1]`.
@@ -45,7 +38,7 @@ pub struct ValueSupport<B: Backend> {
 
 impl<B: Backend> ValueSupport<B> {
     /// The support of K uniform buckets with the paper's HL-Gauss width.
-    pub fn new(buckets: &ValueBuckets, device: &B::Device) -> ValueSupport<B> {
+    pub(crate) fn new(buckets: &ValueBuckets, device: &B::Device) -> ValueSupport<B> {
         let k = buckets.len();
         let mut edges: Vec<f32> = Vec::with_capacity(k + 1);
         edges.push(0.0);
@@ -61,7 +54,7 @@ impl<B: Backend> ValueSupport<B> {
 
     /// HL-Gauss target distributions `[batch, K]` for win probabilities
     /// `[batch]`: the tensor form of [`crate::chess::value::hl_gauss_target`].
-    pub fn hl_gauss(&self, win_prob: Tensor<B, 1>) -> Tensor<B, 2> {
+    pub(crate) fn hl_gauss(&self, win_prob: Tensor<B, 1>) -> Tensor<B, 2> {
         let k = self.centres.dims()[0];
         let scale = (std::f64::consts::SQRT_2 * self.sigma).recip();
         let cdf = (self.edges.clone() - win_prob.unsqueeze_dim::<2>(1))
@@ -73,7 +66,7 @@ impl<B: Backend> ValueSupport<B> {
     }
 
     /// Expected win probability `[batch]` under predicted log-probabilities.
-    pub fn expected_value(&self, log_probs: Tensor<B, 2>) -> Tensor<B, 1> {
+    pub(crate) fn expected_value(&self, log_probs: Tensor<B, 2>) -> Tensor<B, 1> {
         let b = log_probs.dims()[0];
         log_probs.exp().matmul(self.centres.clone()).reshape([b])
     }
@@ -81,7 +74,7 @@ impl<B: Backend> ValueSupport<B> {
 
 /// Mean loss of a batch. `targets` are the target tokens (bucket or action),
 /// `win_prob` the scalar targets (value policies).
-pub fn batch_loss<B: Backend>(
+pub(crate) fn batch_loss<B: Backend>(
     loss: Loss,
     log_probs: Tensor<B, 2>,
     targets: Tensor<B, 1, Int>,
@@ -103,7 +96,7 @@ pub fn batch_loss<B: Backend>(
 
 /// Mean negative log-likelihood of the target tokens: the log-loss the
 /// evaluation reports whatever the training loss.
-pub fn cross_entropy<B: Backend>(
+pub(crate) fn cross_entropy<B: Backend>(
     log_probs: Tensor<B, 2>,
     targets: Tensor<B, 1, Int>,
 ) -> Tensor<B, 1> {
@@ -117,7 +110,7 @@ pub fn cross_entropy<B: Backend>(
 /// bucket frequencies of the training records (add-one smoothed, so a bucket
 /// unseen in training costs log(N + K) rather than infinity), scored on the
 /// test targets.
-pub fn marginal_log_loss(train_counts: &[u64], test_targets: &[usize]) -> f64 {
+pub(crate) fn marginal_log_loss(train_counts: &[u64], test_targets: &[usize]) -> f64 {
     let k = train_counts.len() as f64;
     let n: u64 = train_counts.iter().sum();
     let denominator = n as f64 + k;

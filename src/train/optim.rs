@@ -45,7 +45,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
 /// every gradient is scaled by `max_norm / norm` (optax's rule). Returns the
 /// norm before clipping as a one-element tensor, left on the device so that
 /// a step needs no host synchronisation; read it only when logging.
-pub fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+pub(crate) fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
     grads: &mut GradientsParams,
     max_norm: f64,
@@ -61,7 +61,7 @@ pub fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
 }
 
 /// A one-element tensor's value.
-pub fn scalar<B: burn::tensor::backend::Backend>(t: Tensor<B, 1>) -> f64 {
+pub(crate) fn scalar<B: burn::tensor::backend::Backend>(t: Tensor<B, 1>) -> f64 {
     t.into_scalar().to_f64()
 }
 

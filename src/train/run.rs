@@ -15,7 +15,7 @@
 
 use std::{
     fs::{self, OpenOptions},
-    io::{BufRead, BufReader, Write},
+    io::{self, BufRead, BufReader, Write},
     path::{Path, PathBuf},
     time::Instant,
 };
@@ -28,22 +28,28 @@ use burn::{
         backend::{AutodiffBackend, Backend},
     },
 };
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::{
-    checkpoint::{self, CheckpointError, TrainState},
-    config::{DeviceKind, Precision, TrainConfig},
-    data::{DataConfig, DataError, Loader, Policy},
+    checkpoint::{self, TrainState},
+    config::TrainConfig,
+    data::{DataConfig, DataError, Loader},
     ema::{self, EmaMismatch},
     loss::{self, ValueSupport},
-    model::{Predictor, tokens_tensor},
-    model_config::ModelShape,
     optim::{clip_global_norm, scalar},
     sampler::{Position, Sampling},
 };
-use crate::chess::{actions::NUM_ACTIONS, value::ValueBuckets};
+use crate::{
+    chess::{RecordSet, actions::NUM_ACTIONS, value::ValueBuckets},
+    model::{
+        CheckpointError, DeviceKind, ModelShape, Precision, Predictor,
+        checkpoint::{latest, load_module, read_state},
+        tokens_tensor, tune_allocator,
+    },
+    ui::{Report, group},
+};
 
 /// Training failures.
 #[derive(Debug, Error)]
@@ -115,7 +121,7 @@ pub struct EvalResult {
 pub struct Summary {
     pub name: String,
     pub out_dir: PathBuf,
-    pub policy: Policy,
+    pub policy: RecordSet,
     pub params: u64,
     pub step: u64,
     pub samples: u64,
@@ -129,20 +135,56 @@ pub struct Summary {
     pub train_flops_per_sample: f64,
     pub device: String,
     pub eval: Option<EvalResult>,
+    /// The recipe's total steps (not in `summary.json`).
+    #[serde(skip)]
+    pub steps: u64,
 }
 
-/// Keeps freed memory in the process (glibc): a training step allocates and
-/// frees the same large activation buffers every time, and glibc's default
-/// returns them to the kernel, so each step pays page faults to get them
-/// back (measured: tiny model on 2 cores, 145 -> 208 samples/s).
-pub fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes glibc's allocation thresholds; it is
-    // called before the training threads allocate.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
-        libc::mallopt(libc::M_TOP_PAD, 256 << 20);
+impl Report for Summary {
+    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
+        let resumed = self
+            .resumed_from
+            .map(|s| format!(", resumed from step {s}"))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "trained {} ({:?}, {:.2}M parameters): step {} of {}, {} samples{resumed}",
+            self.name,
+            self.policy,
+            self.params as f64 / 1e6,
+            self.step,
+            self.steps,
+            group(self.samples),
+        )?;
+        if let (Some(loss), Some(rate)) = (self.last_loss, self.samples_per_s) {
+            writeln!(
+                out,
+                "  last train loss {loss:.4}; {rate:.0} samples/s ({:.2} GFLOP/s of model FLOPs) on {}; waiting for data {:.1}% of the time",
+                rate * self.train_flops_per_sample / 1e9,
+                self.device,
+                100.0 * self.data_wait_share.unwrap_or(0.0)
+            )?;
+        }
+        if let Some(e) = &self.eval {
+            let verdict = if e.log_loss < e.marginal_log_loss {
+                "beats"
+            } else {
+                "does not beat"
+            };
+            writeln!(
+                out,
+                "  {} split ({} records, EMA parameters): log-loss {:.4}, {verdict} the marginal baseline {:.4}; accuracy {:.3}{}",
+                e.split,
+                group(e.records as u64),
+                e.log_loss,
+                e.marginal_log_loss,
+                e.accuracy,
+                e.value_mse
+                    .map(|m| format!("; win% MSE {m:.4}"))
+                    .unwrap_or_default()
+            )?;
+        }
+        writeln!(out, "  wrote {}", self.out_dir.display())
     }
 }
 
@@ -235,7 +277,7 @@ fn data_config(config: &TrainConfig, split: &str, batch_size: usize, seed: u64) 
 fn eval_set(config: &TrainConfig, split: &str) -> Result<EvalSet, TrainError> {
     const EVAL_SEED: u64 = 0x0e7a_1000;
     let outputs = match config.policy {
-        Policy::BehavioralCloning => NUM_ACTIONS,
+        RecordSet::BehavioralCloning => NUM_ACTIONS,
         _ => config.buckets,
     };
     let mut counts = vec![0u64; outputs];
@@ -289,7 +331,7 @@ fn evaluate<B: Backend>(
     model: &Predictor<B>,
     set: &EvalSet,
     support: &ValueSupport<B>,
-    policy: Policy,
+    policy: RecordSet,
     batch_size: usize,
     step: u64,
     device: &B::Device,
@@ -319,7 +361,7 @@ fn evaluate<B: Backend>(
             .int()
             .sum();
         correct += scalar(hits.float()) as usize;
-        if policy != Policy::BehavioralCloning {
+        if policy != RecordSet::BehavioralCloning {
             let y = Tensor::<B, 1>::from_data(
                 TensorData::new(set.win_prob[start..end].to_vec(), [m]),
                 device,
@@ -336,20 +378,15 @@ fn evaluate<B: Backend>(
         log_loss: nll / n as f64,
         marginal_log_loss: set.marginal_log_loss,
         accuracy: correct as f64 / n as f64,
-        value_mse: (policy != Policy::BehavioralCloning).then(|| sq / n as f64),
+        value_mse: (policy != RecordSet::BehavioralCloning).then(|| sq / n as f64),
     }
 }
 
 fn progress_bar(enabled: bool, total: u64, start: u64) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(4));
-    bar.set_style(
-        ProgressStyle::with_template(
-            "train {bar:30} {pos}/{len} steps {msg} [{elapsed_precise}, eta {eta}]",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    let bar = crate::ui::bar(
+        enabled,
+        Some(total),
+        "train {bar:30} {pos}/{len} steps {msg} [{elapsed_precise}, eta {eta}]",
     );
     bar.set_position(start);
     bar
@@ -389,20 +426,15 @@ fn train_on<B: AutodiffBackend>(
     let mut optim = adam.init::<B, Predictor<B>>();
 
     // Resume or start.
-    let (mut model, mut ema, mut state, resumed_from) = match checkpoint::latest(&out)? {
+    let (mut model, mut ema, mut state, resumed_from) = match latest(&out)? {
         Some(dir) => {
-            let (dir, saved) = checkpoint::read_state(&dir)?;
+            let (dir, saved): (PathBuf, TrainState) = read_state(&dir)?;
             let diffs = config.incompatible_with(&saved.config);
             if !diffs.is_empty() {
                 return Err(TrainError::Incompatible { dir, diffs });
             }
-            let model = checkpoint::load_module(
-                &dir,
-                "model.mpk",
-                Predictor::new(&shape, &device),
-                &device,
-            )?;
-            let ema = checkpoint::load_module(
+            let model = load_module(&dir, "model.mpk", Predictor::new(&shape, &device), &device)?;
+            let ema = load_module(
                 &dir,
                 "ema.mpk",
                 Predictor::<B::InnerBackend>::new(&shape, &device),
@@ -603,6 +635,7 @@ fn train_on<B: AutodiffBackend>(
         train_flops_per_sample: shape.train_flops_per_sample(),
         device: format!("{:?}", device),
         eval: last_eval.or_else(|| read_last_eval(&eval_path)),
+        steps: config.steps,
     };
     let json = serde_json::to_vec_pretty(&summary).unwrap_or_default();
     crate::store::commit::write_atomic(&out.join("summary.json"), &json).map_err(|e| {

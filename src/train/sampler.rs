@@ -13,8 +13,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Which sampler (the paper's default is uniform over distinct records).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum Sampling {
     /// Every distinct record once per epoch.
     Uniform,
@@ -35,15 +36,15 @@ pub struct Position {
 /// SplitMix64 (Steele, Lea, Flood 2014): a small, fast, well-mixed generator
 /// whose stream is fixed by its seed on every platform.
 #[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
+pub(crate) struct SplitMix64(u64);
 
 impl SplitMix64 {
-    pub fn new(seed: u64) -> SplitMix64 {
+    pub(crate) fn new(seed: u64) -> SplitMix64 {
         SplitMix64(seed)
     }
 
     /// A generator for a sub-stream, e.g. (seed, epoch, window).
-    pub fn derive(parts: &[u64]) -> SplitMix64 {
+    pub(crate) fn derive(parts: &[u64]) -> SplitMix64 {
         let mut g = SplitMix64(0x9e37_79b9_7f4a_7c15);
         let mut state = 0u64;
         for &p in parts {
@@ -53,7 +54,7 @@ impl SplitMix64 {
         SplitMix64(state)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -63,12 +64,12 @@ impl SplitMix64 {
 
     /// Uniform in `0..n` (Lemire's multiply-shift; bias below 2^-32 for the
     /// sizes used here).
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
 
     /// Fisher-Yates shuffle.
-    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+    pub(crate) fn shuffle<T>(&mut self, items: &mut [T]) {
         for i in (1..items.len()).rev() {
             let j = self.below(i as u64 + 1) as usize;
             items.swap(i, j);
@@ -77,27 +78,27 @@ impl SplitMix64 {
 }
 
 /// The unit order of an epoch: a seeded permutation of `0..units`.
-pub fn unit_order(seed: u64, epoch: u64, units: usize) -> Vec<usize> {
+pub(crate) fn unit_order(seed: u64, epoch: u64, units: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..units).collect();
     SplitMix64::derive(&[seed, epoch, 0x756e_6974]).shuffle(&mut order);
     order
 }
 
 /// The units of window `w` of an epoch, given the epoch's unit order.
-pub fn window_units(order: &[usize], window_size: usize, w: u64) -> &[usize] {
+pub(crate) fn window_units(order: &[usize], window_size: usize, w: u64) -> &[usize] {
     let start = (w as usize).saturating_mul(window_size).min(order.len());
     let end = start.saturating_add(window_size).min(order.len());
     &order[start..end]
 }
 
 /// Number of windows per epoch.
-pub fn windows_per_epoch(units: usize, window_size: usize) -> u64 {
+pub(crate) fn windows_per_epoch(units: usize, window_size: usize) -> u64 {
     units.div_ceil(window_size.max(1)) as u64
 }
 
 /// Serving order of a window's records: indices into the window's records,
 /// each repeated `weight` times, shuffled with the window's own stream.
-pub fn window_order(seed: u64, position: Position, weights: &[u32]) -> Vec<u32> {
+pub(crate) fn window_order(seed: u64, position: Position, weights: &[u32]) -> Vec<u32> {
     let total: usize = weights.iter().map(|&w| w as usize).sum();
     let mut order = Vec::with_capacity(total);
     for (i, &w) in weights.iter().enumerate() {

@@ -4,6 +4,8 @@
 //! `train` bench compares it with the loader and with the PyTorch reference
 //! (`bench/torch_reference.py`) on the same machine, batch and precision.
 
+use std::io::{self, Write};
+
 use std::time::Instant;
 
 use burn::{
@@ -17,16 +19,100 @@ use burn::{
 use serde::Serialize;
 
 use super::{
-    config::{DeviceKind, Precision},
     ema,
     loss::{self, Loss, ValueSupport},
-    model::{Predictor, tokens_tensor},
-    model_config::ModelShape,
     optim::{clip_global_norm, scalar},
     run::TrainError,
     sampler::SplitMix64,
 };
-use crate::chess::value::ValueBuckets;
+use crate::{
+    chess::{RecordSet, value::ValueBuckets},
+    model::{DeviceKind, ModelShape, Precision, Predictor, Preset, tokens_tensor, tune_allocator},
+    ui::Report,
+};
+
+/// `chessbench bench-step`'s options (command line only).
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchStepOptions {
+    /// Model size.
+    #[arg(long, value_enum, default_value_t = Preset::Tiny)]
+    pub model: Preset,
+    /// The record set (predictor) whose step is timed.
+    #[arg(long, value_enum, default_value_t = RecordSet::ActionValue)]
+    pub policy: RecordSet,
+    /// K value buckets.
+    #[arg(long, default_value_t = 128)]
+    pub buckets: usize,
+    /// Loss (behavioural cloning always uses cross_entropy).
+    #[arg(long, value_enum, default_value_t = Loss::HlGauss)]
+    pub loss: Loss,
+    /// Records per step.
+    #[arg(long, default_value_t = 256)]
+    pub batch_size: usize,
+    /// Timed steps.
+    #[arg(long, default_value_t = 20)]
+    pub steps: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    /// Backend.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub device: DeviceKind,
+    /// Floating-point format (bf16: CUDA only).
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    pub precision: Precision,
+    /// Synchronise after each phase and report seconds per phase.
+    #[arg(long)]
+    pub profile: bool,
+}
+
+impl BenchStepOptions {
+    /// What to time.
+    pub fn bench(&self) -> StepBench {
+        StepBench {
+            shape: ModelShape::preset(self.model, self.policy, self.buckets),
+            loss: if self.policy == RecordSet::BehavioralCloning {
+                Loss::CrossEntropy
+            } else {
+                self.loss
+            },
+            batch_size: self.batch_size.max(1),
+            steps: self.steps.max(1),
+            warmup: self.warmup,
+            device: self.device,
+            precision: self.precision,
+            profile: self.profile,
+        }
+    }
+}
+
+impl Report for StepTiming {
+    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "{:.2}M parameters, batch {}: {:.0} samples/s, {:.2} model TFLOP/s ({} steps in {:.2} s on {})",
+            self.params as f64 / 1e6,
+            self.bench.batch_size,
+            self.samples_per_s,
+            self.model_flops_per_s / 1e12,
+            self.bench.steps,
+            self.seconds,
+            self.device
+        )?;
+        if let Some(phases) = &self.phases {
+            let total: f64 = phases.iter().map(|(_, s)| s).sum();
+            for (name, s) in phases {
+                writeln!(
+                    out,
+                    "  {name:<13} {:>9.3} ms/step {:>5.1}%",
+                    s * 1e3,
+                    100.0 * s / total.max(1e-12)
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
 
 /// What to time.
 #[derive(Debug, Clone, Serialize)]
@@ -82,7 +168,7 @@ fn sync<B: Backend>(device: &B::Device) {
 }
 
 fn run<B: AutodiffBackend>(bench: &StepBench, device: B::Device) -> Result<StepTiming, TrainError> {
-    super::run::tune_allocator();
+    tune_allocator();
     B::seed(&device, 0);
     let shape = bench.shape;
     let n = bench.batch_size;

@@ -56,7 +56,7 @@ impl Default for EngineConfig {
 
 /// `stockfish` from PATH, else Debian's `/usr/games/stockfish` (the package
 /// installs there, and /usr/games is not on root's PATH).
-pub fn default_engine_path() -> PathBuf {
+pub(crate) fn default_engine_path() -> PathBuf {
     let in_path = std::env::var_os("PATH").is_some_and(|paths| {
         std::env::split_paths(&paths).any(|dir| dir.join("stockfish").is_file())
     });
@@ -105,7 +105,7 @@ fn stderr_suffix(stderr: &str) -> String {
 
 impl EngineError {
     /// A short, stable reason name for failure tables.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             EngineError::Spawn { .. } => "spawn",
             EngineError::Exited { .. } | EngineError::Write(_) => "crash",
@@ -280,15 +280,15 @@ impl Engine {
         for (name, value) in options {
             if self.declares(name) {
                 self.send(&Command::SetOption {
-                    name,
-                    value: Some(value),
+                    name: name.into(),
+                    value: Some(value.into()),
                 })?;
             }
         }
         if self.declares("MultiPV") {
             self.send(&Command::SetOption {
-                name: "MultiPV",
-                value: Some("1"),
+                name: "MultiPV".into(),
+                value: Some("1".into()),
             })?;
         }
         self.sync(config.handshake_timeout)
@@ -307,7 +307,7 @@ impl Engine {
     }
 
     /// The largest MultiPV the engine allows (1 if it has no such option).
-    pub fn max_multipv(&self) -> u32 {
+    pub(crate) fn max_multipv(&self) -> u32 {
         self.id
             .options
             .iter()
@@ -316,11 +316,6 @@ impl Engine {
                 OptionKind::Spin { max: Some(m), .. } => m.clamp(1, u32::MAX.into()) as u32,
                 _ => 1,
             })
-    }
-
-    /// Process id (for tests and logs).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
     }
 
     fn send(&mut self, cmd: &Command<'_>) -> Result<(), EngineError> {
@@ -385,7 +380,7 @@ impl Engine {
     }
 
     /// `isready` / `readyok` round trip.
-    pub fn sync(&mut self, timeout: Duration) -> Result<(), EngineError> {
+    pub(crate) fn sync(&mut self, timeout: Duration) -> Result<(), EngineError> {
         self.send(&Command::IsReady)?;
         let deadline = Instant::now() + timeout;
         loop {
@@ -397,18 +392,18 @@ impl Engine {
 
     /// `ucinewgame` (clears the hash and histories, so a search does not
     /// depend on what was searched before), then `isready`.
-    pub fn new_game(&mut self, timeout: Duration) -> Result<(), EngineError> {
+    pub(crate) fn new_game(&mut self, timeout: Duration) -> Result<(), EngineError> {
         self.send(&Command::UciNewGame)?;
         self.sync(timeout)
     }
 
     /// Sets the MultiPV option if it differs from the current value.
-    pub fn set_multipv(&mut self, n: u32) -> Result<(), EngineError> {
+    pub(crate) fn set_multipv(&mut self, n: u32) -> Result<(), EngineError> {
         if n != self.multipv {
             let v = n.to_string();
             self.send(&Command::SetOption {
-                name: "MultiPV",
-                value: Some(&v),
+                name: "MultiPV".into(),
+                value: Some(v.as_str().into()),
             })?;
             self.multipv = n;
         }
@@ -430,7 +425,10 @@ impl Engine {
         timeout: Duration,
     ) -> Result<SearchResult, EngineError> {
         let start = Instant::now();
-        self.send(&Command::Go { limit, searchmoves })?;
+        self.send(&Command::Go {
+            limit: Some(limit),
+            searchmoves: searchmoves.into(),
+        })?;
         let deadline = start + timeout;
         let mut lines: Vec<PvLine> = Vec::new();
         let (mut nodes, mut time_ms) = (0u64, 0u64);
@@ -523,31 +521,18 @@ impl Drop for Engine {
 pub(crate) mod tests {
     use super::*;
 
-    /// Real Stockfish, or None with a printed reason.
-    pub(crate) fn stockfish() -> Option<EngineConfig> {
-        let config = EngineConfig::default();
-        match Engine::start(&config) {
-            Ok(_) => Some(config),
-            Err(e) => {
-                eprintln!("skipping: no stockfish ({e}); apt-get install stockfish");
-                None
-            }
-        }
-    }
-
     #[test]
     fn handshake_and_search_with_real_stockfish() {
-        let Some(config) = stockfish() else { return };
+        let Some(config) = crate::testing::stockfish() else {
+            return;
+        };
         let mut engine = Engine::start(&config).unwrap();
         assert!(engine.id().name.contains("Stockfish"), "{:?}", engine.id());
         assert!(engine.max_multipv() >= 218);
         engine.new_game(Duration::from_secs(5)).unwrap();
         // White mates with Ra8#.
         engine
-            .set_position(Position::Fen {
-                fen: "6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1",
-                moves: &[],
-            })
+            .set_position(Position::fen("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1", &[]))
             .unwrap();
         let r = engine
             .search(Limit::Nodes(2000), &[], Duration::from_secs(5))

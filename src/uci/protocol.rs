@@ -2,10 +2,12 @@
 //!
 //! Engine to GUI: every line parses into an [`EngineMessage`] (fishnet's
 //! habit: no string matching outside this module). GUI to engine:
-//! [`Command`] renders the lines we send. Reference: the UCI specification
-//! (Stefan Meyer-Kahlen, April 2006) and Stockfish's `uci.cpp`.
+//! [`Command`] renders the lines chessbench sends to Stockfish, and parses
+//! the lines a GUI sends to `chessbench uci`. Reference: the UCI
+//! specification (Stefan Meyer-Kahlen, April 2006) and Stockfish's
+//! `uci.cpp`.
 
-use std::fmt;
+use std::{borrow::Cow, fmt};
 
 use shakmaty::uci::UciMove;
 use thiserror::Error;
@@ -23,7 +25,7 @@ impl Score {
     /// A total order over scores, higher is better for the side to move:
     /// faster mates above slower ones above every centipawn score, and
     /// being mated later above being mated sooner.
-    pub fn order_key(self) -> i64 {
+    pub(crate) fn order_key(self) -> i64 {
         const MATE: i64 = 1 << 40;
         match self {
             Score::Mate(n) if n > 0 => MATE - i64::from(n),
@@ -140,7 +142,7 @@ fn uci_move(line: &str, token: Option<&str>) -> Result<UciMove, ProtocolError> {
 
 impl EngineMessage {
     /// Parses one line (without its line terminator).
-    pub fn parse(line: &str) -> Result<EngineMessage, ProtocolError> {
+    pub(crate) fn parse(line: &str) -> Result<EngineMessage, ProtocolError> {
         let line = line.trim_end_matches(['\r', '\n']);
         let mut tokens = line.split_ascii_whitespace();
         match tokens.next() {
@@ -328,27 +330,151 @@ impl fmt::Display for Limit {
 /// The position a search starts from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Position<'a> {
-    StartPos { moves: &'a [UciMove] },
-    Fen { fen: &'a str, moves: &'a [UciMove] },
+    StartPos {
+        moves: Cow<'a, [UciMove]>,
+    },
+    Fen {
+        fen: Cow<'a, str>,
+        moves: Cow<'a, [UciMove]>,
+    },
 }
 
-/// A line to the engine.
+impl<'a> Position<'a> {
+    /// `position fen FEN [moves ...]`.
+    pub(crate) fn fen(fen: &'a str, moves: &'a [UciMove]) -> Position<'a> {
+        Position::Fen {
+            fen: Cow::Borrowed(fen),
+            moves: Cow::Borrowed(moves),
+        }
+    }
+
+    /// `position startpos [moves ...]`.
+    pub fn startpos(moves: &'a [UciMove]) -> Position<'a> {
+        Position::StartPos {
+            moves: Cow::Borrowed(moves),
+        }
+    }
+}
+
+/// A line to the engine: what chessbench sends Stockfish, and what a GUI
+/// sends `chessbench uci` ([`Command::parse`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command<'a> {
     Uci,
+    /// `debug on|off`.
+    Debug(bool),
     IsReady,
     SetOption {
-        name: &'a str,
-        value: Option<&'a str>,
+        name: Cow<'a, str>,
+        value: Option<Cow<'a, str>>,
     },
+    /// `register ...` (nothing to register here).
+    Register,
     UciNewGame,
     Position(Position<'a>),
+    /// `go`: a fixed limit if one was given (clock and `infinite` tokens are
+    /// accepted and carry no limit), and the moves to restrict the search to.
     Go {
-        limit: Limit,
-        searchmoves: &'a [UciMove],
+        limit: Option<Limit>,
+        searchmoves: Cow<'a, [UciMove]>,
     },
     Stop,
+    PonderHit,
     Quit,
+}
+
+impl Command<'static> {
+    /// Parses a line a GUI sends (`None` for a blank line). Moves are
+    /// checked for syntax here and for legality by whoever plays them.
+    pub(crate) fn parse(line: &str) -> Result<Option<Command<'static>>, ProtocolError> {
+        let line = line.trim_end_matches(['\r', '\n']);
+        let tokens: Vec<&str> = line.split_ascii_whitespace().collect();
+        let Some((&first, rest)) = tokens.split_first() else {
+            return Ok(None);
+        };
+        let moves = |tokens: &[&str]| -> Result<Vec<UciMove>, ProtocolError> {
+            tokens.iter().map(|t| uci_move(line, Some(t))).collect()
+        };
+        Ok(Some(match first {
+            "uci" => Command::Uci,
+            "debug" => Command::Debug(rest.first() != Some(&"off")),
+            "isready" => Command::IsReady,
+            "register" => Command::Register,
+            "ucinewgame" => Command::UciNewGame,
+            "stop" => Command::Stop,
+            "ponderhit" => Command::PonderHit,
+            "quit" => Command::Quit,
+            "setoption" => {
+                if rest.first() != Some(&"name") {
+                    return Err(err(line, "expected `setoption name N [value V]`"));
+                }
+                let v = rest.iter().position(|&t| t == "value");
+                let name = rest[1..v.unwrap_or(rest.len())].join(" ");
+                let value = v.map(|i| Cow::Owned(rest[i + 1..].join(" ")));
+                Command::SetOption {
+                    name: Cow::Owned(name),
+                    value,
+                }
+            }
+            "position" => {
+                let m = rest.iter().position(|&t| t == "moves");
+                let moves =
+                    Cow::Owned(m.map_or_else(|| Ok(Vec::new()), |i| moves(&rest[i + 1..]))?);
+                let head = &rest[..m.unwrap_or(rest.len())];
+                Command::Position(match head.first() {
+                    Some(&"startpos") if head.len() == 1 => Position::StartPos { moves },
+                    Some(&"fen") if head.len() >= 2 => Position::Fen {
+                        fen: Cow::Owned(head[1..].join(" ")),
+                        moves,
+                    },
+                    _ => {
+                        return Err(err(
+                            line,
+                            "expected `position startpos [moves ...]` or `position fen FEN [moves ...]`",
+                        ));
+                    }
+                })
+            }
+            "go" => {
+                let mut limit = None;
+                let mut searchmoves = Vec::new();
+                let mut i = 0;
+                while i < rest.len() {
+                    let value = rest.get(i + 1).copied();
+                    match rest[i] {
+                        "nodes" => limit = Some(Limit::Nodes(num(line, value, "go nodes")?)),
+                        "depth" => limit = Some(Limit::Depth(num(line, value, "go depth")?)),
+                        "movetime" => {
+                            limit = Some(Limit::MoveTimeMs(num(line, value, "go movetime")?));
+                        }
+                        "wtime" | "btime" | "winc" | "binc" | "movestogo" | "mate" => {
+                            num::<i64>(line, value, "go clock")?;
+                        }
+                        "infinite" | "ponder" => {
+                            i += 1;
+                            continue;
+                        }
+                        "searchmoves" => {
+                            let end = rest[i + 1..]
+                                .iter()
+                                .position(|t| UciMove::from_ascii(t.as_bytes()).is_err())
+                                .map_or(rest.len(), |n| i + 1 + n);
+                            searchmoves = moves(&rest[i + 1..end])?;
+                            i = end;
+                            continue;
+                        }
+                        _ => return Err(err(line, "unknown go parameter")),
+                    }
+                    i += 2;
+                }
+                Command::Go {
+                    limit,
+                    searchmoves: Cow::Owned(searchmoves),
+                }
+            }
+            _ => return Err(err(line, "unknown command")),
+        }))
+    }
 }
 
 impl fmt::Display for Command<'_> {
@@ -364,7 +490,10 @@ impl fmt::Display for Command<'_> {
         };
         match self {
             Command::Uci => f.write_str("uci"),
+            Command::Debug(on) => f.write_str(if *on { "debug on" } else { "debug off" }),
             Command::IsReady => f.write_str("isready"),
+            Command::Register => f.write_str("register later"),
+            Command::PonderHit => f.write_str("ponderhit"),
             Command::SetOption { name, value } => {
                 write!(f, "setoption name {name}")?;
                 if let Some(v) = value {
@@ -382,10 +511,13 @@ impl fmt::Display for Command<'_> {
                 moves(f, m)
             }
             Command::Go { limit, searchmoves } => {
-                write!(f, "go {limit}")?;
+                f.write_str("go")?;
+                if let Some(limit) = limit {
+                    write!(f, " {limit}")?;
+                }
                 if !searchmoves.is_empty() {
                     f.write_str(" searchmoves")?;
-                    for m in *searchmoves {
+                    for m in searchmoves.iter() {
                         write!(f, " {m}")?;
                     }
                 }
@@ -517,29 +649,70 @@ mod tests {
     fn renders_commands() {
         let moves = [mv("e2e4"), mv("e7e5")];
         assert_eq!(
-            Command::Position(Position::Fen {
-                fen: "8/8/8/8/8/8/8/K6k w - - 0 1",
-                moves: &moves
-            })
-            .to_string(),
+            Command::Position(Position::fen("8/8/8/8/8/8/8/K6k w - - 0 1", &moves)).to_string(),
             "position fen 8/8/8/8/8/8/8/K6k w - - 0 1 moves e2e4 e7e5"
         );
         assert_eq!(
             Command::Go {
-                limit: Limit::Nodes(1000),
-                searchmoves: &moves[..1]
+                limit: Some(Limit::Nodes(1000)),
+                searchmoves: Cow::Borrowed(&moves[..1])
             }
             .to_string(),
             "go nodes 1000 searchmoves e2e4"
         );
         assert_eq!(
             Command::SetOption {
-                name: "Hash",
-                value: Some("16")
+                name: "Hash".into(),
+                value: Some("16".into())
             }
             .to_string(),
             "setoption name Hash value 16"
         );
+    }
+
+    /// What a GUI sends parses into the same values chessbench sends, and
+    /// renders back to the same line.
+    #[test]
+    fn parses_gui_commands() {
+        for line in [
+            "uci",
+            "isready",
+            "ucinewgame",
+            "position startpos",
+            "position startpos moves e2e4 e7e5",
+            "position fen 8/8/8/8/8/8/8/K6k w - - 0 1 moves a1b1",
+            "go nodes 1000 searchmoves e2e4 d2d4",
+            "go depth 3",
+            "setoption name Skill Level value 3",
+            "stop",
+            "quit",
+        ] {
+            let c = Command::parse(line).unwrap().unwrap();
+            assert_eq!(c.to_string(), line);
+        }
+        assert_eq!(Command::parse("  ").unwrap(), None);
+        assert_eq!(
+            Command::parse("go wtime 1000 btime 1000 winc 0 binc 0").unwrap(),
+            Some(Command::Go {
+                limit: None,
+                searchmoves: Cow::Owned(Vec::new())
+            })
+        );
+        assert_eq!(
+            Command::parse("go infinite").unwrap().unwrap().to_string(),
+            "go"
+        );
+        for bad in [
+            "foo bar",
+            "position",
+            "position fen",
+            "position startpos moves e2e9",
+            "setoption value 3",
+            "go nodes x",
+            "go frobnicate",
+        ] {
+            assert!(Command::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

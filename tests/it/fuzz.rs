@@ -170,17 +170,14 @@ proptest! {
         let input = tmp.path().join("in.pgn");
         std::fs::write(&input, &data).unwrap();
         let options = chessbench::ingest::config::IngestOptions {
-            inputs: vec![chessbench::ingest::config::RawInput {
-                path: input.display().to_string(),
-                split: None,
-            }],
+            inputs: vec![input.display().to_string().parse().unwrap()],
             out: Some(tmp.path().join("run")),
-            memory_limit: Some("1MiB".into()),
-            progress: Some(false),
+            memory_limit: chessbench::options::ByteSize(1 << 20),
             threads: Some(2),
             ..Default::default()
         };
-        let config = options.validate(true).unwrap();
+        let mut config = options.validate().unwrap();
+        config.progress = false;
         let summary = chessbench::ingest::run(&config).unwrap();
         let (_, c) = &summary.splits[0];
         let rejected: u64 = c.rejected.values().sum();

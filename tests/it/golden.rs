@@ -1,16 +1,13 @@
-//! Table A1 counts reproduce `../shared/golden/table_a1_reference.json`
+//! Table A1 counts reproduce `tests/golden/table_a1_reference.json`
 //! exactly, from files, from stdin, and whatever the memory limit or thread
 //! count.
 
 use super::util::*;
 
-/// Reference counts, from the golden file when present, else the values it
-/// holds (so CI without ../shared still checks them).
+/// Reference counts from the golden file, checked against the values this
+/// test states.
 fn reference(key_prefix: &str, fallback: [u64; 4]) -> [u64; 4] {
-    let Some(dir) = chessbench::testing::golden_dir() else {
-        return fallback;
-    };
-    let text = std::fs::read_to_string(dir.join("table_a1_reference.json")).unwrap();
+    let text = chessbench::testing::golden("table_a1_reference.json");
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let (_, c) = v["reference_counts"]
         .as_object()
@@ -40,9 +37,7 @@ fn lichess_1000k_matches_table_a1_reference() {
 
 #[test]
 fn lichess_2022_06_zst_matches_table_a1_reference() {
-    let Some(path) = shared_data("lichess_2022-06_head2500.pgn.zst") else {
-        return;
-    };
+    let path = data_file("lichess_2022-06_head2500.pgn.zst");
     let want = reference(
         "shared/data/lichess_2022-06",
         [2_489, 151_284, 150_638, 4_468_085],
@@ -98,9 +93,7 @@ fn stdin_gives_the_same_tables_as_a_file() {
 
 #[test]
 fn output_does_not_depend_on_memory_limit_or_threads() {
-    let Some(path) = shared_data("lichess_2022-06_head2500.pgn.zst") else {
-        return;
-    };
+    let path = data_file("lichess_2022-06_head2500.pgn.zst");
     let path = path.to_str().unwrap();
     let base = tempfile::tempdir().unwrap();
     let summary = ingest(base.path(), &[path, "-j", "2"]);

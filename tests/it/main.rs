@@ -1,5 +1,7 @@
-//! Integration tests: the real `chessbench` binary on real Lichess data.
-//! Tests needing `../shared` skip (printing why) when it is absent.
+//! Integration tests: the real `chessbench` binary on real Lichess data
+//! (the pgn-reader crate's games and `data/`). Tests needing Stockfish or a
+//! Python package skip (printing why) without it, and fail under `CI=true`
+//! (see `chessbench::testing`).
 
 mod annotate;
 mod eval;

@@ -175,3 +175,152 @@ fn help_explains_the_stage() {
         assert!(help.contains(needle), "--help lacks {needle}");
     }
 }
+
+/// Runs the binary in `cwd` (the path rules depend on it).
+fn run_in(cwd: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(BIN)
+        .current_dir(cwd)
+        .args(args)
+        .arg("--no-progress")
+        .output()
+        .expect("run chessbench")
+}
+
+/// A pipeline file in `dir/pipeline/` and a PGN beside it.
+fn pipeline(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
+    let pdir = dir.join("pipeline");
+    std::fs::create_dir_all(&pdir).unwrap();
+    std::fs::copy(lichess_1000k(), pdir.join("games.pgn")).unwrap();
+    let file = pdir.join("p.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+/// Paths in a pipeline file are relative to the file, from any working
+/// directory.
+#[test]
+fn pipeline_paths_are_relative_to_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = pipeline(
+        tmp.path(),
+        "[ingest]\nout = \"../runs/a\"\nmax_games = 5\n[[ingest.inputs]]\npath = \"games.pgn\"\n",
+    );
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let o = run_in(&elsewhere, &["ingest", "--config", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(tmp.path().join("runs/a/manifest.json").is_file());
+    assert!(!elsewhere.join("runs").exists());
+}
+
+/// Paths on the command line are relative to the working directory, also
+/// with --config; options it does not give keep the file's rule (an `out`
+/// from the file stays relative to the file when the inputs come from the
+/// command line).
+#[test]
+fn command_line_paths_are_relative_to_the_working_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = pipeline(
+        tmp.path(),
+        "[ingest]\nout = \"../runs/b\"\nmax_games = 5\n[[ingest.inputs]]\npath = \"games.pgn\"\n",
+    );
+    let cwd = tmp.path().join("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::copy(lichess_1000k(), cwd.join("mine.pgn")).unwrap();
+    let config = file.to_str().unwrap();
+    let o = run_in(&cwd, &["ingest", "--config", config, "mine.pgn"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(tmp.path().join("runs/b/manifest.json").is_file());
+    let o = run_in(&cwd, &["ingest", "--config", config, "--out", "here"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(cwd.join("here/manifest.json").is_file());
+}
+
+/// A program in a pipeline file: a relative path with a `/` is relative to
+/// the file; a bare name is looked up on PATH.
+#[test]
+fn engine_paths_follow_the_same_rule() {
+    let Some(engine) = chessbench::testing::stockfish() else {
+        return;
+    };
+    let stockfish = std::fs::canonicalize(&engine.path)
+        .ok()
+        .or_else(|| {
+            std::env::split_paths(&std::env::var_os("PATH")?)
+                .map(|d| d.join(&engine.path))
+                .find(|p| p.is_file())
+        })
+        .expect("the stockfish executable");
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().join("run");
+    ingest(
+        &run_dir,
+        &["--max-games", "2", lichess_1000k().to_str().unwrap()],
+    );
+    // A wrapper script next to the pipeline file, named by a relative path.
+    let file = pipeline(
+        tmp.path(),
+        "[annotate]\nrun = \"../run\"\nengine = \"bin/sf\"\nnodes = 50\nmax_boards = 2\n",
+    );
+    let bin = file.parent().unwrap().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let script = bin.join("sf");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nexec {} \"$@\"\n", stockfish.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = run_in(
+        tmp.path(),
+        &["annotate", "--config", file.to_str().unwrap(), "--json"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(s["engine"].as_str().unwrap().contains("Stockfish"), "{s}");
+    // The same name given on the command line is relative to the working
+    // directory, where there is no bin/sf.
+    let o = run_in(
+        tmp.path(),
+        &[
+            "annotate",
+            "--config",
+            file.to_str().unwrap(),
+            "--engine",
+            "bin/sf",
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bin/sf"));
+}
+
+/// Errors in a pipeline file name the file, the table and the key; a limit
+/// given on the command line replaces the file's.
+#[test]
+fn pipeline_errors_name_the_key_and_groups_layer_as_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = pipeline(tmp.path(), "[ingest]\nmax_game = 5\n");
+    let o = run_in(tmp.path(), &["ingest", "--config", file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("p.toml") && err.contains("[ingest]") && err.contains("`max_game`"),
+        "{err}"
+    );
+    std::fs::write(&file, "[ingest]\nmax_games = \"five\"\n").unwrap();
+    let o = run_in(tmp.path(), &["ingest", "--config", file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("[ingest] max_games"), "{err}");
+    // Enum values: one spelling in files and on the command line.
+    std::fs::write(
+        &file,
+        "[train]\nrun = \"r\"\npolicy = \"behavioral-cloning\"\n",
+    )
+    .unwrap();
+    let o = run_in(tmp.path(), &["train", "--config", file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("behavioral_cloning"), "{err}");
+    let o = run_in(tmp.path(), &["train", "--policy", "behavioral-cloning"]);
+    assert_eq!(o.status.code(), Some(2), "a usage error");
+}

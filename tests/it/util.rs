@@ -14,11 +14,8 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_chessbench");
 
 /// A file in the pgn-reader crate's source (found with cargo metadata).
 pub fn crate_file(rel: &str) -> PathBuf {
-    chessbench::ingest::config::resolve_crate_path(
-        &format!("pgn-reader/{rel}"),
-        Some(Path::new(env!("CARGO_MANIFEST_DIR"))),
-    )
-    .expect("pgn-reader source")
+    chessbench::ingest::config::resolve_crate_path(&format!("pgn-reader/{rel}"))
+        .expect("pgn-reader source")
 }
 
 /// The crate's 438 Lichess games (2025-05-01).
@@ -26,15 +23,9 @@ pub fn lichess_1000k() -> PathBuf {
     crate_file("benches/lichess_db_1000k.pgn")
 }
 
-/// `../shared/data/NAME`, or None (with a printed reason) when absent.
-pub fn shared_data(name: &str) -> Option<PathBuf> {
-    let path = chessbench::testing::shared_dir()?.join("data").join(name);
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!("skipping: {} is absent", path.display());
-        None
-    }
+/// `data/NAME`: real data the repository ships (see data/README.md).
+pub fn data_file(name: &str) -> PathBuf {
+    chessbench::testing::data_file(name)
 }
 
 /// Runs `chessbench ARGS` and returns its output.
@@ -223,15 +214,10 @@ pub fn ingest_demo(out: &Path) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
-/// Whether Stockfish can be started (else prints why the caller skips).
+/// Whether Stockfish can be started (else the caller skips, or under CI
+/// fails).
 pub fn have_stockfish() -> bool {
-    match chessbench::uci::Engine::start(&chessbench::uci::EngineConfig::default()) {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("skipping: no stockfish ({e}); apt-get install stockfish");
-            false
-        }
-    }
+    chessbench::testing::stockfish().is_some()
 }
 
 /// Copies a run directory, without its lock files.
@@ -254,16 +240,8 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Whether python3 can import `modules` (else prints why the caller skips).
+/// Whether python3 can import `modules` (else the caller skips, or under
+/// CI fails).
 pub fn python_has(modules: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {modules}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!(
-            "skipping: python3 cannot import {modules} (pip install -r notebooks/requirements.txt)"
-        );
-    }
-    ok
+    chessbench::testing::python_has(modules)
 }

@@ -1,45 +1,46 @@
-//! The annotation semantics of one board (Ruoss et al. 2024, §2.1):
-//! a state value from one search, an action value per legal move from one
-//! search restricted to that move (`searchmoves`), win probabilities from the
-//! Lichess formula, the best action as the argmax.
+//! The paper's oracle for one board (Ruoss et al. 2024, §2.1): a state
+//! value from one search, an action value per legal move from one search
+//! restricted to that move (`searchmoves`), win probabilities from the
+//! Lichess formula, the best action as the argmax. Used by the annotate
+//! stage and by the evaluator's Stockfish oracle, so both compute the same
+//! values.
 
 use std::time::Duration;
 
-use shakmaty::{CastlingMode, Chess, EnPassantMode, Position as _, fen::Fen, uci::UciMove};
+use serde::{Deserialize, Serialize};
+use shakmaty::uci::UciMove;
 
-use super::config::Mode;
-use crate::{
-    chess::{
-        actions::vocabulary,
-        value::{centipawns_to_win_probability, mate_to_win_probability},
-    },
-    uci::{Engine, EngineError, Limit, Position, Score, SearchResult},
+use super::{Engine, EngineError, Limit, Position, Score, SearchResult};
+use crate::chess::{
+    legal::{Prepared, ValueKind},
+    value::{centipawns_to_win_probability, mate_to_win_probability},
 };
 
-/// What kind of value a state value is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ValueKind {
-    /// From an engine search.
-    Search,
-    /// Terminal: the side to move is checkmated (win probability 0).
-    Checkmate,
-    /// Terminal: stalemate (win probability 0.5).
-    Stalemate,
+/// How action values are obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Mode {
+    /// The paper's oracle: one search per legal move, restricted to it with
+    /// `searchmoves`, plus one search for the state value.
+    PerMove,
+    /// One MultiPV search per board covering every legal move (far cheaper,
+    /// shallower per move).
+    Multipv,
 }
 
-impl ValueKind {
-    pub fn name(self) -> &'static str {
+impl Mode {
+    pub(crate) fn name(self) -> &'static str {
         match self {
-            ValueKind::Search => "search",
-            ValueKind::Checkmate => "checkmate",
-            ValueKind::Stalemate => "stalemate",
+            Mode::PerMove => "per_move",
+            Mode::Multipv => "multipv",
         }
     }
 }
 
 /// One evaluation, raw and derived, from the side to move's point of view.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Eval {
+pub(crate) struct Eval {
     pub score: Option<Score>,
     pub win_prob: f64,
     pub depth: Option<u32>,
@@ -51,7 +52,7 @@ pub struct Eval {
 
 /// Win probability of a UCI score with the paper's formula; mates are
 /// 1.0 (the side to move mates) or 0.0 (it is mated).
-pub fn win_probability(score: Score) -> f64 {
+pub(crate) fn win_probability(score: Score) -> f64 {
     match score {
         Score::Cp(cp) => centipawns_to_win_probability(f64::from(cp)),
         Score::Mate(n) => mate_to_win_probability(n),
@@ -82,7 +83,7 @@ impl Eval {
 
 /// A fully annotated board.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Annotated {
+pub(crate) struct Annotated {
     pub kind: ValueKind,
     pub state: Eval,
     /// Sorted by action index.
@@ -92,7 +93,7 @@ pub struct Annotated {
 
 /// The highest action value; ties in win probability go to the better raw
 /// score (a faster mate), then to the lowest action index.
-pub fn best_action(actions: &[(u16, Eval)]) -> Option<u16> {
+pub(crate) fn best_action(actions: &[(u16, Eval)]) -> Option<u16> {
     let key = |e: &Eval| e.score.map_or(i64::MIN, Score::order_key);
     let mut best: Option<&(u16, Eval)> = None;
     for a in actions {
@@ -109,74 +110,9 @@ pub fn best_action(actions: &[(u16, Eval)]) -> Option<u16> {
     best.map(|b| b.0)
 }
 
-/// A board ready for the engine: its legal moves with their action indices
-/// and UCI (standard castling notation, e1g1), sorted by action index.
-#[derive(Debug, Clone)]
-pub struct Prepared {
-    pub fen: String,
-    pub moves: Vec<(u16, UciMove)>,
-    pub terminal: Option<ValueKind>,
-}
-
-/// Why a board could not be prepared (a corrupt boards table).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PrepareError {
-    #[error("invalid FEN {0:?}: {1}")]
-    Fen(String, String),
-    #[error("FEN {fen:?} has {actual} legal moves, but the boards table says {expected}")]
-    MoveCount {
-        fen: String,
-        actual: usize,
-        expected: usize,
-    },
-    #[error("FEN {0:?}: a legal move has no ChessBench action index")]
-    NoAction(String),
-}
-
-/// Parses a FEN and lists its legal moves.
-pub fn prepare(fen: &str, expected_moves: Option<usize>) -> Result<Prepared, PrepareError> {
-    let pos: Chess = Fen::from_ascii(fen.as_bytes())
-        .map_err(|e| PrepareError::Fen(fen.to_owned(), e.to_string()))?
-        .into_position(CastlingMode::Standard)
-        .map_err(|e| PrepareError::Fen(fen.to_owned(), e.to_string()))?;
-    let legal = pos.legal_moves();
-    if let Some(expected) = expected_moves
-        && expected != legal.len()
-    {
-        return Err(PrepareError::MoveCount {
-            fen: fen.to_owned(),
-            actual: legal.len(),
-            expected,
-        });
-    }
-    let vocab = vocabulary();
-    let mut moves = Vec::with_capacity(legal.len());
-    for m in &legal {
-        let action = vocab
-            .index_of_move(m)
-            .ok_or_else(|| PrepareError::NoAction(fen.to_owned()))?;
-        moves.push((action, m.to_uci(CastlingMode::Standard)));
-    }
-    moves.sort_unstable_by_key(|m| m.0);
-    let terminal = legal.is_empty().then(|| {
-        if pos.is_check() {
-            ValueKind::Checkmate
-        } else {
-            ValueKind::Stalemate
-        }
-    });
-    // The engine gets the FEN as shakmaty prints it (legal en passant only).
-    let _ = EnPassantMode::Legal;
-    Ok(Prepared {
-        fen: fen.to_owned(),
-        moves,
-        terminal,
-    })
-}
-
 /// Engine time accounting for one board.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Work {
+pub(crate) struct Work {
     pub searches: u64,
     /// Wall time inside searches (`go` to `bestmove`).
     pub search_time: Duration,
@@ -189,7 +125,7 @@ pub struct Work {
 
 /// Search settings for a board.
 #[derive(Debug, Clone, Copy)]
-pub struct SearchSettings {
+pub(crate) struct SearchSettings {
     pub mode: Mode,
     pub limit: Limit,
     pub timeout: Duration,
@@ -204,7 +140,7 @@ fn implausible(what: String) -> EngineError {
 }
 
 /// Annotates one prepared board with `engine`.
-pub fn annotate(
+pub(crate) fn annotate(
     engine: &mut Engine,
     board: &Prepared,
     s: &SearchSettings,
@@ -250,10 +186,7 @@ pub fn annotate(
     match s.mode {
         Mode::PerMove => {
             engine.set_multipv(1)?;
-            engine.set_position(Position::Fen {
-                fen: &board.fen,
-                moves: &[],
-            })?;
+            engine.set_position(Position::fen(&board.fen, &[]))?;
             let r = search(engine, &[])?;
             let (score, depth) = checked(&r, "state value")?;
             state = Eval::from_search(score, depth, Some(&r));
@@ -272,10 +205,7 @@ pub fn annotate(
         Mode::Multipv => {
             let n = board.moves.len() as u32;
             engine.set_multipv(n.min(engine.max_multipv()))?;
-            engine.set_position(Position::Fen {
-                fen: &board.fen,
-                moves: &[],
-            })?;
+            engine.set_position(Position::fen(&board.fen, &[]))?;
             let r = search(engine, &[])?;
             let (score, depth) = checked(&r, "MultiPV")?;
             state = Eval::from_search(score, depth, Some(&r));
@@ -321,7 +251,7 @@ pub fn annotate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::uci::{Engine, EngineConfig};
+    use crate::chess::{legal::prepare, vocabulary};
 
     fn eval(score: Score) -> Eval {
         Eval::from_search(score, 1, None)
@@ -352,40 +282,11 @@ mod tests {
     }
 
     #[test]
-    fn prepare_lists_moves_by_action_and_detects_terminals() {
-        let p = prepare(
-            "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
-            Some(20),
-        )
-        .unwrap();
-        assert_eq!(p.moves.len(), 20);
-        assert!(p.moves.windows(2).all(|w| w[0].0 < w[1].0));
-        assert_eq!(p.terminal, None);
-        // Fool's mate: White is checkmated.
-        let p = prepare(
-            "rnb1kbnr/pppp1ppp/8/4p3/6Pq/5P2/PPPPP2P/RNBQKBNR w KQkq - 1 3",
-            Some(0),
-        )
-        .unwrap();
-        assert_eq!(p.terminal, Some(ValueKind::Checkmate));
-        let p = prepare("7k/5Q2/6K1/8/8/8/8/8 b - - 0 1", None).unwrap();
-        assert_eq!(p.terminal, Some(ValueKind::Stalemate));
-        assert!(matches!(
-            prepare("7k/5Q2/6K1/8/8/8/8/8 b - - 0 1", Some(3)),
-            Err(PrepareError::MoveCount { .. })
-        ));
-        // Castling goes to the engine as e1g1.
-        let p = prepare("r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1", None).unwrap();
-        assert!(p.moves.iter().any(|(_, m)| m.to_string() == "e1g1"));
-    }
-
-    #[test]
     fn both_modes_find_the_mate_in_one() {
-        let config = EngineConfig::default();
-        let Ok(mut engine) = Engine::start(&config) else {
-            eprintln!("skipping: no stockfish");
+        let Some(config) = crate::testing::stockfish() else {
             return;
         };
+        let mut engine = Engine::start(&config).unwrap();
         let board = prepare("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1", None).unwrap();
         let mate = vocabulary().parse("a1a8").unwrap();
         for mode in [Mode::PerMove, Mode::Multipv] {

@@ -29,11 +29,11 @@ use burn::{
     },
 };
 
-use super::model_config::ModelShape;
+use super::shape::ModelShape;
 
 /// One pre-LayerNorm transformer block.
 #[derive(Module, Debug)]
-pub struct Block<B: Backend> {
+pub(crate) struct Block<B: Backend> {
     attn_norm: LayerNorm<B>,
     /// q, k, v projections, d -> d each.
     q: Linear<B>,
@@ -52,7 +52,7 @@ pub struct Block<B: Backend> {
 
 /// The whole predictor.
 #[derive(Module, Debug)]
-pub struct Predictor<B: Backend> {
+pub(crate) struct Predictor<B: Backend> {
     token_embedding: Embedding<B>,
     position_embedding: Param<Tensor<B, 2>>,
     blocks: Vec<Block<B>>,
@@ -117,7 +117,7 @@ impl<B: Backend> Block<B> {
 impl<B: Backend> Predictor<B> {
     /// A freshly initialised predictor (draws from the backend's RNG: seed
     /// it with `B::seed` for a reproducible start).
-    pub fn new(shape: &ModelShape, device: &B::Device) -> Predictor<B> {
+    pub(crate) fn new(shape: &ModelShape, device: &B::Device) -> Predictor<B> {
         Predictor {
             token_embedding: EmbeddingConfig::new(shape.vocab, shape.d_model)
                 .with_initializer(Initializer::Normal {
@@ -142,7 +142,7 @@ impl<B: Backend> Predictor<B> {
     /// Log-probabilities `[batch, outputs]` of each sequence's last token.
     /// `sequences` are whole records `[batch, seq_len]` (the target
     /// included); the shift right happens here.
-    pub fn forward(&self, sequences: Tensor<B, 2, Int>) -> Tensor<B, 2> {
+    pub(crate) fn forward(&self, sequences: Tensor<B, 2, Int>) -> Tensor<B, 2> {
         let [b, t] = sequences.dims();
         let device = sequences.device();
         let inputs = Tensor::cat(
@@ -169,7 +169,7 @@ impl<B: Backend> Predictor<B> {
 }
 
 /// A batch of token sequences `[len, seq_len]` (row-major) as a tensor.
-pub fn tokens_tensor<B: Backend>(
+pub(crate) fn tokens_tensor<B: Backend>(
     tokens: &[i32],
     seq_len: usize,
     device: &B::Device,
@@ -181,10 +181,7 @@ pub fn tokens_tensor<B: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::{
-        data::Policy,
-        model_config::{ModelShape, Preset},
-    };
+    use crate::{chess::RecordSet, model::shape::Preset};
     use burn::backend::Flex;
 
     type B = Flex;
@@ -193,10 +190,10 @@ mod tests {
     fn parameter_counts_match_the_shape_arithmetic() {
         let device = Default::default();
         for (preset, policy, k) in [
-            (Preset::Tiny, Policy::ActionValue, 128),
-            (Preset::Tiny, Policy::StateValue, 32),
-            (Preset::Tiny, Policy::BehavioralCloning, 128),
-            (Preset::M9, Policy::ActionValue, 128),
+            (Preset::Tiny, RecordSet::ActionValue, 128),
+            (Preset::Tiny, RecordSet::StateValue, 32),
+            (Preset::Tiny, RecordSet::BehavioralCloning, 128),
+            (Preset::M9, RecordSet::ActionValue, 128),
         ] {
             let shape = ModelShape::preset(preset, policy, k);
             let model = Predictor::<B>::new(&shape, &device);
@@ -211,7 +208,7 @@ mod tests {
     #[test]
     fn outputs_are_distributions_over_the_head() {
         let device = Default::default();
-        let shape = ModelShape::preset(Preset::Tiny, Policy::ActionValue, 32);
+        let shape = ModelShape::preset(Preset::Tiny, RecordSet::ActionValue, 32);
         let model = Predictor::<B>::new(&shape, &device);
         let tokens: Vec<i32> = (0..3 * 79).map(|i| i * 7 % 1968).collect();
         let out = model.forward(tokens_tensor::<B>(&tokens, 79, &device));
@@ -226,7 +223,7 @@ mod tests {
     #[test]
     fn the_target_is_not_an_input() {
         let device = Default::default();
-        let shape = ModelShape::preset(Preset::Tiny, Policy::StateValue, 32);
+        let shape = ModelShape::preset(Preset::Tiny, RecordSet::StateValue, 32);
         let model = Predictor::<B>::new(&shape, &device);
         let mut a: Vec<i32> = (0..78).map(|i| i * 13 % 31).collect();
         let pa: Vec<f32> = model
@@ -263,7 +260,7 @@ mod tests {
         type A = Autodiff<Flex>;
         let device = Default::default();
         A::seed(&device, 1);
-        let shape = ModelShape::preset(Preset::Tiny, Policy::StateValue, 32);
+        let shape = ModelShape::preset(Preset::Tiny, RecordSet::StateValue, 32);
         let mut model = Predictor::<A>::new(&shape, &device);
         let mut optim = AdamConfig::new().init::<A, Predictor<A>>();
         let mut rng = crate::train::sampler::SplitMix64::new(3);

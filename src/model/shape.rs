@@ -1,7 +1,7 @@
 //! The predictor architecture's shape: presets of Ruoss et al. (2024, §2.3,
 //! Table A2) and the arithmetic that depends only on the shape (parameter
 //! count, training FLOPs per sample for model-FLOPs utilisation). The burn
-//! model (not built yet) must match these counts.
+//! model ([`super::net`]) matches these counts.
 //!
 //! Architecture (searchless_chess `transformer.py`): token embedding (scaled
 //! by sqrt(d)) + learned positional embedding; N pre-LayerNorm blocks of
@@ -11,21 +11,40 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::data::Policy;
-use crate::chess::actions::NUM_ACTIONS;
+use crate::chess::{RecordSet, actions::NUM_ACTIONS};
 
-/// A model size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// A model size, spelled `tiny`, `9m`, `136m`, `270m` in pipeline files,
+/// on the command line and in checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum Preset {
     /// 2 layers, d = 64, 4 heads: tests and the 2-core demo.
+    #[serde(rename = "tiny")]
+    #[value(name = "tiny")]
     Tiny,
     /// The paper's 9M model (8 layers, d = 256, 8 heads): the ablations.
+    #[serde(rename = "9m")]
+    #[value(name = "9m")]
     M9,
     /// 136M (8 layers, d = 1024, 8 heads).
+    #[serde(rename = "136m")]
+    #[value(name = "136m")]
     M136,
     /// 270M (16 layers, d = 1024, 8 heads): the headline model.
+    #[serde(rename = "270m")]
+    #[value(name = "270m")]
     M270,
+}
+
+impl Preset {
+    /// The spelling (`9m`), as in run names (`av_9m`).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Preset::Tiny => "tiny",
+            Preset::M9 => "9m",
+            Preset::M136 => "136m",
+            Preset::M270 => "270m",
+        }
+    }
 }
 
 /// The shape of a predictor.
@@ -44,7 +63,7 @@ pub struct ModelShape {
 
 impl ModelShape {
     /// A preset for a policy with K value buckets.
-    pub fn preset(preset: Preset, policy: Policy, buckets: usize) -> ModelShape {
+    pub fn preset(preset: Preset, policy: RecordSet, buckets: usize) -> ModelShape {
         let (layers, d_model, heads) = match preset {
             Preset::Tiny => (2, 64, 4),
             Preset::M9 => (8, 256, 8),
@@ -59,7 +78,7 @@ impl ModelShape {
             vocab: NUM_ACTIONS,
             seq_len: policy.sequence_length(),
             outputs: match policy {
-                Policy::BehavioralCloning => NUM_ACTIONS,
+                RecordSet::BehavioralCloning => NUM_ACTIONS,
                 _ => buckets,
             },
         }
@@ -68,7 +87,7 @@ impl ModelShape {
     /// Trainable parameters: embeddings, per block 2 LayerNorms (scale and
     /// offset), q/k/v/o projections (4 d^2) and the SwiGLU MLP (3 x d x 4d),
     /// the final LayerNorm and the head.
-    pub fn num_params(&self) -> u64 {
+    pub(crate) fn num_params(&self) -> u64 {
         let d = self.d_model as u64;
         let ffn = self.widening as u64 * d;
         let block = 2 * (2 * d) + 4 * d * d + 3 * d * ffn;
@@ -84,7 +103,7 @@ impl ModelShape {
     /// per multiply-add): the matrix multiplications of every position,
     /// attention scores and values included, the head at the last position
     /// only. The denominator-free part of model-FLOPs utilisation.
-    pub fn train_flops_per_sample(&self) -> f64 {
+    pub(crate) fn train_flops_per_sample(&self) -> f64 {
         let (d, t) = (self.d_model as f64, self.seq_len as f64);
         let ffn = self.widening as f64 * d;
         let per_token_block = 2.0 * (4.0 * d * d + 3.0 * d * ffn) + 2.0 * 2.0 * t * d;
@@ -100,7 +119,7 @@ mod tests {
     /// The paper's sizes: "9M", "136M", "270M" (Table A2), with K = 128.
     #[test]
     fn presets_have_the_papers_sizes() {
-        let n = |p| ModelShape::preset(p, Policy::ActionValue, 128).num_params() as f64 / 1e6;
+        let n = |p| ModelShape::preset(p, RecordSet::ActionValue, 128).num_params() as f64 / 1e6;
         assert!((8.5..9.5).contains(&n(Preset::M9)), "{}", n(Preset::M9));
         assert!(
             (135.0..137.5).contains(&n(Preset::M136)),
@@ -113,7 +132,7 @@ mod tests {
             n(Preset::M270)
         );
         // Exact for the 9M model: hand-computed from the architecture.
-        let m9 = ModelShape::preset(Preset::M9, Policy::ActionValue, 128);
+        let m9 = ModelShape::preset(Preset::M9, RecordSet::ActionValue, 128);
         let d = 256u64;
         let expected = 1968 * d + 79 * d + 8 * (4 * d + 16 * d * d) + 2 * d + d * 128 + 128;
         assert_eq!(m9.num_params(), expected);
@@ -122,9 +141,9 @@ mod tests {
 
     #[test]
     fn shapes_follow_the_policy() {
-        let bc = ModelShape::preset(Preset::Tiny, Policy::BehavioralCloning, 128);
+        let bc = ModelShape::preset(Preset::Tiny, RecordSet::BehavioralCloning, 128);
         assert_eq!((bc.seq_len, bc.outputs), (78, 1968));
-        let sv = ModelShape::preset(Preset::Tiny, Policy::StateValue, 32);
+        let sv = ModelShape::preset(Preset::Tiny, RecordSet::StateValue, 32);
         assert_eq!((sv.seq_len, sv.outputs), (78, 32));
         assert_eq!(sv.d_model % sv.heads, 0);
     }
@@ -132,7 +151,7 @@ mod tests {
     #[test]
     fn flops_scale_with_parameters() {
         // ~6 x non-embedding parameters x tokens, plus attention.
-        let m = ModelShape::preset(Preset::M270, Policy::ActionValue, 128);
+        let m = ModelShape::preset(Preset::M270, RecordSet::ActionValue, 128);
         let dense = 6.0 * (m.layers * 16 * m.d_model * m.d_model) as f64 * m.seq_len as f64;
         let f = m.train_flops_per_sample();
         assert!(f > dense && f < 1.05 * dense, "{f} vs {dense}");

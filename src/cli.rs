@@ -1,0 +1,231 @@
+//! The command line's shape: subcommands, their help, and the flags that
+//! are not stage options (`--config`, `--json`, `--no-progress`, actions such
+//! as `--plan`). Each stage's options are its own type, flattened in here
+//! and layered over its pipeline table by [`chessbench::options::load`].
+
+use std::path::PathBuf;
+
+use chessbench::{
+    annotate::config::AnnotateOptions,
+    bag::{export::ExportOptions, import::ImportOptions},
+    eval::{run::EvalOptions, uci_server::UciOptions},
+    ingest::config::IngestOptions,
+    sql::SqlOptions,
+    stats::StatsOptions,
+    train::{config::TrainOptions, throughput::BenchStepOptions},
+};
+use clap::{Args, Parser, Subcommand, ValueHint};
+
+#[derive(Parser)]
+#[command(
+    name = "chessbench",
+    version,
+    about = "Rebuild ChessBench: Lichess PGN dumps to deduplicated Parquet tables, Stockfish values, \
+SQL, training and evaluation of the paper's transformers.",
+    long_about = "chessbench rebuilds the data pipeline and training recipe behind \
+\"Grandmaster-Level Chess Without Search\" (Ruoss et al., NeurIPS 2024): `ingest` turns Lichess PGN \
+dumps into Parquet tables of games, distinct boards and their legal moves; `annotate` adds Stockfish \
+state and action values; `sql` queries the tables (Table A1, dataset statistics); `bag` exports and \
+imports ChessBench's .bag files; `train` trains the paper's predictors; `eval` scores them and `uci` \
+plays them.\n\n\
+Stages that read a pipeline file (`--config pipeline/demo.toml`) take their defaults from its table \
+([ingest], [annotate], [train], [eval]); options on the command line override it. A relative path is \
+relative to the file that names it: the pipeline file's directory, or the working directory on the \
+command line. Enum values are spelled the same in both (action_value, per_move, 9m)."
+)]
+pub struct Cli {
+    /// Print the summary as JSON on standard output (for `sql`: --format json).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// No progress bars on standard error.
+    #[arg(long, global = true)]
+    pub no_progress: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `--config`: the pipeline file a stage reads its table from.
+#[derive(Args)]
+pub struct Pipeline {
+    /// A pipeline file (pipeline/*.toml): its table for this stage gives the
+    /// defaults, options given here override them.
+    #[arg(short, long, value_name = "FILE", value_hint = ValueHint::FilePath)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Turn PGN dumps into games, boards, legal_moves and rejects tables.
+    #[command(
+        long_about = "Read Lichess PGN dumps (.pgn, .pgn.zst or '-' for standard input; zstd is \
+detected from the data), keep Standard games from the standard start with at least one move, play every \
+move and write, per split, hive-partitioned Parquet tables into RUN_DIR:\n\n\
+  games/split=S/        one row per accepted game\n\
+  boards/split=S/       one row per distinct board (full FEN): the state-value records\n\
+  legal_moves/split=S/  one row per (board, legal move): the action-value records\n\
+  rejects/split=S/      one row per skipped or malformed game, with reason and position\n\n\
+Everything is staged and committed atomically with manifest.json; an interrupted ingest leaves no \
+partial table. Board deduplication spills to disk past --memory-limit.\n\n\
+Stream a month from the web without storing it:\n\
+  curl -sL https://database.lichess.org/standard/lichess_db_standard_rated_2023-01.pgn.zst \\\n\
+    | chessbench ingest - --out runs/2023-01 --sample-games 10000 --seed 1"
+    )]
+    Ingest(Box<Staged<IngestOptions>>),
+    /// Stockfish state values and action values for every board of a run.
+    #[command(
+        long_about = "Annotate the boards of a run with a UCI engine (default: Stockfish), as \
+the paper's oracle: per board one search for the state value and, per legal move, one search restricted \
+to that move with `searchmoves` (the action value); win probability from the centipawn score with \
+Lichess's formula (mates: 1.0 / 0.0); checkmate 0.0 and stalemate 0.5 without a search. Writes, per \
+split:\n\n\
+  state_values/split=S/   one row per board: value, raw cp/mate, depth, nodes, time, best action\n\
+  action_values/split=S/  one row per (board, legal move)\n\
+  failures/split=S/       boards the engine could not annotate after --max-attempts tries\n\n\
+Work is committed per chunk of boards, so a killed run resumes where it stopped when started \
+again with the same settings. For a cluster, --shard I/N (or a Slurm job array, or a Kubernetes \
+Indexed Job with CHESSBENCH_SHARD_COUNT) annotates a deterministic slice of the chunks; any number \
+of shards can run on one run directory at once.\n\n\
+Cost first: `chessbench annotate RUN --plan` counts the searches and CPU-days."
+    )]
+    Annotate(Box<AnnotateArgs>),
+    /// Print Table A1 (record counts per split, bytes on disk, test-in-train overlap).
+    Stats(StatsOptions),
+    /// Query a run's tables in SQL (embedded DuckDB, views preloaded).
+    #[command(
+        long_about = "Run DuckDB SQL against a run directory. The views of sql/views.sql are \
+preloaded: games, rejects, boards, legal_moves, state_values, action_values, failures (all splits, \
+with a `split` column) and ChessBench's record sets sv_records, bc_records and av_records.\n\n\
+QUERY is a SQL file or one of the built-in files of sql/ by name: table_a1 (Table A1 per split, \
+the numbers `chessbench stats` prints), dataset_stats (Figure A1 histograms, phases, Elo and time \
+controls, mate scores, failures), overlap (test boards also in train), sampling (uniform vs \
+weighted sampler weights). Each query in a file prints as its own result, named by a \
+`-- @name NAME` comment.\n\n\
+Examples:\n\
+  chessbench sql runs/demo table_a1\n\
+  chessbench sql runs/demo -e \"SELECT split, avg(win_prob) FROM sv_records GROUP BY ALL\"\n\
+  chessbench sql runs/demo sampling --only sampling_weights --format csv > weights.csv\n\n\
+The same SQL runs in the DuckDB CLI or Python duckdb (DuckDB 1.5):\n\
+  duckdb -c \"SET VARIABLE run_dir = 'runs/demo'; .read sql/views.sql; .read sql/table_a1.sql\""
+    )]
+    Sql(SqlOptions),
+    /// Export or import ChessBench .bag files (state_value, behavioral_cloning, action_value).
+    #[command(subcommand)]
+    Bag(BagCommand),
+    /// Train a predictor (action value, state value or behavioural cloning) on a run's tables.
+    #[command(
+        long_about = "Train one of the paper's predictors with burn on the annotated tables of a run: \
+a decoder-only transformer reading the 77 FEN tokens (+ the action) and predicting the value bucket \
+(action value, state value) or the best action (behavioural cloning). Adam with global-norm \
+clipping, an EMA of the parameters (evaluated), HL-Gauss / cross-entropy / L2 losses.\n\n\
+Writes RUN/train/NAME/: config.json, metrics.csv (loss, grad norm, lr, samples/s per log step), \
+eval.csv (eval-split log-loss next to the predict-the-marginal baseline), checkpoints/step-N/ \
+(model, EMA, optimiser, sampler position) and summary.json. Started again, it resumes from the newest \
+checkpoint and continues the identical trajectory; --steps can be raised to train longer.\n\n\
+Recipes live in the [train] table of a pipeline file (pipeline/demo.toml: tiny model, minutes on 2 \
+cores; pipeline/ablation.toml: the paper's 9M ablation; pipeline/paper.toml: the main setup); \
+options given here override the file.\n\n\
+  chessbench train --config pipeline/demo.toml\n\
+  chessbench train --run runs/demo --policy behavioral_cloning --steps 500 --batch-size 256\n\
+  chessbench train --config pipeline/ablation.toml --device cuda   # needs --features cuda"
+    )]
+    Train(Box<TrainArgs>),
+    /// Time the training step alone (random batches, no data loader): samples/s and model FLOP/s.
+    #[command(
+        long_about = "Time the full training step (forward, loss, backward, global-norm clip, \
+Adam, EMA) on random token batches of the real shape, without the data loader, and print \
+samples/s and model FLOP/s. --profile synchronises after each phase and prints where the time \
+goes. bench/torch_reference.py times the same step in PyTorch; `make bench-train` compares them.\n\n\
+  chessbench bench-step --model 9m --buckets 32 --batch-size 1024 --device cuda --steps 50"
+    )]
+    BenchStep(BenchStepOptions),
+    /// Score a checkpoint: static metrics, Lichess puzzles, games and Elo; write a report.
+    #[command(
+        long_about = "Evaluate a trained checkpoint as the paper does and write RUN/report/ \
+(or --out):\n\n\
+  static metrics on a split's annotated boards: action accuracy, Kendall tau-b (per board, averaged), \
+log-loss, L2 win-probability error, entropy, calibration; optionally Stockfish itself re-searching \
+every move (--oracle stockfish:nodes=N: at the labels' own node limit it must score 1 and 1)\n\
+  puzzles (Lichess CSV PuzzleId,FEN,Moves,Rating or ChessBench's PGN,Moves,Rating): accuracy overall \
+and per 200-point rating bucket; --puzzle-engine scores Stockfish on the same puzzles\n\
+  games against --opponent specs (stockfish:nodes=N, stockfish:skill=S[,depth=D], \
+checkpoint:PATH) from ECO openings with colours swapped, PGN, and a Bradley-Terry Elo fit with 95% \
+intervals anchored to --anchor\n\n\
+Files: eval.json, eval.md, calibration.csv, puzzles.csv, puzzles_by_rating.csv, games.pgn, games.csv, \
+elo.csv. `make eval` also draws the plots (notebooks/eval.ipynb).\n\n\
+  chessbench eval --config pipeline/demo.toml\n\
+  chessbench eval runs/demo --checkpoint runs/demo/train/av_tiny --puzzles data/lichess_db_puzzle_head1000.csv \\\n\
+      --opponent stockfish:skill=0 --opponent stockfish:nodes=100 --only games"
+    )]
+    Eval(Box<Staged<EvalOptions>>),
+    /// Play a checkpoint as a UCI engine on stdin/stdout.
+    #[command(
+        long_about = "Speak UCI on standard input/output with a trained model as the engine: \
+uci, isready, ucinewgame, position startpos|fen ... [moves ...], go (limits and clocks are accepted and \
+ignored: one forward pass per move), stop, quit. Malformed commands and illegal moves are answered \
+with `info string error: ...`; the engine keeps running. For GUIs, cutechess-cli and lichess-bot:\n\n\
+  cutechess-cli -engine cmd=chessbench arg=uci arg=--checkpoint arg=runs/demo/train/av_tiny ..."
+    )]
+    Uci(UciOptions),
+}
+
+/// A stage that reads a pipeline file: `--config` and its options.
+#[derive(Args)]
+pub struct Staged<T: Args> {
+    #[command(flatten)]
+    pub pipeline: Pipeline,
+    #[command(flatten)]
+    pub options: T,
+}
+
+#[derive(Args)]
+pub struct AnnotateArgs {
+    #[command(flatten)]
+    pub pipeline: Pipeline,
+    #[command(flatten)]
+    pub options: AnnotateOptions,
+    /// Print the number of searches and the CPU-days they cost, then exit.
+    #[arg(long)]
+    pub plan: bool,
+    /// Delete the splits' existing annotations and start over.
+    #[arg(long)]
+    pub overwrite: bool,
+}
+
+#[derive(Args)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub pipeline: Pipeline,
+    #[command(flatten)]
+    pub options: TrainOptions,
+    /// Discard the run's checkpoints and logs and start from step 0.
+    #[arg(long)]
+    pub restart: bool,
+    /// Test hook: abort the process right after logging step N (simulates a crash).
+    #[arg(long, hide = true, value_name = "N")]
+    pub abort_after_step: Option<u64>,
+}
+
+#[derive(Subcommand)]
+pub enum BagCommand {
+    /// Write a split's record sets as ChessBench .bag files.
+    #[command(
+        long_about = "Write the annotated records of one split as the three ChessBench files \
+state_value_data.bag (fen, win_prob), behavioral_cloning_data.bag (fen, best move) and \
+action_value_data.bag (fen, move, win_prob), with searchless_chess's record encoding (Apache Beam \
+TupleCoder of StrUtf8Coder / FloatCoder) and bagz.py's file layout, so its data loaders read them. \
+Sets larger than --records-per-shard are sharded as SET-00000-of-0000N_data.bag (read them as \
+SET@N_data.bag). Files appear under their final names only when complete."
+    )]
+    Export(ExportOptions),
+    /// Read ChessBench .bag files into a split of a run directory.
+    #[command(
+        long_about = "Import published ChessBench .bag files (or ones exported here) into a run \
+directory's Parquet layout: boards (with their legal moves), state_values, action_values, with \
+best actions from behavioral_cloning records. Give a directory holding the ChessBench file names \
+(e.g. the downloaded data/test/), or files per set; SET@N_data.bag stands for N shards. Every FEN is \
+parsed and every move checked to be legal. Columns the .bag files do not carry (games, occurrence \
+counts, centipawns, depths) are null. The split is committed atomically and replaces one of the \
+same name."
+    )]
+    Import(ImportOptions),
+}

@@ -1,0 +1,15 @@
+//! The predictor, shared by the trainer and the evaluator: its shape and the
+//! paper's presets ([`shape`]), the burn network ([`net`]), where it runs
+//! ([`device`]) and the checkpoint layout a trained model is read from
+//! ([`checkpoint`]). Training writes checkpoints, evaluation reads them; the
+//! two stages share this foundation and the files, nothing else.
+
+pub(crate) mod checkpoint;
+pub(crate) mod device;
+pub(crate) mod net;
+pub(crate) mod shape;
+
+pub(crate) use checkpoint::{CheckpointError, CheckpointInfo, Weights};
+pub use device::{DeviceKind, Precision, tune_allocator};
+pub(crate) use net::{Predictor, tokens_tensor};
+pub use shape::{ModelShape, Preset};

@@ -1,0 +1,309 @@
+//! Chunked commits: how the value tables of a split are written chunk by
+//! chunk, so that a killed process resumes where it stopped and any number
+//! of shards (Slurm array tasks, Kubernetes pods) write one run at once.
+//!
+//! Chunk `c` of a split holds boards `[c * C, (c + 1) * C)` (C, a power of
+//! two dividing the boards part size, so a chunk never straddles a part
+//! file). Chunk `c` belongs to shard `xxh3(c) mod N`, a deterministic,
+//! balanced slice that any number of processes compute independently.
+//!
+//! A chunk commits in three steps:
+//! 1. its rows are written to `TABLE/split=S/chunk-NNNNNNNN.parquet.tmp`
+//!    ([`write_table`]), fsynced;
+//! 2. its entry `annotate/split=S/chunk-NNNNNNNN.json` is written atomically
+//!    ([`commit`]): this is the commit point;
+//! 3. the `.tmp` files are renamed to their final names.
+//!
+//! On start, each process repairs its own shard's chunks ([`recover`]): an
+//! entry with `.tmp` files left rolls forward (step 3), `.tmp` files without
+//! an entry are deleted. Readers glob `*.parquet` and never see a `.tmp`;
+//! [`interrupted_commit`] finds a commit caught between steps 2 and 3. A
+//! chunk's rows exist exactly once, whatever was killed when.
+
+use std::{
+    collections::BTreeSet,
+    fs,
+    path::{Path, PathBuf},
+};
+
+use arrow_array::RecordBatch;
+use serde::Serialize;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use super::{
+    StoreError, Table,
+    commit::{partition_dir, remove_dir_if_exists, write_atomic},
+    writer::PartWriter,
+};
+
+/// Directory of chunk entries inside a run (the annotate stage's record of
+/// committed chunks).
+pub(crate) const ENTRIES: &str = "annotate";
+const SHARD_SEED: u64 = 0x6368_6573_7362_656e; // "chessben"
+
+/// The shard a chunk belongs to.
+pub(crate) fn chunk_shard(chunk: u64, count: u32) -> u32 {
+    if count <= 1 {
+        return 0;
+    }
+    (xxh3_64_with_seed(&chunk.to_le_bytes(), SHARD_SEED) % u64::from(count)) as u32
+}
+
+/// `chunk-00000012`.
+pub(crate) fn chunk_stem(chunk: u64) -> String {
+    format!("chunk-{chunk:08}")
+}
+
+/// `RUN/annotate/split=S`: the split's chunk entries (and its
+/// `settings.json`).
+pub(crate) fn entries_dir(run: &Path, split: &str) -> PathBuf {
+    run.join(ENTRIES).join(format!("split={split}"))
+}
+
+fn entry_path(run: &Path, split: &str, chunk: u64) -> PathBuf {
+    entries_dir(run, split).join(format!("{}.json", chunk_stem(chunk)))
+}
+
+fn data_path(run: &Path, table: Table, split: &str, chunk: u64, tmp: bool) -> PathBuf {
+    let name = format!(
+        "{}.parquet{}",
+        chunk_stem(chunk),
+        if tmp { ".tmp" } else { "" }
+    );
+    run.join(partition_dir(table, split)).join(name)
+}
+
+/// The chunk number of a file name `chunk-N.parquet` (`tmp` false) or
+/// `chunk-N.parquet.tmp` (`tmp` true).
+fn chunk_of(name: &str) -> Option<(u64, bool)> {
+    let rest = name.strip_prefix("chunk-")?;
+    let (num, tmp) = match rest.strip_suffix(".parquet.tmp") {
+        Some(n) => (n, true),
+        None => (rest.strip_suffix(".parquet")?, false),
+    };
+    Some((num.parse().ok()?, tmp))
+}
+
+/// Committed chunks of a split (from the entries directory).
+pub(crate) fn committed(run: &Path, split: &str) -> Result<BTreeSet<u64>, StoreError> {
+    let dir = entries_dir(run, split);
+    let mut done = BTreeSet::new();
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(done),
+        Err(e) => return Err(StoreError::io(&dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
+        let name = entry.file_name();
+        if let Some(n) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("chunk-"))
+            .and_then(|n| n.strip_suffix(".json"))
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            done.insert(n);
+        }
+    }
+    Ok(done)
+}
+
+/// The `.tmp` files of a split's value tables, as (table, chunk, path).
+fn tmp_files(run: &Path, split: &str) -> Result<Vec<(Table, u64, PathBuf)>, StoreError> {
+    let mut found = Vec::new();
+    for table in Table::ANNOTATE {
+        let dir = run.join(partition_dir(table, split));
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(StoreError::io(&dir, e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
+            if let Some((chunk, true)) = entry.file_name().to_str().and_then(chunk_of) {
+                found.push((table, chunk, entry.path()));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Repairs the chunks of one shard (index, count) after a crash: rolls
+/// committed chunks forward, deletes uncommitted files. Returns the
+/// committed chunks.
+pub(crate) fn recover(
+    run: &Path,
+    split: &str,
+    shard: (u32, u32),
+) -> Result<BTreeSet<u64>, StoreError> {
+    let done = committed(run, split)?;
+    for (table, chunk, path) in tmp_files(run, split)? {
+        if chunk_shard(chunk, shard.1) != shard.0 {
+            continue; // another shard's, maybe being written right now
+        }
+        if done.contains(&chunk) {
+            let to = data_path(run, table, split, chunk, false);
+            fs::rename(&path, &to).map_err(|e| StoreError::io(&to, e))?;
+        } else {
+            fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
+        }
+    }
+    Ok(done)
+}
+
+/// A chunk committed (its entry exists) whose file is still under its
+/// temporary name: a commit in progress, or one a crash interrupted, which
+/// the next annotate of that shard completes. Readers refuse such a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InterruptedCommit {
+    pub table: Table,
+    pub split: String,
+    pub chunk: u64,
+    pub path: PathBuf,
+}
+
+/// The first interrupted commit of any split of the run, if any.
+pub(crate) fn interrupted_commit(run: &Path) -> Result<Option<InterruptedCommit>, StoreError> {
+    let Ok(dirs) = fs::read_dir(run.join(ENTRIES)) else {
+        return Ok(None);
+    };
+    for dir in dirs.flatten() {
+        let name = dir.file_name();
+        let Some(split) = name.to_str().and_then(|n| n.strip_prefix("split=")) else {
+            continue;
+        };
+        let done = committed(run, split)?;
+        if let Some((table, chunk, path)) = tmp_files(run, split)?
+            .into_iter()
+            .find(|(_, chunk, _)| done.contains(chunk))
+        {
+            return Ok(Some(InterruptedCommit {
+                table,
+                split: split.to_owned(),
+                chunk,
+                path,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// Deletes a split's value tables and chunk entries: they describe boards
+/// that an ingest or import has just replaced, or the user asked to start
+/// over.
+pub(crate) fn remove_split(run: &Path, split: &str) -> Result<(), StoreError> {
+    remove_dir_if_exists(&entries_dir(run, split))?;
+    for table in Table::ANNOTATE {
+        remove_dir_if_exists(&run.join(partition_dir(table, split)))?;
+    }
+    Ok(())
+}
+
+/// Step 1: writes one table's rows of a chunk under the temporary name
+/// (fsynced); [`commit`] publishes it.
+pub(crate) fn write_table(
+    run: &Path,
+    split: &str,
+    chunk: u64,
+    table: Table,
+    batch: &RecordBatch,
+) -> Result<(), StoreError> {
+    let dir = run.join(partition_dir(table, split));
+    fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+    let path = data_path(run, table, split, chunk, true);
+    let mut w = PartWriter::create(&path, table)?;
+    w.write(batch)?;
+    w.finish().map(drop)
+}
+
+/// Steps 2 and 3: writes the chunk's entry atomically (the commit point),
+/// then renames the files [`write_table`] wrote for `tables`.
+pub(crate) fn commit(
+    run: &Path,
+    split: &str,
+    chunk: u64,
+    entry: &impl Serialize,
+    tables: &[Table],
+) -> Result<(), StoreError> {
+    let dir = entries_dir(run, split);
+    fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+    let bytes = serde_json::to_vec_pretty(entry)
+        .map_err(|e| StoreError::Corrupt(dir.clone(), e.to_string()))?;
+    write_atomic(&entry_path(run, split, chunk), &bytes)?;
+    for &table in tables {
+        let to = data_path(run, table, split, chunk, false);
+        fs::rename(data_path(run, table, split, chunk, true), &to)
+            .map_err(|e| StoreError::io(&to, e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_partition_the_chunks_evenly() {
+        let n = 4;
+        let mut counts = [0u32; 4];
+        for c in 0..4000 {
+            let s = chunk_shard(c, n);
+            counts[s as usize] += 1;
+            assert_eq!(chunk_shard(c, 1), 0);
+        }
+        for c in counts {
+            assert!((900..1100).contains(&c), "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn file_names() {
+        assert_eq!(chunk_of("chunk-00000007.parquet"), Some((7, false)));
+        assert_eq!(chunk_of("chunk-00000007.parquet.tmp"), Some((7, true)));
+        assert_eq!(chunk_of("part-00000.parquet"), None);
+        assert_eq!(chunk_of("chunk-x.parquet"), None);
+    }
+
+    #[test]
+    fn uncommitted_files_are_removed_and_committed_ones_rolled_forward() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        let batch = RecordBatch::new_empty(Table::StateValues.schema());
+        for chunk in [7, 8] {
+            write_table(run, "train", chunk, Table::StateValues, &batch).unwrap();
+        }
+        // Chunk 7: the entry is written, a crash comes before the rename.
+        let entries = entries_dir(run, "train");
+        fs::create_dir_all(&entries).unwrap();
+        fs::write(entry_path(run, "train", 7), b"{}").unwrap();
+        let interrupted = interrupted_commit(run).unwrap().unwrap();
+        assert_eq!(
+            (interrupted.split.as_str(), interrupted.chunk),
+            ("train", 7)
+        );
+        // Chunk 8: a crash before the entry.
+        let done = recover(run, "train", (0, 1)).unwrap();
+        assert_eq!(done, BTreeSet::from([7]));
+        assert!(data_path(run, Table::StateValues, "train", 7, false).exists());
+        assert!(!data_path(run, Table::StateValues, "train", 8, true).exists());
+        assert_eq!(interrupted_commit(run).unwrap(), None);
+        // A clean commit renames its file.
+        write_table(run, "train", 9, Table::StateValues, &batch).unwrap();
+        commit(
+            run,
+            "train",
+            9,
+            &serde_json::json!({"chunk": 9}),
+            &[Table::StateValues],
+        )
+        .unwrap();
+        assert_eq!(committed(run, "train").unwrap(), BTreeSet::from([7, 9]));
+        assert!(data_path(run, Table::StateValues, "train", 9, false).exists());
+        remove_split(run, "train").unwrap();
+        assert!(committed(run, "train").unwrap().is_empty());
+        assert!(
+            !run.join(partition_dir(Table::StateValues, "train"))
+                .exists()
+        );
+    }
+}

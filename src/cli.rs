@@ -6,13 +6,13 @@
 use std::path::PathBuf;
 
 use chessbench::{
-    annotate::config::AnnotateOptions,
-    bag::{export::ExportOptions, import::ImportOptions},
-    eval::{run::EvalOptions, uci_server::UciOptions},
-    ingest::config::IngestOptions,
+    annotate::AnnotateOptions,
+    bag::{ExportOptions, ImportOptions},
+    eval::{EvalOptions, UciOptions},
+    ingest::IngestOptions,
     sql::SqlOptions,
     stats::StatsOptions,
-    train::{config::TrainOptions, throughput::BenchStepOptions},
+    train::{BenchStepOptions, TrainOptions},
 };
 use clap::{Args, Parser, Subcommand, ValueHint};
 

@@ -26,3 +26,29 @@ pub mod testing;
 pub mod train;
 pub mod uci;
 pub mod ui;
+
+#[cfg(test)]
+mod tests {
+    /// Every enum an option takes is spelled the same in pipeline files and
+    /// on the command line.
+    #[test]
+    fn one_spelling_for_enum_values() {
+        fn check<T: clap::ValueEnum + serde::Serialize + std::fmt::Debug>() {
+            for v in T::value_variants() {
+                let cli = v.to_possible_value().unwrap().get_name().to_owned();
+                let file = serde_json::to_value(v).unwrap();
+                assert_eq!(file.as_str(), Some(cli.as_str()), "{v:?}");
+            }
+        }
+        check::<crate::chess::RecordSet>();
+        check::<crate::model::Preset>();
+        check::<crate::model::DeviceKind>();
+        check::<crate::model::Precision>();
+        check::<crate::model::Weights>();
+        check::<crate::train::loss::Loss>();
+        check::<crate::train::sampler::Sampling>();
+        check::<crate::uci::oracle::Mode>();
+        check::<crate::eval::run::Part>();
+        check::<crate::ingest::config::Speed>();
+    }
+}

@@ -10,16 +10,12 @@ use std::{io, process::ExitCode};
 
 use anyhow::{Context, Result};
 use chessbench::{
-    annotate::{self, config::AnnotateOptions, plan},
+    annotate::{self, AnnotateOptions},
     bag,
-    eval::{self, run::EvalOptions},
-    ingest::{self, config::IngestOptions},
+    eval::{self, EvalOptions},
+    ingest::{self, IngestOptions},
     options, sql, stats,
-    train::{
-        config::TrainOptions,
-        run::{self as train_run, RunOptions},
-        throughput::bench_steps,
-    },
+    train::{self, RunOptions, TrainOptions},
     ui::emit,
 };
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
@@ -58,7 +54,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             config.progress = progress;
             let run = config.run.clone();
             if a.plan {
-                let p = plan::plan(&config)
+                let p = annotate::plan(&config)
                     .with_context(|| format!("planning the annotation of {}", run.display()))?;
                 emit(&p, json)?;
             } else {
@@ -79,13 +75,13 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             sql::run(&a, &mut io::stdout().lock())?;
         }
         Command::Bag(BagCommand::Export(a)) => {
-            let summary = bag::export::export(&a.config(progress)).with_context(|| {
+            let summary = bag::export(&a.config(progress)).with_context(|| {
                 format!("exporting split {} of run {}", a.split, a.run.display())
             })?;
             emit(&summary, json)?;
         }
         Command::Bag(BagCommand::Import(a)) => {
-            let summary = bag::import::import(&a.config(progress)?).with_context(|| {
+            let summary = bag::import(&a.config(progress)?).with_context(|| {
                 format!(
                     "importing into split {} of run {}",
                     a.split,
@@ -102,18 +98,18 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
                 restart: a.restart,
                 abort_after_step: a.abort_after_step,
             };
-            let summary = train_run::train(&config, &run)
+            let summary = train::train(&config, &run)
                 .with_context(|| format!("training {}", config.out_dir().display()))?;
             emit(&summary, json)?;
         }
         Command::BenchStep(a) => {
-            let timing = bench_steps(&a.bench()).context("timing training steps")?;
+            let timing = train::bench_steps(&a.bench()).context("timing training steps")?;
             emit(&timing, json)?;
         }
         Command::Eval(a) => {
             let options: EvalOptions = options::load(m, a.pipeline.config.as_deref())?;
             let config = options.resolve()?;
-            let summary = eval::run::evaluate(&config, progress)
+            let summary = eval::evaluate(&config, progress)
                 .with_context(|| format!("evaluating {}", config.checkpoint.display()))?;
             emit(&summary, json)?;
         }

@@ -71,21 +71,49 @@ pub enum OptionsError {
     Toml { path: PathBuf, message: String },
     #[error("{}: unknown table [{table}]; a pipeline file has {}", path.display(), STAGES.map(|s| format!("[{s}]")).join(", "))]
     UnknownTable { path: PathBuf, table: String },
-    #[error("{}: [{table}] has no option `{key}`; it has: {}", path.display(), known.join(", "))]
+    #[error("{}{}: [{table}] has no option `{key}`; it has: {}", path.display(), at(*line), known.join(", "))]
     UnknownKey {
         path: PathBuf,
+        line: Option<usize>,
         table: &'static str,
         key: String,
         known: Vec<String>,
     },
-    #[error("{}: [{table}] {message}", path.display())]
+    #[error("{}{}: [{table}] {message}", path.display(), at(*line))]
     Value {
         path: PathBuf,
+        line: Option<usize>,
         table: &'static str,
         message: String,
     },
     #[error("{0}")]
     CommandLine(#[from] clap::Error),
+}
+
+/// `:N` for a line number, nothing without one.
+fn at(line: Option<usize>) -> String {
+    line.map(|n| format!(":{n}")).unwrap_or_default()
+}
+
+/// The 1-based line of `key = ...` inside `[table]` (or its sub-tables) of a
+/// pipeline file's text, for error messages.
+fn line_of(text: &str, table: &str, key: &str) -> Option<usize> {
+    let mut current = String::new();
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            current = l.trim_matches(['[', ']']).trim().to_owned();
+            if current == format!("{table}.{key}") {
+                return Some(i + 1);
+            }
+            continue;
+        }
+        let in_table = current == table || current.starts_with(&format!("{table}."));
+        if in_table && l.split('=').next().is_some_and(|k| k.trim() == key) {
+            return Some(i + 1);
+        }
+    }
+    None
 }
 
 /// The options of stage `T`: its defaults, overridden by the `[T::TABLE]`
@@ -95,8 +123,8 @@ pub fn load<T: Stage>(matches: &ArgMatches, file: Option<&Path>) -> Result<T, Op
     match file {
         None => Ok(T::from_arg_matches(matches)?),
         Some(file) => {
-            let table = read_table(file, T::TABLE)?;
-            layer(matches, table, file)
+            let (table, text) = read_table(file, T::TABLE)?;
+            layer(matches, table, file, &text)
         }
     }
 }
@@ -114,14 +142,16 @@ pub(crate) fn from_table<T: Stage>(text: &str) -> Result<T, OptionsError> {
         })?;
     let matches = T::augment_args(clap::Command::new("options").no_binary_name(true))
         .try_get_matches_from(std::iter::empty::<String>())?;
-    layer(&matches, table, origin)
+    layer(&matches, table, origin, text)
 }
 
-/// `matches` over `table` (read from `file`) over the defaults.
+/// `matches` over `table` (read from `file`, whose text is `text`) over the
+/// defaults.
 fn layer<T: Stage>(
     matches: &ArgMatches,
     table: toml::Table,
     file: &Path,
+    text: &str,
 ) -> Result<T, OptionsError> {
     let cli = T::from_arg_matches(matches)?;
     let mut command = T::augment_args(clap::Command::new("options"));
@@ -164,6 +194,7 @@ fn layer<T: Stage>(
         let Some(arg) = options().find(|a| a.get_id().as_str() == key) else {
             return Err(OptionsError::UnknownKey {
                 path: file.to_owned(),
+                line: line_of(text, T::TABLE, &key),
                 table: T::TABLE,
                 key,
                 known: options()
@@ -179,24 +210,31 @@ fn layer<T: Stage>(
         let value = serde_json::to_value(value).map_err(|e| value_error(file, T::TABLE, e))?;
         object.insert(key, value);
     }
-    serde_path_to_error::deserialize(merged).map_err(|e| OptionsError::Value {
-        path: file.to_owned(),
-        table: T::TABLE,
-        message: format!("{}: {}", e.path(), e.inner()),
+    serde_path_to_error::deserialize(merged).map_err(|e| {
+        let path = e.path().to_string();
+        let key = path.split(['.', '[']).next().unwrap_or_default();
+        OptionsError::Value {
+            path: file.to_owned(),
+            line: line_of(text, T::TABLE, key),
+            table: T::TABLE,
+            message: format!("{path}: {}", e.inner()),
+        }
     })
 }
 
 fn value_error(file: &Path, table: &'static str, e: impl fmt::Display) -> OptionsError {
     OptionsError::Value {
         path: file.to_owned(),
+        line: None,
         table,
         message: e.to_string(),
     }
 }
 
-/// The `[table]` of a pipeline file (empty if it has none). Tables other than
-/// the known stages' are an error (a typo would otherwise go unnoticed).
-fn read_table(file: &Path, table: &str) -> Result<toml::Table, OptionsError> {
+/// The `[table]` of a pipeline file (empty if it has none) and the file's
+/// text. Tables other than the known stages' are an error (a typo would
+/// otherwise go unnoticed).
+fn read_table(file: &Path, table: &str) -> Result<(toml::Table, String), OptionsError> {
     let text = std::fs::read_to_string(file).map_err(|source| OptionsError::Read {
         path: file.to_owned(),
         source,
@@ -214,8 +252,8 @@ fn read_table(file: &Path, table: &str) -> Result<toml::Table, OptionsError> {
         });
     }
     match doc.remove(table) {
-        None => Ok(toml::Table::new()),
-        Some(toml::Value::Table(t)) => Ok(t),
+        None => Ok((toml::Table::new(), text)),
+        Some(toml::Value::Table(t)) => Ok((t, text)),
         Some(other) => Err(OptionsError::Toml {
             path: file.to_owned(),
             message: format!("`{table}` must be a table, not a {}", other.type_str()),
@@ -249,8 +287,15 @@ fn rebase(value: toml::Value, hint: ValueHint, base: &Path) -> toml::Value {
 }
 
 /// `path` relative to `base`, unless it is absolute, `-`, `crate:...`, or a
-/// program looked up on `PATH` (no `/` in it).
+/// program looked up on `PATH` (no `/` in it). A `checkpoint:PATH` spec (an
+/// opponent) is rebased as its path; a `stockfish:...` spec is not a path.
 pub(crate) fn rebase_path(path: &str, program: bool, base: &Path) -> String {
+    if let Some(rest) = path.strip_prefix("checkpoint:") {
+        return format!("checkpoint:{}", rebase_path(rest, false, base));
+    }
+    if path.starts_with("stockfish:") {
+        return path.to_owned();
+    }
     let p = Path::new(path);
     if path == "-"
         || path.starts_with("crate:")
@@ -480,6 +525,16 @@ mod tests {
         // A program named without a slash is looked up on PATH.
         assert_eq!(rebase_path("stockfish", true, base), "stockfish");
         assert_eq!(rebase_path("bin/sf", true, base), "pipeline/bin/sf");
+        // Engine specs: a checkpoint's path follows the rule, Stockfish's
+        // settings are not a path.
+        assert_eq!(
+            rebase_path("checkpoint:../runs/x", false, base),
+            "checkpoint:runs/x"
+        );
+        assert_eq!(
+            rebase_path("stockfish:nodes=1", false, base),
+            "stockfish:nodes=1"
+        );
         // Tables with a `path` key and arrays.
         let v: toml::Value = toml::from_str::<toml::Table>(
             "x = [{ path = \"a.pgn\", split = \"train\" }, { path = \"-\" }]",
@@ -622,38 +677,19 @@ mod tests {
         assert!(e.contains("`help`"), "{e}");
         let e = demo(Some("[trian]\nn = 5\n"), &[]).unwrap_err().to_string();
         assert!(e.contains("unknown table [trian]"), "{e}");
-        let e = demo(Some("[train]\nn = \"five\"\n"), &[])
+        let e = demo(Some("[train]\nflag = true\n\nn = \"five\"\n"), &[])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("p.toml") && e.contains("[train] n:"), "{e}");
+        assert!(e.contains("p.toml:4: [train] n:"), "{e}");
+        let e = demo(Some("[train]\nflag = true\nnn = 5\n"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("p.toml:3: [train] has no option `nn`"), "{e}");
         let e = demo(Some("[train]\nmemory = \"lots\"\n"), &[])
             .unwrap_err()
             .to_string();
         assert!(e.contains("memory") && e.contains("lots"), "{e}");
         let e = demo(Some("[train\n"), &[]).unwrap_err().to_string();
         assert!(e.contains("p.toml"), "{e}");
-    }
-
-    /// Every enum an option takes is spelled the same in pipeline files and
-    /// on the command line.
-    #[test]
-    fn one_spelling_for_enum_values() {
-        fn check<T: clap::ValueEnum + Serialize + fmt::Debug>() {
-            for v in T::value_variants() {
-                let cli = v.to_possible_value().unwrap().get_name().to_owned();
-                let file = serde_json::to_value(v).unwrap();
-                assert_eq!(file.as_str(), Some(cli.as_str()), "{v:?}");
-            }
-        }
-        check::<crate::chess::RecordSet>();
-        check::<crate::model::Preset>();
-        check::<crate::model::DeviceKind>();
-        check::<crate::model::Precision>();
-        check::<crate::model::Weights>();
-        check::<crate::train::loss::Loss>();
-        check::<crate::train::sampler::Sampling>();
-        check::<crate::uci::oracle::Mode>();
-        check::<crate::eval::run::Part>();
-        check::<crate::ingest::config::Speed>();
     }
 }

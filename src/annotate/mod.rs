@@ -13,6 +13,9 @@ pub mod config;
 pub mod plan;
 mod pool;
 
+pub use config::AnnotateOptions;
+pub use plan::plan;
+
 use std::{
     fs::File,
     io::{self, Write},

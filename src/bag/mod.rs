@@ -15,8 +15,9 @@ use thiserror::Error;
 
 use crate::chess::RecordSet;
 
-pub use bagz::BagReader;
-pub use bagz::{BagError, BagWriter};
+pub use bagz::{BagError, BagReader, BagWriter};
+pub use export::{ExportOptions, export};
+pub use import::{ImportOptions, import};
 
 /// Failures of `bag export` / `bag import`.
 #[derive(Debug, Error)]

@@ -30,6 +30,9 @@ pub mod run;
 pub mod tournament;
 pub mod uci_server;
 
+pub use run::{EvalOptions, evaluate};
+pub use uci_server::UciOptions;
+
 /// Evaluation failures, naming the file, line or board.
 #[derive(Debug, Error)]
 pub enum EvalError {

@@ -82,13 +82,14 @@ pub struct EvalOptions {
     /// Puzzles solved (the first N).
     #[arg(long, value_name = "N", default_value_t = 200, help_heading = "Puzzles")]
     pub max_puzzles: usize,
-    /// Stockfish on the same puzzles, e.g. stockfish:nodes=1000.
-    #[arg(long, value_name = "SPEC", help_heading = "Puzzles")]
+    /// Another player on the same puzzles, e.g. stockfish:nodes=1000 or
+    /// checkpoint:PATH.
+    #[arg(long, value_name = "SPEC", value_hint = ValueHint::AnyPath, help_heading = "Puzzles")]
     #[serde(with = "crate::options::as_text_opt")]
     pub puzzle_engine: Option<Opponent>,
     /// An opponent (repeatable): stockfish:nodes=N, stockfish:skill=S[,depth=D],
-    /// checkpoint:PATH.
-    #[arg(long = "opponent", value_name = "SPEC", help_heading = "Games")]
+    /// checkpoint:PATH (relative to the file that names it, like any path).
+    #[arg(long = "opponent", value_name = "SPEC", value_hint = ValueHint::AnyPath, help_heading = "Games")]
     #[serde(with = "crate::options::as_text_vec")]
     pub opponents: Vec<Opponent>,
     /// Openings: a PGN file (main lines) or the Lichess openings TSV

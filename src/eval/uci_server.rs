@@ -125,6 +125,11 @@ pub(crate) fn serve(
             Ok(Some(c)) => c,
             Ok(None) => continue,
             Err(e) => {
+                // A bad `position` leaves no position: `go` must not play
+                // in the previous one.
+                if line.split_whitespace().next() == Some("position") {
+                    s.game = None;
+                }
                 say(&mut output, &format!("info string error: {e}"))?;
                 continue;
             }
@@ -263,6 +268,15 @@ mod tests {
         assert!(out.contains("no legal moves"), "stalemate: {out}");
         assert!(out.contains("readyok"));
         assert!(out.trim_end().ends_with("bestmove h1g1"), "{out}");
+    }
+
+    /// Every `go` gets a `bestmove`, and a `position` that does not parse
+    /// leaves no position to play in.
+    #[test]
+    fn every_go_is_answered_and_bad_positions_clear_the_last_one() {
+        let out = run("position startpos\ngo perft 3\nposition startpos moves e2e9\ngo\n");
+        let best: Vec<&str> = out.lines().filter(|l| l.starts_with("bestmove")).collect();
+        assert_eq!(best, ["bestmove a2a3", "bestmove 0000"], "{out}");
     }
 
     #[test]

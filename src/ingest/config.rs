@@ -337,20 +337,40 @@ impl FromStr for InputArg {
 
 impl<'de> Deserialize<'de> for InputArg {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<InputArg, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Path(String),
-            Table {
-                path: String,
-                #[serde(default)]
-                split: Option<String>,
-            },
+        use serde::de::Error;
+        let text = |v: &serde_json::Value, key: &str| -> Result<String, D::Error> {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| D::Error::custom(format!("an input's `{key}` must be a string")))
+        };
+        match serde_json::Value::deserialize(d)? {
+            v @ serde_json::Value::String(_) => Ok(InputArg {
+                path: text(&v, "path")?,
+                split: None,
+            }),
+            serde_json::Value::Object(table) => {
+                if let Some(key) = table
+                    .keys()
+                    .find(|k| !["path", "split"].contains(&k.as_str()))
+                {
+                    return Err(D::Error::custom(format!(
+                        "unknown key `{key}` in an input (it has `path` and `split`)"
+                    )));
+                }
+                Ok(InputArg {
+                    path: text(
+                        table
+                            .get("path")
+                            .ok_or_else(|| D::Error::custom("an input needs a `path`"))?,
+                        "path",
+                    )?,
+                    split: table.get("split").map(|s| text(s, "split")).transpose()?,
+                })
+            }
+            _ => Err(D::Error::custom(
+                "an input is a path or a table { path = \"...\", split = \"...\" }",
+            )),
         }
-        Ok(match Raw::deserialize(d)? {
-            Raw::Path(path) => InputArg { path, split: None },
-            Raw::Table { path, split } => InputArg { path, split },
-        })
     }
 }
 
@@ -564,6 +584,18 @@ mod tests {
             serde_json::to_value(Speed::UltraBullet).unwrap(),
             "ultrabullet"
         );
+    }
+
+    #[test]
+    fn inputs_read_as_a_path_or_a_table_without_typos() {
+        let read = |v: serde_json::Value| serde_json::from_value::<InputArg>(v);
+        let a = read(serde_json::json!({"path": "a.pgn", "split": "test"})).unwrap();
+        assert_eq!((a.path.as_str(), a.split.as_deref()), ("a.pgn", Some("test")));
+        assert_eq!(read(serde_json::json!("b.pgn")).unwrap().split, None);
+        let e = read(serde_json::json!({"path": "a.pgn", "spilt": "test"})).unwrap_err();
+        assert!(e.to_string().contains("`spilt`"), "{e}");
+        assert!(read(serde_json::json!({"split": "test"})).is_err());
+        assert!(read(serde_json::json!(3)).is_err());
     }
 
     #[test]

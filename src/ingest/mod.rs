@@ -24,6 +24,8 @@ pub(crate) mod sample;
 pub(crate) mod tables;
 pub mod worker;
 
+pub use config::IngestOptions;
+
 use std::{
     collections::{BTreeMap, HashSet},
     io::{self, Write},

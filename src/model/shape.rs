@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 use crate::chess::{RecordSet, actions::NUM_ACTIONS};
 
 /// A model size, spelled `tiny`, `9m`, `136m`, `270m` in pipeline files,
-/// on the command line and in checkpoints.
+/// on the command line and in checkpoints (checkpoints written before this
+/// spelling say `m9`, `m136`, `m270`, which still read).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum Preset {
     /// 2 layers, d = 64, 4 heads: tests and the 2-core demo.
@@ -22,15 +23,15 @@ pub enum Preset {
     #[value(name = "tiny")]
     Tiny,
     /// The paper's 9M model (8 layers, d = 256, 8 heads): the ablations.
-    #[serde(rename = "9m")]
+    #[serde(rename = "9m", alias = "m9")]
     #[value(name = "9m")]
     M9,
     /// 136M (8 layers, d = 1024, 8 heads).
-    #[serde(rename = "136m")]
+    #[serde(rename = "136m", alias = "m136")]
     #[value(name = "136m")]
     M136,
     /// 270M (16 layers, d = 1024, 8 heads): the headline model.
-    #[serde(rename = "270m")]
+    #[serde(rename = "270m", alias = "m270")]
     #[value(name = "270m")]
     M270,
 }
@@ -115,6 +116,14 @@ impl ModelShape {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One spelling everywhere; checkpoints written before it still read.
+    #[test]
+    fn preset_spelling() {
+        assert_eq!(serde_json::to_value(Preset::M9).unwrap(), "9m");
+        let old: Preset = serde_json::from_str("\"m270\"").unwrap();
+        assert_eq!(old, Preset::M270);
+    }
 
     /// The paper's sizes: "9M", "136M", "270M" (Table A2), with K = 128.
     #[test]

@@ -21,3 +21,7 @@ pub(crate) mod optim;
 pub mod run;
 pub mod sampler;
 pub mod throughput;
+
+pub use config::TrainOptions;
+pub use run::{RunOptions, train};
+pub use throughput::{BenchStepOptions, bench_steps};

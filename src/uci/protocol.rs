@@ -436,36 +436,32 @@ impl Command<'static> {
                 })
             }
             "go" => {
+                // A GUI waits for `bestmove` after any `go`: parameters this
+                // side does not use (clocks, `infinite`, unknown or
+                // malformed ones) are skipped, never an error.
                 let mut limit = None;
                 let mut searchmoves = Vec::new();
                 let mut i = 0;
                 while i < rest.len() {
-                    let value = rest.get(i + 1).copied();
+                    let value = rest.get(i + 1).and_then(|v| v.parse::<u64>().ok());
                     match rest[i] {
-                        "nodes" => limit = Some(Limit::Nodes(num(line, value, "go nodes")?)),
-                        "depth" => limit = Some(Limit::Depth(num(line, value, "go depth")?)),
-                        "movetime" => {
-                            limit = Some(Limit::MoveTimeMs(num(line, value, "go movetime")?));
+                        "nodes" => limit = value.map(Limit::Nodes).or(limit),
+                        "depth" => {
+                            let depth = value.and_then(|d| u32::try_from(d).ok());
+                            limit = depth.map(Limit::Depth).or(limit);
                         }
-                        "wtime" | "btime" | "winc" | "binc" | "movestogo" | "mate" => {
-                            num::<i64>(line, value, "go clock")?;
-                        }
-                        "infinite" | "ponder" => {
-                            i += 1;
-                            continue;
-                        }
+                        "movetime" => limit = value.map(Limit::MoveTimeMs).or(limit),
                         "searchmoves" => {
-                            let end = rest[i + 1..]
+                            searchmoves = rest[i + 1..]
                                 .iter()
-                                .position(|t| UciMove::from_ascii(t.as_bytes()).is_err())
-                                .map_or(rest.len(), |n| i + 1 + n);
-                            searchmoves = moves(&rest[i + 1..end])?;
-                            i = end;
+                                .map_while(|t| UciMove::from_ascii(t.as_bytes()).ok())
+                                .collect();
+                            i += 1 + searchmoves.len();
                             continue;
                         }
-                        _ => return Err(err(line, "unknown go parameter")),
+                        _ => {}
                     }
-                    i += 2;
+                    i += 1;
                 }
                 Command::Go {
                     limit,
@@ -698,9 +694,19 @@ mod tests {
                 searchmoves: Cow::Owned(Vec::new())
             })
         );
+        for lenient in ["go infinite", "go nodes x", "go frobnicate 3", "go perft 3"] {
+            assert_eq!(
+                Command::parse(lenient).unwrap().unwrap().to_string(),
+                "go",
+                "{lenient}"
+            );
+        }
         assert_eq!(
-            Command::parse("go infinite").unwrap().unwrap().to_string(),
-            "go"
+            Command::parse("go searchmoves e2e4 d2d4 depth 3")
+                .unwrap()
+                .unwrap()
+                .to_string(),
+            "go depth 3 searchmoves e2e4 d2d4"
         );
         for bad in [
             "foo bar",
@@ -708,8 +714,6 @@ mod tests {
             "position fen",
             "position startpos moves e2e9",
             "setoption value 3",
-            "go nodes x",
-            "go frobnicate",
         ] {
             assert!(Command::parse(bad).is_err(), "{bad}");
         }

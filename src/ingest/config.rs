@@ -590,7 +590,10 @@ mod tests {
     fn inputs_read_as_a_path_or_a_table_without_typos() {
         let read = |v: serde_json::Value| serde_json::from_value::<InputArg>(v);
         let a = read(serde_json::json!({"path": "a.pgn", "split": "test"})).unwrap();
-        assert_eq!((a.path.as_str(), a.split.as_deref()), ("a.pgn", Some("test")));
+        assert_eq!(
+            (a.path.as_str(), a.split.as_deref()),
+            ("a.pgn", Some("test"))
+        );
         assert_eq!(read(serde_json::json!("b.pgn")).unwrap().split, None);
         let e = read(serde_json::json!({"path": "a.pgn", "spilt": "test"})).unwrap_err();
         assert!(e.to_string().contains("`spilt`"), "{e}");

@@ -14,24 +14,13 @@
 //! exceeds the 31 FEN characters and K <= 1968 buckets). A model sees the
 //! sequence shifted right and predicts its last token.
 
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use super::tokens::SEQUENCE_LENGTH;
 
 /// A ChessBench record set, and the predictor (policy) trained on it.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum RecordSet {

@@ -13,7 +13,7 @@ use std::{
     str::FromStr,
 };
 
-use clap::{Args, ValueHint};
+use clap::{Args, ValueEnum, ValueHint};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -57,19 +57,7 @@ pub enum ConfigError {
 /// Lichess speed classes, from the estimated duration base + 40 * increment
 /// (lichess `chess.Speed`): ultrabullet < 30 s, bullet < 180 s, blitz < 480 s,
 /// rapid < 1500 s, classical otherwise; correspondence when there is no clock.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "lowercase")]
 #[value(rename_all = "lowercase")]
 pub enum Speed {

@@ -35,6 +35,7 @@ fn main() {
             seed: 1,
             window: 4,
             workers,
+            memory_limit: chessbench::options::MEMORY_LIMIT_BYTES,
         };
         let mut loader = Loader::new(config, Position::default()).expect("open the run");
         loader.next_batch().expect("first batch"); // board tokens loaded, workers started

@@ -38,6 +38,7 @@ fn loader_rate(run: &Path, batch: usize) -> Option<f64> {
         seed: 1,
         window: 4,
         workers: 1,
+        memory_limit: chessbench::options::MEMORY_LIMIT_BYTES,
     };
     let mut loader = match Loader::new(config, Position::default()) {
         Ok(l) => l,

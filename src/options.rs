@@ -33,6 +33,14 @@ use clap::{ArgAction, ArgMatches, Args, FromArgMatches, ValueHint, parser::Value
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de::DeserializeOwned};
 use thiserror::Error;
 
+/// The memory budget every stage takes by default (`--memory-limit`,
+/// `memory_limit`): what it may hold in memory before it spills to the run
+/// directory or waits.
+pub const MEMORY_LIMIT: &str = "2GiB";
+
+/// [`MEMORY_LIMIT`] in bytes.
+pub const MEMORY_LIMIT_BYTES: u64 = 2 << 30;
+
 /// The tables a pipeline file may have.
 pub(crate) const STAGES: [&str; 4] = ["ingest", "annotate", "train", "eval"];
 

@@ -47,6 +47,10 @@ pub struct ExportOptions {
     /// Replace existing files.
     #[arg(long)]
     pub overwrite: bool,
+    /// Memory for DuckDB's sort of the records; past it, it spills into
+    /// RUN/.tmp/.
+    #[arg(long, value_name = "SIZE", default_value = crate::options::MEMORY_LIMIT)]
+    pub memory_limit: crate::options::ByteSize,
 }
 
 impl ExportOptions {
@@ -67,6 +71,7 @@ impl ExportOptions {
             records_per_shard: self.records_per_shard,
             compress: self.compress,
             overwrite: self.overwrite,
+            memory_limit: self.memory_limit.0,
             progress,
         }
     }
@@ -85,6 +90,8 @@ pub struct ExportConfig {
     /// Zstd-compress each record (`.bagz`).
     pub compress: bool,
     pub overwrite: bool,
+    /// DuckDB's memory budget, bytes.
+    pub memory_limit: u64,
     pub progress: bool,
 }
 
@@ -166,7 +173,7 @@ impl Report for ExportSummary {
 /// Exports the sets of one split. Files are written under temporary names
 /// and renamed when complete.
 pub fn export(config: &ExportConfig) -> Result<ExportSummary, BagSetError> {
-    let session = Session::open(&config.run, &[])?;
+    let session = Session::open(&config.run, &[], config.memory_limit)?;
     fs::create_dir_all(&config.out).map_err(|source| BagSetError::Io {
         path: config.out.clone(),
         source,

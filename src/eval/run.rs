@@ -433,7 +433,7 @@ pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, Eval
     // --- Static metrics -----------------------------------------------------
     if config.parts.contains(&Part::Metrics) && config.boards > 0 {
         let boards = {
-            let session = Session::open(&config.run, &[])?;
+            let session = Session::open(&config.run, &[], crate::options::MEMORY_LIMIT_BYTES)?;
             metrics::read_labelled_boards(&session, &config.split, config.boards)?
         };
         if boards.is_empty() {

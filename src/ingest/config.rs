@@ -17,7 +17,7 @@ use clap::{Args, ValueEnum, ValueHint};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::options::ByteSize;
+use crate::options::{ByteSize, MEMORY_LIMIT};
 
 /// Configuration problems, naming the option or file at fault.
 #[derive(Debug, Error)]
@@ -297,7 +297,7 @@ pub struct IngestOptions {
     pub threads: Option<usize>,
     /// Memory for board deduplication before it spills to disk (at least
     /// 1MiB).
-    #[arg(long, value_name = "SIZE", default_value = "4GiB", help_heading = "Resources")]
+    #[arg(long, value_name = "SIZE", default_value = MEMORY_LIMIT, help_heading = "Resources")]
     pub memory_limit: ByteSize,
 }
 

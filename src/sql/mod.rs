@@ -166,7 +166,20 @@ pub(crate) struct Session {
     run: PathBuf,
     /// Views dropped because their table has no files, with what to do.
     missing: Vec<(&'static str, &'static str)>,
+    /// DuckDB's spill directory, removed with the session.
+    spill: PathBuf,
     _reader: RunReader,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.spill);
+    }
+}
+
+/// Where a run's stages spill to disk: `RUN/.tmp/`.
+pub(crate) fn spill_root(run: &Path) -> PathBuf {
+    run.join(".tmp")
 }
 
 /// Tables whose absence is an error when a query uses them (rejects and
@@ -195,23 +208,40 @@ const REQUIRED: [(&str, &str); 5] = [
 ];
 
 impl Session {
-    /// Checks the run, opens an in-memory DuckDB, sets `run_dir` and the
-    /// given variables, and loads `views.sql`.
-    pub(crate) fn open(run: &Path, variables: &[(String, String)]) -> Result<Session, SqlError> {
+    /// Checks the run, opens an in-memory DuckDB that may use
+    /// `memory_limit` bytes and spills past it into `RUN/.tmp/`, sets
+    /// `run_dir` and the given variables, and loads `views.sql`.
+    pub(crate) fn open(
+        run: &Path,
+        variables: &[(String, String)],
+        memory_limit: u64,
+    ) -> Result<Session, SqlError> {
         let reader = check_run(run)?;
         let conn = Connection::open_in_memory()?;
         let absolute = fs::canonicalize(run).map_err(|source| SqlError::Io {
             path: run.to_owned(),
             source,
         })?;
+        let spill = spill_root(&absolute).join(format!("duckdb-{}", std::process::id()));
+        // DuckDB creates the spill directory itself, but not its parent; a
+        // read-only run simply cannot spill.
+        let _ = fs::create_dir_all(spill_root(&absolute));
+        // DuckDB wants memory per thread (~128 MiB for sorts and joins):
+        // small budgets get fewer threads rather than out-of-memory errors.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        let threads = (memory_limit / (128 << 20)).clamp(1, cores);
         let mut session = Session {
             conn,
             run: run.to_owned(),
             missing: Vec::new(),
+            spill,
             _reader: reader,
         };
         let mut setup = format!(
-            "SET VARIABLE run_dir = {};\n",
+            "SET memory_limit = '{}KiB';\nSET threads = {threads};\nSET temp_directory = {};\n\
+             SET VARIABLE run_dir = {};\n",
+            (memory_limit >> 10).max(1),
+            literal(&session.spill.to_string_lossy()),
             literal(&absolute.to_string_lossy())
         );
         for (name, value) in variables {
@@ -398,6 +428,9 @@ pub struct SqlOptions {
     /// No notes on standard error (e.g. about partially annotated splits).
     #[arg(short, long)]
     pub quiet: bool,
+    /// Memory for DuckDB; larger operations spill into RUN/.tmp/.
+    #[arg(long, value_name = "SIZE", default_value = crate::options::MEMORY_LIMIT)]
+    pub memory_limit: crate::options::ByteSize,
 }
 
 /// Runs `chessbench sql`: the query's results on `out`, notes about
@@ -408,7 +441,7 @@ pub fn run(options: &SqlOptions, out: &mut dyn std::io::Write) -> Result<(), Sql
         (Some(q), None) => resolve(q)?,
         (None, None) => return Err(SqlError::NoQuery),
     };
-    let session = Session::open(&options.run, &options.vars)?;
+    let session = Session::open(&options.run, &options.vars, options.memory_limit.0)?;
     if !options.quiet {
         for (split, boards, annotated, failed) in session.partial_annotation()? {
             eprintln!(

@@ -12,6 +12,7 @@ use super::{loss::Loss, sampler::Sampling};
 use crate::{
     chess::RecordSet,
     model::{DeviceKind, Precision, Preset},
+    options::{ByteSize, MEMORY_LIMIT, MEMORY_LIMIT_BYTES},
 };
 
 /// Configuration problems, naming the option at fault.
@@ -100,6 +101,10 @@ pub struct TrainOptions {
     /// Loader threads.
     #[arg(long, default_value_t = 1, help_heading = "Resources")]
     pub workers: usize,
+    /// Memory for the data loader's windows (being built, prefetched,
+    /// served); it bounds prefetching, never what is served.
+    #[arg(long, value_name = "SIZE", default_value = MEMORY_LIMIT, help_heading = "Resources")]
+    pub memory_limit: ByteSize,
     /// Log a metrics row every N steps.
     #[arg(
         long,
@@ -190,6 +195,9 @@ pub struct TrainConfig {
     pub window: usize,
     /// Loader threads.
     pub workers: usize,
+    /// The loader's memory budget, bytes.
+    #[serde(default = "default_memory_limit")]
+    pub memory_limit: u64,
     pub log_every: u64,
     pub checkpoint_every: u64,
     pub keep_checkpoints: usize,
@@ -213,11 +221,17 @@ const RESUMABLE_CHANGES: &[&str] = &[
     "device",
     "steps",
     "workers",
+    "memory_limit",
     "log_every",
     "checkpoint_every",
     "keep_checkpoints",
     "eval_every",
 ];
+
+/// The loader's budget of a recipe saved before it had one.
+fn default_memory_limit() -> u64 {
+    MEMORY_LIMIT_BYTES
+}
 
 impl TrainConfig {
     /// The run's output directory `RUN/train/NAME`.
@@ -351,6 +365,7 @@ impl TrainOptions {
             seed: self.seed,
             window: positive("window", self.window as u64)? as usize,
             workers: positive("workers", self.workers as u64)? as usize,
+            memory_limit: self.memory_limit.0,
             log_every: positive("log_every", self.log_every)?,
             checkpoint_every: positive("checkpoint_every", self.checkpoint_every)?,
             keep_checkpoints: positive("keep_checkpoints", self.keep_checkpoints as u64)? as usize,

@@ -4,7 +4,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, Condvar, Mutex},
     thread,
 };
 
@@ -12,7 +12,13 @@ use arrow_array::{
     Array, Float64Array, RecordBatch, StringArray, UInt16Array, UInt64Array, cast::AsArray,
 };
 use crossbeam_channel::{Receiver, bounded};
-use parquet::arrow::ProjectionMask;
+use parquet::{
+    arrow::{
+        ProjectionMask,
+        arrow_reader::{RowSelection, RowSelector},
+    },
+    file::statistics::Statistics,
+};
 use thiserror::Error;
 
 use super::sampler::{self, Position, Sampling};
@@ -50,6 +56,12 @@ pub enum DataError {
     Buckets(usize),
     #[error("a prefetch worker stopped: {0}")]
     Worker(String),
+    #[error(
+        "a window of {records} records needs about {} MiB to build, more than the memory limit of {} MiB: lower `window` (row groups shuffled together) or raise `memory_limit`",
+        need >> 20,
+        limit >> 20
+    )]
+    Budget { records: u64, need: u64, limit: u64 },
 }
 
 /// What the loader reads.
@@ -67,6 +79,10 @@ pub struct DataConfig {
     pub window: usize,
     /// Prefetch threads.
     pub workers: usize,
+    /// Bytes the loader may hold: windows being built, prefetched and served.
+    /// Windows are reserved in serving order, so the budget bounds the
+    /// prefetch depth and never changes what is served.
+    pub memory_limit: u64,
 }
 
 /// A batch of sequences, row-major `[len, seq_len]`.
@@ -94,17 +110,126 @@ impl Batch {
 struct Unit {
     path: PathBuf,
     row_group: usize,
+    rows: u64,
+    /// Distinct boards the row group can refer to at most (its board id
+    /// span, from the footer's statistics; else its rows).
+    boards: u64,
 }
 
-/// Board tokens and sampling weights of a split, indexed by board id.
-struct Boards {
+/// Bytes per record while a window is built (its records as read, their
+/// board indices, weights and serving order, the compact window) and once
+/// built; bytes per board of a window (tokens, id, weight).
+const BUILD_BYTES_PER_RECORD: u64 = 48;
+const WINDOW_BYTES_PER_RECORD: u64 = 12;
+const BYTES_PER_BOARD: u64 = (SEQUENCE_LENGTH + 8 + 4) as u64;
+
+/// The loader's memory budget: windows reserve bytes before they are built,
+/// strictly in serving order (so a window the consumer waits for is never
+/// starved by a later one), and release them when the consumer is done.
+struct Budget {
+    limit: u64,
+    state: Mutex<BudgetState>,
+    freed: Condvar,
+}
+
+#[derive(Default)]
+struct BudgetState {
+    used: u64,
+    peak: u64,
+    /// The window index whose reservation is granted next.
+    next: u64,
+    /// The loader is gone: waiting workers stop.
+    closed: bool,
+}
+
+/// Bytes of a [`Budget`] held until dropped.
+struct Reservation {
+    budget: Arc<Budget>,
+    bytes: u64,
+}
+
+impl Budget {
+    /// Reserves `bytes` for window `index` (windows are served in index
+    /// order), waiting for earlier windows' reservations and for room;
+    /// `None` once the loader is gone.
+    fn reserve(self: &Arc<Budget>, index: u64, bytes: u64) -> Option<Reservation> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while !s.closed && (s.next != index || s.used + bytes > self.limit && s.used > 0) {
+            s = self.freed.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        if s.closed {
+            return None;
+        }
+        s.next += 1;
+        s.used += bytes;
+        s.peak = s.peak.max(s.used);
+        self.freed.notify_all();
+        Some(Reservation {
+            budget: Arc::clone(self),
+            bytes,
+        })
+    }
+
+    /// Wakes and stops every waiting worker.
+    fn close(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.closed = true;
+        self.freed.notify_all();
+    }
+}
+
+impl Reservation {
+    /// Keeps `bytes` of the reservation (a built window needs less than its
+    /// build did).
+    fn shrink_to(&mut self, bytes: u64) {
+        let mut s = self.budget.state.lock().unwrap_or_else(|e| e.into_inner());
+        let freed = self.bytes.saturating_sub(bytes);
+        s.used -= freed;
+        self.bytes -= freed;
+        self.budget.freed.notify_all();
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.shrink_to(0);
+    }
+}
+
+/// Where the split's boards are: the row groups of the boards table, each
+/// with the first board id it holds (ids are dense, in file order). The
+/// loader reads the boards a window needs from here, so it never holds the
+/// split's boards in memory.
+struct BoardIndex {
+    groups: Vec<BoardGroup>,
+}
+
+struct BoardGroup {
+    path: PathBuf,
+    row_group: usize,
+    first: u64,
+    rows: u64,
+}
+
+/// The boards one window's records refer to: their tokens and sampling
+/// weights, in board id order.
+struct WindowBoards {
+    ids: Vec<u64>,
     tokens: Vec<[u8; SEQUENCE_LENGTH]>,
     weights: Vec<u32>,
+}
+
+impl WindowBoards {
+    /// The index of board `id`, which must be here.
+    fn index(&self, id: u64) -> usize {
+        self.ids.binary_search(&id).unwrap_or(0)
+    }
 }
 
 fn read_columns(
     path: &Path,
     row_group: Option<usize>,
+    selection: Option<RowSelection>,
     columns: &[&str],
 ) -> Result<Vec<RecordBatch>, DataError> {
     let b = open_parquet(path)?;
@@ -124,6 +249,9 @@ fn read_columns(
     let mut b = b.with_projection(mask).with_batch_size(64 * 1024);
     if let Some(rg) = row_group {
         b = b.with_row_groups(vec![rg]);
+    }
+    if let Some(s) = selection {
+        b = b.with_row_selection(s);
     }
     let r = b.build().map_err(|e| StoreError::parquet(path, e))?;
     r.collect::<Result<Vec<_>, _>>()
@@ -147,26 +275,74 @@ fn column<'a, T: 'static>(
         })
 }
 
-impl Boards {
-    /// Tokenizes every board of the split (77 bytes per board: 8 GB per 100M
-    /// boards).
-    fn load(run: &Path, split: &str) -> Result<Boards, DataError> {
+impl BoardIndex {
+    /// The row groups of the split's boards table, from the files' footers.
+    fn open(run: &Path, split: &str) -> Result<BoardIndex, DataError> {
         let dir = run.join(partition_dir(Table::Boards, split));
-        let mut tokens = Vec::new();
-        let mut weights = Vec::new();
+        let mut groups = Vec::new();
+        let mut first = 0u64;
         for path in parquet_files(&dir)? {
-            for batch in read_columns(&path, None, &["board_id", "fen", "occurrences"])? {
-                let ids = column::<UInt64Array>(&batch, "board_id", &path)?;
-                let fens = column::<StringArray>(&batch, "fen", &path)?;
-                let occ = column::<UInt64Array>(&batch, "occurrences", &path)?;
+            let b = open_parquet(&path)?;
+            for row_group in 0..b.metadata().num_row_groups() {
+                let rows = b.metadata().row_group(row_group).num_rows().max(0) as u64;
+                groups.push(BoardGroup {
+                    path: path.clone(),
+                    row_group,
+                    first,
+                    rows,
+                });
+                first += rows;
+            }
+        }
+        Ok(BoardIndex { groups })
+    }
+
+    /// Tokens and weights of the boards `ids` (sorted, distinct), reading
+    /// only their rows of the boards table.
+    fn read(&self, ids: &[u64], any_unit: &Path) -> Result<WindowBoards, DataError> {
+        let mut out = WindowBoards {
+            ids: Vec::with_capacity(ids.len()),
+            tokens: Vec::with_capacity(ids.len()),
+            weights: Vec::with_capacity(ids.len()),
+        };
+        let missing = |id: u64| DataError::Table {
+            path: any_unit.to_owned(),
+            message: format!("board id {id} is not in the boards table"),
+        };
+        let mut rest = ids;
+        for g in &self.groups {
+            let end = g.first + g.rows;
+            let here = rest.partition_point(|&id| id < end);
+            let (mine, later) = rest.split_at(here);
+            rest = later;
+            if mine.is_empty() {
+                continue;
+            }
+            // Select the rows of `mine`, skip the others.
+            let mut selectors = Vec::new();
+            let mut at = g.first;
+            for run in mine.chunk_by(|a, b| b == &(a + 1)) {
+                if run[0] > at {
+                    selectors.push(RowSelector::skip((run[0] - at) as usize));
+                }
+                selectors.push(RowSelector::select(run.len()));
+                at = run[0] + run.len() as u64;
+            }
+            let selection = RowSelection::from(selectors);
+            let columns = ["board_id", "fen", "occurrences"];
+            let mut want = mine.iter();
+            for batch in read_columns(&g.path, Some(g.row_group), Some(selection), &columns)? {
+                let path = &g.path;
+                let got = column::<UInt64Array>(&batch, "board_id", path)?;
+                let fens = column::<StringArray>(&batch, "fen", path)?;
+                let occ = column::<UInt64Array>(&batch, "occurrences", path)?;
                 for i in 0..batch.num_rows() {
-                    let id = ids.value(i) as usize;
-                    if id != tokens.len() {
+                    let id = got.value(i);
+                    if want.next() != Some(&id) {
                         return Err(DataError::Table {
                             path: path.clone(),
                             message: format!(
-                                "board ids are not dense: {id} after {}",
-                                tokens.len()
+                                "board ids are not dense: found {id} where the file order puts another"
                             ),
                         });
                     }
@@ -174,16 +350,23 @@ impl Boards {
                         path: path.clone(),
                         message: format!("board {id}: {e}"),
                     })?;
-                    tokens.push(t);
-                    weights.push(if occ.is_null(i) {
+                    out.ids.push(id);
+                    out.tokens.push(t);
+                    out.weights.push(if occ.is_null(i) {
                         1
                     } else {
                         occ.value(i).min(u64::from(u32::MAX)) as u32
                     });
                 }
             }
+            if let Some(&id) = want.next() {
+                return Err(missing(id));
+            }
         }
-        Ok(Boards { tokens, weights })
+        match rest.first() {
+            Some(&id) => Err(missing(id)),
+            None => Ok(out),
+        }
     }
 }
 
@@ -208,7 +391,7 @@ fn read_unit(
         RecordSet::StateValue => &["board_id", "win_prob"],
         RecordSet::BehavioralCloning => &["board_id", "best_action"],
     };
-    for batch in read_columns(path, Some(unit.row_group), columns)? {
+    for batch in read_columns(path, Some(unit.row_group), None, columns)? {
         let ids = column::<UInt64Array>(&batch, "board_id", path)?;
         match policy {
             RecordSet::BehavioralCloning => {
@@ -256,16 +439,24 @@ struct Shared {
     /// Rows of all units (records of one uniform epoch; for behavioural
     /// cloning this counts terminal boards, which are skipped).
     rows: u64,
-    boards: Boards,
+    boards: BoardIndex,
     buckets: ValueBuckets,
+    budget: Arc<Budget>,
 }
 
-/// A window's records, in serving order.
+/// A window's records in serving order, compact: each refers to one of the
+/// window's boards, whose tokens are expanded into sequences only when a
+/// batch takes the record.
 struct Window {
     position: Position,
-    tokens: Vec<i32>,
-    targets: Vec<i32>,
+    boards: WindowBoards,
+    /// Index into `boards` of each record.
+    board: Vec<u32>,
+    action: Vec<u16>,
+    target: Vec<u16>,
     win_prob: Vec<f32>,
+    /// The window's bytes in the loader's budget, released when it is dropped.
+    _memory: Reservation,
 }
 
 impl Loader {
@@ -285,15 +476,31 @@ impl Loader {
         let mut rows = 0u64;
         for path in parquet_files(&config.run.join(partition_dir(table, &config.split)))? {
             let b = open_parquet(&path)?;
+            let board_id = b
+                .parquet_schema()
+                .columns()
+                .iter()
+                .position(|c| c.name() == "board_id");
             for rg in 0..b.metadata().num_row_groups() {
-                let n = b.metadata().row_group(rg).num_rows();
-                rows += n.max(0) as u64;
-                if n > 0 {
-                    units.push(Unit {
-                        path: path.clone(),
-                        row_group: rg,
-                    });
+                let meta = b.metadata().row_group(rg);
+                let n = meta.num_rows().max(0) as u64;
+                rows += n;
+                if n == 0 {
+                    continue;
                 }
+                let span = board_id
+                    .and_then(|c| meta.column(c).statistics())
+                    .and_then(|s| match s {
+                        Statistics::Int64(s) => Some((*s.min_opt()?, *s.max_opt()?)),
+                        _ => None,
+                    })
+                    .map(|(lo, hi)| (hi - lo) as u64 + 1);
+                units.push(Unit {
+                    path: path.clone(),
+                    row_group: rg,
+                    rows: n,
+                    boards: span.map_or(n, |s| s.min(n)),
+                });
             }
         }
         if units.is_empty() {
@@ -303,12 +510,22 @@ impl Loader {
                 table: table.name(),
             });
         }
-        let boards = Boards::load(&config.run, &config.split)?;
+        let boards = BoardIndex::open(&config.run, &config.split)?;
+        let budget = Arc::new(Budget {
+            limit: config.memory_limit,
+            state: Mutex::new(BudgetState {
+                // Reservations start at the first window served.
+                next: window_index(&config, units.len(), start),
+                ..BudgetState::default()
+            }),
+            freed: Condvar::new(),
+        });
         let shared = Arc::new(Shared {
             units,
             rows,
             boards,
             buckets,
+            budget,
         });
         let workers = config.workers.max(1);
         let mut receivers = Vec::with_capacity(workers);
@@ -321,15 +538,14 @@ impl Loader {
                 .spawn(move || {
                     // Worker w builds windows w, w + N, w + 2N, ... from `start`.
                     let per_epoch = sampler::windows_per_epoch(shared.units.len(), config.window);
-                    let first = start.epoch * per_epoch + start.window;
-                    let mut index = first + w as u64;
+                    let mut index = window_index(&config, shared.units.len(), start) + w as u64;
                     loop {
                         let position = Position {
                             epoch: index / per_epoch,
                             window: index % per_epoch,
                             offset: 0,
                         };
-                        let window = build_window(&shared, &config, position);
+                        let window = build_window(&shared, &config, position, index);
                         let failed = window.is_err();
                         if tx.send(window).is_err() || failed {
                             return;
@@ -355,6 +571,18 @@ impl Loader {
         self.shared.rows
     }
 
+    /// The most bytes the loader's windows held at once so far (what its
+    /// memory budget bounds).
+    pub fn peak_bytes(&self) -> u64 {
+        let s = self
+            .shared
+            .budget
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        s.peak
+    }
+
     /// The next batch (windows are crossed, epochs too).
     pub fn next_batch(&mut self) -> Result<Batch, DataError> {
         let seq_len = self.config.policy.sequence_length();
@@ -370,7 +598,7 @@ impl Loader {
             if self
                 .current
                 .as_ref()
-                .is_none_or(|w| self.offset >= w.targets.len())
+                .is_none_or(|w| self.offset >= w.target.len())
             {
                 if self.current.is_some() {
                     self.offset = 0;
@@ -386,13 +614,20 @@ impl Loader {
             let Some(w) = self.current.as_ref() else {
                 continue;
             };
-            let take = (n - batch.len()).min(w.targets.len() - self.offset);
-            let range = self.offset..self.offset + take;
+            let take = (n - batch.len()).min(w.target.len() - self.offset);
+            for i in self.offset..self.offset + take {
+                push_sequence(
+                    self.config.policy,
+                    &w.boards.tokens[w.board[i] as usize],
+                    w.action[i],
+                    w.target[i],
+                    &mut batch.tokens,
+                );
+                batch.targets.push(i32::from(w.target[i]));
+            }
             batch
-                .tokens
-                .extend_from_slice(&w.tokens[range.start * seq_len..range.end * seq_len]);
-            batch.targets.extend_from_slice(&w.targets[range.clone()]);
-            batch.win_prob.extend_from_slice(&w.win_prob[range]);
+                .win_prob
+                .extend_from_slice(&w.win_prob[self.offset..self.offset + take]);
             self.offset += take;
             batch.position = Position {
                 offset: self.offset as u64,
@@ -403,14 +638,40 @@ impl Loader {
     }
 }
 
+impl Drop for Loader {
+    fn drop(&mut self) {
+        self.shared.budget.close();
+    }
+}
+
+/// The index of the window `position` is in, counting from the first window.
+fn window_index(config: &DataConfig, units: usize, position: Position) -> u64 {
+    position.epoch * sampler::windows_per_epoch(units, config.window) + position.window
+}
+
 fn build_window(
     shared: &Shared,
     config: &DataConfig,
     position: Position,
+    index: u64,
 ) -> Result<Window, DataError> {
     let order = sampler::unit_order(config.seed, position.epoch, shared.units.len());
+    let units = sampler::window_units(&order, config.window, position.window);
+    let rows: u64 = units.iter().map(|&u| shared.units[u].rows).sum();
+    let boards: u64 = units.iter().map(|&u| shared.units[u].boards).sum();
+    let need = rows * BUILD_BYTES_PER_RECORD + boards * BYTES_PER_BOARD;
+    if need > config.memory_limit {
+        return Err(DataError::Budget {
+            records: rows,
+            need,
+            limit: config.memory_limit,
+        });
+    }
+    let Some(mut memory) = shared.budget.reserve(index, need) else {
+        return Err(DataError::Worker("the loader was dropped".into()));
+    };
     let mut records = UnitRecords::default();
-    for &u in sampler::window_units(&order, config.window, position.window) {
+    for &u in units {
         read_unit(
             &shared.units[u],
             config.policy,
@@ -418,42 +679,31 @@ fn build_window(
             &mut records,
         )?;
     }
+    let mut ids = records.board.clone();
+    ids.sort_unstable();
+    ids.dedup();
+    let boards = shared.boards.read(&ids, &shared.units[0].path)?;
+    let board: Vec<u32> = records
+        .board
+        .iter()
+        .map(|&b| boards.index(b) as u32)
+        .collect();
     let weights: Vec<u32> = match config.sampling {
         Sampling::Uniform => vec![1; records.board.len()],
-        Sampling::Weighted => records
-            .board
-            .iter()
-            .map(|&b| shared.boards.weights.get(b as usize).copied().unwrap_or(1))
-            .collect(),
+        Sampling::Weighted => board.iter().map(|&i| boards.weights[i as usize]).collect(),
     };
     let serve = sampler::window_order(config.seed, position, &weights);
-    let seq_len = config.policy.sequence_length();
-    let mut window = Window {
+    let pick = |i: &u32| *i as usize;
+    memory.shrink_to(
+        serve.len() as u64 * WINDOW_BYTES_PER_RECORD + boards.ids.len() as u64 * BYTES_PER_BOARD,
+    );
+    Ok(Window {
         position,
-        tokens: Vec::with_capacity(serve.len() * seq_len),
-        targets: Vec::with_capacity(serve.len()),
-        win_prob: Vec::with_capacity(serve.len()),
-    };
-    for &i in &serve {
-        let i = i as usize;
-        let board = records.board[i] as usize;
-        let tokens = shared
-            .boards
-            .tokens
-            .get(board)
-            .ok_or_else(|| DataError::Table {
-                path: shared.units[0].path.clone(),
-                message: format!("board id {board} is not in the boards table"),
-            })?;
-        push_sequence(
-            config.policy,
-            tokens,
-            records.action[i],
-            records.target[i],
-            &mut window.tokens,
-        );
-        window.targets.push(i32::from(records.target[i]));
-        window.win_prob.push(records.win_prob[i]);
-    }
-    Ok(window)
+        board: serve.iter().map(|i| board[pick(i)]).collect(),
+        action: serve.iter().map(|i| records.action[pick(i)]).collect(),
+        target: serve.iter().map(|i| records.target[pick(i)]).collect(),
+        win_prob: serve.iter().map(|i| records.win_prob[pick(i)]).collect(),
+        boards,
+        _memory: memory,
+    })
 }

@@ -269,6 +269,7 @@ fn data_config(config: &TrainConfig, split: &str, batch_size: usize, seed: u64) 
         seed,
         window: config.window,
         workers: 1,
+        memory_limit: config.memory_limit,
     }
 }
 

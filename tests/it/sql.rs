@@ -351,6 +351,44 @@ fn records(run: &Path, split: &str) -> [serde_json::Value; 3] {
     ]
 }
 
+/// DuckDB's budget bounds the export's memory (spilling into RUN/.tmp/),
+/// never its bytes.
+#[test]
+fn bag_export_is_the_same_under_a_small_memory_budget() {
+    if !have_stockfish() {
+        return;
+    }
+    let run = annotated();
+    let dir = tempfile::tempdir().unwrap();
+    let export = |name: &str, limit: &str| {
+        let out = dir.path().join(name);
+        let o = util::run(&[
+            "bag",
+            "export",
+            run.to_str().unwrap(),
+            "--split",
+            "train",
+            "--out",
+            out.to_str().unwrap(),
+            "--memory-limit",
+            limit,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    };
+    let (small, large) = (export("small", "64MiB"), export("large", "2GiB"));
+    for set in ["state_value", "behavioral_cloning", "action_value"] {
+        let file = format!("{set}_data.bag");
+        let a = std::fs::read(small.join(&file)).unwrap();
+        assert_eq!(a, std::fs::read(large.join(&file)).unwrap(), "{set}");
+    }
+    // The spill directories go with their sessions.
+    let left: Vec<_> = std::fs::read_dir(run.join(".tmp"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[test]
 fn bag_export_import_round_trip() {
     if !have_stockfish() {

@@ -29,6 +29,7 @@ fn config(policy: RecordSet, sampling: Sampling, batch_size: usize) -> DataConfi
         seed: 7,
         window: 2,
         workers: 2,
+        memory_limit: chessbench::options::MEMORY_LIMIT_BYTES,
     }
 }
 
@@ -178,6 +179,107 @@ fn resume_continues_the_same_stream() {
             rest.last().unwrap().position
         );
     }
+}
+
+/// The memory budget bounds prefetching only: a 16 MiB budget and one
+/// barely above a single window serve exactly what the default serves.
+#[test]
+fn the_memory_budget_never_changes_what_is_served() {
+    if !have_stockfish() {
+        return;
+    }
+    for (policy, sampling) in [
+        (RecordSet::ActionValue, Sampling::Uniform),
+        (RecordSet::StateValue, Sampling::Weighted),
+        (RecordSet::BehavioralCloning, Sampling::Uniform),
+    ] {
+        let cfg = config(policy, sampling, 100);
+        let mut unbounded = Loader::new(cfg.clone(), Position::default()).unwrap();
+        let n = (2 * unbounded.records() as usize).div_ceil(100);
+        let want = draw(&mut unbounded, n);
+        for limit in [16 << 20, 300 << 10] {
+            let mut bounded = Loader::new(
+                DataConfig {
+                    memory_limit: limit,
+                    ..cfg.clone()
+                },
+                Position::default(),
+            )
+            .unwrap();
+            let got = draw(&mut bounded, n);
+            // Bit for bit (behavioural cloning's win_prob is NaN).
+            let bits = |b: &[Batch]| -> Vec<String> {
+                b.iter()
+                    .map(|b| {
+                        let wp: Vec<u32> = b.win_prob.iter().map(|w| w.to_bits()).collect();
+                        format!("{:?} {:?} {wp:?} {:?}", b.tokens, b.targets, b.position)
+                    })
+                    .collect()
+            };
+            assert_eq!(bits(&got), bits(&want), "{policy:?} at {limit} bytes");
+            assert!(bounded.peak_bytes() <= limit, "{policy:?}");
+        }
+    }
+    // A window that cannot fit is a clear error, not a silent overrun.
+    let cfg = DataConfig {
+        memory_limit: 1 << 10,
+        ..config(RecordSet::ActionValue, Sampling::Uniform, 100)
+    };
+    let err = Loader::new(cfg, Position::default())
+        .unwrap()
+        .next_batch()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("memory limit") && err.contains("window"),
+        "{err}"
+    );
+}
+
+/// The loader reads the boards a window needs, never the split's: its peak
+/// memory is the same on a split four times larger.
+#[test]
+fn loader_memory_does_not_grow_with_the_split() {
+    if !have_stockfish() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    crate::util::ingest_demo(&run);
+    for (split, boards) in [("train", "512"), ("test", "128")] {
+        let o = crate::util::run(&[
+            "annotate",
+            run.to_str().unwrap(),
+            "--split",
+            split,
+            "--nodes",
+            "20",
+            "--max-boards",
+            boards,
+            "--chunk-boards",
+            "32",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let peak = |split: &str| {
+        let cfg = DataConfig {
+            run: run.clone(),
+            split: split.into(),
+            window: 1,
+            ..config(RecordSet::ActionValue, Sampling::Uniform, 256)
+        };
+        let mut loader = Loader::new(cfg, Position::default()).unwrap();
+        let n = (loader.records() as usize).div_ceil(256);
+        draw(&mut loader, n);
+        (loader.peak_bytes(), loader.records())
+    };
+    let (small, small_records) = peak("test");
+    let (large, large_records) = peak("train");
+    assert!(large_records > 3 * small_records);
+    assert!(
+        large <= 2 * small,
+        "peak {large} B on {large_records} records vs {small} B on {small_records}"
+    );
 }
 
 fn train(name: &str, extra: &[&str]) -> std::process::Output {

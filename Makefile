@@ -16,7 +16,7 @@ RUN         ?= runs/demo
 FUZZ_CASES  ?= 20000
 
 .PHONY: all build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
-        fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval \
+        fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-scale \
         test-slurm test-demo check-cuda stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
@@ -147,6 +147,12 @@ bench-loader: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
 BENCH_DEVICE ?= cpu
 bench-eval: | $(DUCKDB_LIB)
 	BENCH_DEVICE=$(BENCH_DEVICE) $(CARGO) bench --locked --bench eval $(if $(filter cuda,$(BENCH_DEVICE)),--features cuda)
+
+## Every stage at SCALE_GAMES/10 and SCALE_GAMES generated games (default
+## 10^5): wall time, records/s, peak RSS, disk, the 10x ratio (benches/scale.rs).
+SCALE_GAMES ?= 100000
+bench-scale: | $(DUCKDB_LIB)
+	SCALE_GAMES=$(SCALE_GAMES) $(CARGO) bench --locked --bench scale
 
 bench-train: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
 	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) $(CARGO) bench --locked --bench train

@@ -101,7 +101,7 @@ pub fn encode_state_value(out: &mut Vec<u8>, fen: &str, win_prob: f64) {
 }
 
 /// Encodes an action-value record `(fen, move, win_prob)` into `out`.
-pub(crate) fn encode_action_value(out: &mut Vec<u8>, fen: &str, uci: &str, win_prob: f64) {
+pub fn encode_action_value(out: &mut Vec<u8>, fen: &str, uci: &str, win_prob: f64) {
     out.clear();
     nested_str(out, fen);
     nested_str(out, uci);
@@ -110,7 +110,7 @@ pub(crate) fn encode_action_value(out: &mut Vec<u8>, fen: &str, uci: &str, win_p
 
 /// Encodes a behavioural-cloning record `(fen, move)` into `out`; the move,
 /// last, carries no length prefix.
-pub(crate) fn encode_behavioral_cloning(out: &mut Vec<u8>, fen: &str, uci: &str) {
+pub fn encode_behavioral_cloning(out: &mut Vec<u8>, fen: &str, uci: &str) {
     out.clear();
     nested_str(out, fen);
     out.extend_from_slice(uci.as_bytes());

@@ -1,0 +1,545 @@
+//! `make bench-scale` (issue 14): every stage at N/10 and N generated games
+//! (SCALE_GAMES=N, default 100,000), one process per stage, with its wall
+//! time, records per second, peak RSS (from the OS: `wait4`'s rusage of the
+//! child), bytes on disk, and the ratio of N to N/10.
+//!
+//! Games: `../shared/tools/gengames` (real Lichess openings continued by
+//! seeded random play), built with cargo; the bench prints why and stops when
+//! `../shared` is absent. Generated inputs are cached in `bench-data/scale/`.
+//!
+//! Value stages need values, and Stockfish cannot annotate 10^8 moves here:
+//! the bench writes the ingested boards as ChessBench `.bag` files with
+//! **synthetic** values (a deterministic pseudo-random win probability per
+//! board and move, the best move the highest of them). They stand in for the
+//! published bags; nothing presents them as chess truth. Importing them is
+//! exactly what a user of the published data does. Action values are written
+//! for every SCALE_AV_EVERY-th board (default 10), so that the bags of 10^6
+//! games fit this machine's disk (all of them would be ~127 GB).
+//!
+//! Stages: ingest, bag import, the training loader (one epoch of state
+//! values, no model; a child of this bench), a short CPU training run,
+//! `stats`, `sql` (table_a1, dataset_stats, overlap, sampling), bag export.
+//! Every stage runs with the default memory budget (2 GiB) unless
+//! SCALE_MEMORY sets another.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Instant,
+};
+
+use arrow_array::{Array, StringArray, UInt16Array, UInt64Array};
+use chessbench::{
+    bag::{BagWriter, coder},
+    chess::{RecordSet, vocabulary},
+    train::{
+        data::{DataConfig, Loader},
+        sampler::{Position, Sampling},
+    },
+};
+use parquet::arrow::{ProjectionMask, arrow_reader::ParquetRecordBatchReaderBuilder};
+use xxhash_rust::xxh3::xxh3_64;
+
+const BIN: &str = env!("CARGO_BIN_EXE_chessbench");
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+/// A finished child: wall seconds, peak RSS in bytes, its stdout.
+struct Child {
+    secs: f64,
+    rss: u64,
+    stdout: String,
+}
+
+/// Runs `cmd` to completion and reads its peak RSS with `wait4`.
+fn measure(cmd: &mut Command, log: &Path) -> Child {
+    let out = log.with_extension("out");
+    let err = log.with_extension("err");
+    let t = Instant::now();
+    let child = cmd
+        .stdout(Stdio::from(fs::File::create(&out).unwrap()))
+        .stderr(Stdio::from(fs::File::create(&err).unwrap()))
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain data, filled in by wait4 for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for the child spawned above; `child` is not waited on
+    // elsewhere (it is forgotten below so its Drop does not reap it again).
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    std::mem::forget(child);
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(r, pid, "wait4 {cmd:?}");
+    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    assert!(
+        ok,
+        "{cmd:?} failed:\n{}",
+        fs::read_to_string(&err).unwrap_or_default()
+    );
+    Child {
+        secs,
+        rss: usage.ru_maxrss as u64 * 1024,
+        stdout: fs::read_to_string(&out).unwrap_or_default(),
+    }
+}
+
+fn du(path: &Path) -> u64 {
+    let Ok(meta) = fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if meta.is_file() {
+        return meta.len();
+    }
+    fs::read_dir(path)
+        .map(|d| d.flatten().map(|e| du(&e.path())).sum())
+        .unwrap_or(0)
+}
+
+/// Generated games, cached: `bench-data/scale/games_N.pgn.zst`.
+fn games(n: u64) -> Option<PathBuf> {
+    let tool = root().join("../shared/tools/gengames/Cargo.toml");
+    if !tool.is_file() {
+        println!(
+            "skipping: {} is absent (the game generator lives in the project's shared tools)",
+            tool.display()
+        );
+        return None;
+    }
+    let dir = root().join("bench-data/scale");
+    fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(format!("games_{n}.pgn.zst"));
+    if out.is_file() {
+        return Some(out);
+    }
+    let gen_target = target_dir().join("gengames");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "--quiet", "--manifest-path"])
+        .arg(&tool)
+        .arg("--target-dir")
+        .arg(&gen_target)
+        .status()
+        .expect("cargo build gengames");
+    assert!(status.success(), "building gengames");
+    let tmp = out.with_extension("tmp");
+    let t = Instant::now();
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} --games {n} --seed 1 --openings {} | zstd -T2 -3 -q -o {}",
+            gen_target.join("release/gengames").display(),
+            root()
+                .join("data/lichess_2022-06_head2500.pgn.zst")
+                .display(),
+            tmp.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success(), "gengames | zstd");
+    fs::rename(&tmp, &out).unwrap();
+    println!(
+        "generated {n} games in {:.1} s: {} ({:.0} MB)",
+        t.elapsed().as_secs_f64(),
+        out.display(),
+        du(&out) as f64 / 1e6
+    );
+    Some(out)
+}
+
+/// A synthetic win probability in [0, 1) (not chess: a hash).
+fn synthetic(key: &[u8]) -> f64 {
+    (xxh3_64(key) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Writes the `train` split of an ingested run as the three ChessBench bags
+/// with synthetic values; action values for every `av_every`-th board.
+/// Returns the records written per set.
+fn synth_bags(run: &Path, out: &Path, av_every: u64) -> [u64; 3] {
+    fs::create_dir_all(out).unwrap();
+    let vocab = vocabulary();
+    let mut sv = BagWriter::create(&out.join("state_value_data.bag")).unwrap();
+    let mut bc = BagWriter::create(&out.join("behavioral_cloning_data.bag")).unwrap();
+    let mut av = BagWriter::create(&out.join("action_value_data.bag")).unwrap();
+    let mut counts = [0u64; 3];
+    let mut record = Vec::with_capacity(256);
+    let files = |table: &str| -> Vec<PathBuf> {
+        let mut f: Vec<PathBuf> = fs::read_dir(run.join(table).join("split=train"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+            .collect();
+        f.sort();
+        f
+    };
+    let read = |path: &Path, columns: &[&str]| {
+        let b = ParquetRecordBatchReaderBuilder::try_new(fs::File::open(path).unwrap()).unwrap();
+        let indices: Vec<usize> = columns
+            .iter()
+            .map(|c| {
+                (0..b.parquet_schema().num_columns())
+                    .find(|&i| b.parquet_schema().column(i).name() == *c)
+                    .unwrap()
+            })
+            .collect();
+        let mask = ProjectionMask::leaves(b.parquet_schema(), indices);
+        b.with_projection(mask)
+            .with_batch_size(64 * 1024)
+            .build()
+            .unwrap()
+    };
+    // legal_moves part N covers the same board ids as boards part N.
+    for (boards, moves) in files("boards").iter().zip(files("legal_moves")) {
+        let mut fens: Vec<String> = Vec::new();
+        let mut first = None;
+        for batch in read(boards, &["board_id", "fen"]) {
+            let batch = batch.unwrap();
+            let ids = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<UInt64Array>()
+                .unwrap();
+            let f = batch
+                .column(1)
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap();
+            first.get_or_insert(ids.value(0));
+            fens.extend((0..batch.num_rows()).map(|i| f.value(i).to_owned()));
+        }
+        let first = first.unwrap_or(0);
+        for fen in &fens {
+            coder::encode_state_value(&mut record, fen, synthetic(fen.as_bytes()));
+            sv.write(&record).unwrap();
+            counts[0] += 1;
+            record.clear();
+        }
+        // Legal moves, grouped by board id (sorted).
+        let mut flush = |id: u64, actions: &mut Vec<u16>, counts: &mut [u64; 3]| {
+            if actions.is_empty() {
+                return;
+            }
+            let fen = &fens[(id - first) as usize];
+            let score = |a: u16| {
+                let uci = vocab.uci(a).unwrap();
+                synthetic(format!("{fen} {uci}").as_bytes())
+            };
+            let best = actions
+                .iter()
+                .copied()
+                .max_by(|&a, &b| score(a).total_cmp(&score(b)).then(b.cmp(&a)))
+                .unwrap();
+            coder::encode_behavioral_cloning(&mut record, fen, vocab.uci(best).unwrap());
+            bc.write(&record).unwrap();
+            record.clear();
+            counts[1] += 1;
+            if id.is_multiple_of(av_every) {
+                for &a in actions.iter() {
+                    coder::encode_action_value(&mut record, fen, vocab.uci(a).unwrap(), score(a));
+                    av.write(&record).unwrap();
+                    record.clear();
+                    counts[2] += 1;
+                }
+            }
+            actions.clear();
+        };
+        let (mut current, mut actions) = (u64::MAX, Vec::new());
+        for batch in read(&moves, &["board_id", "action"]) {
+            let batch = batch.unwrap();
+            let ids = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<UInt64Array>()
+                .unwrap();
+            let a = batch
+                .column(1)
+                .as_any()
+                .downcast_ref::<UInt16Array>()
+                .unwrap();
+            for i in 0..batch.num_rows() {
+                if ids.value(i) != current {
+                    flush(current, &mut actions, &mut counts);
+                    current = ids.value(i);
+                }
+                actions.push(a.value(i));
+            }
+        }
+        flush(current, &mut actions, &mut counts);
+    }
+    sv.finish().unwrap();
+    bc.finish().unwrap();
+    av.finish().unwrap();
+    counts
+}
+
+/// `scale loader RUN MEMORY`: one epoch of the state-value loader of RUN's
+/// imported split (a child of the bench, so its RSS is its own).
+fn loader_child(run: &Path, memory: u64) {
+    let config = DataConfig {
+        run: run.to_owned(),
+        split: "valued".into(),
+        policy: RecordSet::StateValue,
+        buckets: 128,
+        batch_size: 1024,
+        sampling: Sampling::Uniform,
+        seed: 1,
+        window: 16,
+        workers: 2,
+        memory_limit: memory,
+    };
+    let mut loader = Loader::new(config, Position::default()).expect("open the run");
+    let batches = loader.records().div_ceil(1024);
+    for _ in 0..batches {
+        loader.next_batch().expect("batch");
+    }
+    println!("{} {}", batches * 1024, loader.peak_bytes());
+}
+
+struct Row {
+    stage: &'static str,
+    games: u64,
+    secs: f64,
+    records: u64,
+    rss: u64,
+    disk: u64,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("loader") {
+        loader_child(Path::new(&args[2]), args[3].parse().unwrap());
+        return;
+    }
+    let n = env_u64("SCALE_GAMES", 100_000);
+    let av_every = env_u64("SCALE_AV_EVERY", 10).max(1);
+    let memory = std::env::var("SCALE_MEMORY").unwrap_or_else(|_| "2GiB".into());
+    let memory_bytes: u64 = memory
+        .parse::<chessbench::options::ByteSize>()
+        .expect("SCALE_MEMORY")
+        .0;
+    let sizes = [n / 10, n];
+    let mut rows: Vec<Row> = Vec::new();
+    let work = root().join("bench-data/scale/work");
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(&work).unwrap();
+    println!(
+        "bench-scale: {} and {} generated games, memory budget {memory}, action values of every {av_every}th board (synthetic values)",
+        sizes[0], sizes[1]
+    );
+    for &g in &sizes {
+        let Some(input) = games(g) else { return };
+        let dir = work.join(g.to_string());
+        fs::create_dir_all(&dir).unwrap();
+        let run = dir.join("run");
+        let log = |name: &str| dir.join(name);
+        // Ingest.
+        let c = measure(
+            Command::new(BIN)
+                .args([
+                    "ingest",
+                    "--json",
+                    "--no-progress",
+                    "--test-fraction",
+                    "0.05",
+                ])
+                .arg(&input)
+                .arg("--out")
+                .arg(&run)
+                .args(["--memory-limit", &memory]),
+            &log("ingest"),
+        );
+        let s: serde_json::Value = serde_json::from_str(&c.stdout).unwrap();
+        let boards: u64 = s["splits"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v["state_value"].as_u64().unwrap())
+            .sum();
+        rows.push(Row {
+            stage: "ingest (games)",
+            games: g,
+            secs: c.secs,
+            records: s["games_read"].as_u64().unwrap(),
+            rss: c.rss,
+            disk: du(&run),
+        });
+        println!(
+            "  {g} games: ingest {:.1} s, {boards} boards, peak RSS {:.0} MB",
+            c.secs,
+            c.rss as f64 / 1e6
+        );
+        // Synthetic bags (not a stage: the stand-in for the published data).
+        let bags = dir.join("bags");
+        let t = Instant::now();
+        let counts = synth_bags(&run, &bags, av_every);
+        println!(
+            "  wrote synthetic bags in {:.1} s: {} state_value, {} behavioral_cloning, {} action_value records ({:.0} MB)",
+            t.elapsed().as_secs_f64(),
+            counts[0],
+            counts[1],
+            counts[2],
+            du(&bags) as f64 / 1e6
+        );
+        // Import, into split `valued` of the same run (the SQL stages then
+        // see ingested splits and values together).
+        let before = du(&run);
+        let c = measure(
+            Command::new(BIN)
+                .args(["bag", "import", "--no-progress", "--split", "valued"])
+                .arg(&run)
+                .arg(&bags),
+            &log("import"),
+        );
+        rows.push(Row {
+            stage: "bag import",
+            games: g,
+            secs: c.secs,
+            records: counts.iter().sum(),
+            rss: c.rss,
+            disk: du(&run).saturating_sub(before),
+        });
+        // The loader: one epoch of state values (a child of this bench).
+        let c = measure(
+            Command::new(std::env::current_exe().unwrap())
+                .arg("loader")
+                .arg(&run)
+                .arg(memory_bytes.to_string()),
+            &log("loader"),
+        );
+        let served: u64 = c.stdout.split_whitespace().next().unwrap().parse().unwrap();
+        rows.push(Row {
+            stage: "loader (1 SV epoch)",
+            games: g,
+            secs: c.secs,
+            records: served,
+            rss: c.rss,
+            disk: 0,
+        });
+        // A short CPU training run on the imported action values.
+        let c = measure(
+            Command::new(BIN)
+                .args(["train", "--no-progress", "--run"])
+                .arg(&run)
+                .args([
+                    "--split",
+                    "valued",
+                    "--eval-split",
+                    "",
+                    "--steps",
+                    "20",
+                    "--batch-size",
+                    "256",
+                    "--buckets",
+                    "32",
+                    "--memory-limit",
+                    &memory,
+                ]),
+            &log("train"),
+        );
+        rows.push(Row {
+            stage: "train (20 steps)",
+            games: g,
+            secs: c.secs,
+            records: 20 * 256,
+            rss: c.rss,
+            disk: 0,
+        });
+        // Table A1 and the SQL layer on the ingested run.
+        let c = measure(Command::new(BIN).arg("stats").arg(&run), &log("stats"));
+        rows.push(Row {
+            stage: "stats",
+            games: g,
+            secs: c.secs,
+            records: boards,
+            rss: c.rss,
+            disk: 0,
+        });
+        for query in ["table_a1", "dataset_stats", "overlap", "sampling"] {
+            let c = measure(
+                Command::new(BIN).arg("sql").arg(&run).args([
+                    query,
+                    "--quiet",
+                    "--format",
+                    "csv",
+                    "--memory-limit",
+                    &memory,
+                ]),
+                &log(query),
+            );
+            rows.push(Row {
+                stage: match query {
+                    "table_a1" => "sql table_a1",
+                    "dataset_stats" => "sql dataset_stats",
+                    "overlap" => "sql overlap",
+                    _ => "sql sampling",
+                },
+                games: g,
+                secs: c.secs,
+                records: boards,
+                rss: c.rss,
+                disk: 0,
+            });
+        }
+        // Export the imported split back to bags.
+        let exported = dir.join("exported");
+        let c = measure(
+            Command::new(BIN)
+                .args(["bag", "export", "--no-progress", "--split", "valued"])
+                .arg(&run)
+                .arg("--out")
+                .arg(&exported)
+                .args(["--memory-limit", &memory]),
+            &log("export"),
+        );
+        rows.push(Row {
+            stage: "bag export",
+            games: g,
+            secs: c.secs,
+            records: counts.iter().sum(),
+            rss: c.rss,
+            disk: du(&exported),
+        });
+        // The bags are the bulk of the disk; the next size needs the room.
+        let _ = fs::remove_dir_all(&bags);
+        let _ = fs::remove_dir_all(&exported);
+    }
+    println!(
+        "\n| stage | games | wall s | records/s | peak RSS MB | disk MB | time ratio {}x games |",
+        sizes[1] / sizes[0].max(1)
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for r in &rows {
+        let before = rows
+            .iter()
+            .find(|x| x.stage == r.stage && x.games == sizes[0] && r.games == sizes[1]);
+        println!(
+            "| {} | {} | {:.2} | {:.0} | {:.0} | {:.1} | {} |",
+            r.stage,
+            r.games,
+            r.secs,
+            r.records as f64 / r.secs.max(1e-9),
+            r.rss as f64 / 1e6,
+            r.disk as f64 / 1e6,
+            before.map_or(String::new(), |b| format!(
+                "{:.1}",
+                r.secs / b.secs.max(1e-9)
+            ))
+        );
+    }
+}

@@ -27,7 +27,7 @@ use crate::{
     store::{RunDir, StoreError, Table, chunks, commit::RunReader, commit::partition_dir},
     ui::group,
 };
-pub(crate) use output::{Format, ResultSet};
+pub(crate) use output::Format;
 pub(crate) use script::Statement;
 
 /// `sql/views.sql`.
@@ -229,7 +229,7 @@ impl Session {
         // DuckDB wants memory per thread (~128 MiB for sorts and joins):
         // small budgets get fewer threads rather than out-of-memory errors.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-        let threads = (memory_limit / (128 << 20)).clamp(1, cores);
+        let threads = (memory_limit / 4 * 3 / (128 << 20)).clamp(1, cores);
         let mut session = Session {
             conn,
             run: run.to_owned(),
@@ -237,10 +237,14 @@ impl Session {
             spill,
             _reader: reader,
         };
+        // DuckDB's limit governs its buffer manager; the process needs
+        // about 300 MB more (its allocations outside it, Parquet readers,
+        // this session), so it gets three quarters of the budget.
+        let duckdb_limit = memory_limit / 4 * 3;
         let mut setup = format!(
             "SET memory_limit = '{}KiB';\nSET threads = {threads};\nSET temp_directory = {};\n\
              SET VARIABLE run_dir = {};\n",
-            (memory_limit >> 10).max(1),
+            (duckdb_limit >> 10).max(1),
             literal(&session.spill.to_string_lossy()),
             literal(&absolute.to_string_lossy())
         );
@@ -310,61 +314,66 @@ impl Session {
         Ok(())
     }
 
-    /// Runs one statement and collects its result.
-    pub(crate) fn query(
-        &self,
-        source_name: &str,
-        s: &Statement,
-        index: usize,
-    ) -> Result<ResultSet, SqlError> {
-        let err = |e| self.error(source_name, s.line, e);
-        let mut stmt = self.conn.prepare(&s.sql).map_err(err)?;
-        let arrow = stmt.query_arrow([]).map_err(err)?;
-        let schema = arrow.get_schema();
-        drop(arrow);
-        let mut batches = Vec::new();
-        while let Some(batch) = stmt.step().map_err(err)? {
-            batches.push(RecordBatch::from(batch));
-        }
-        Ok(ResultSet {
-            name: s.name.clone().unwrap_or_else(|| format!("result_{index}")),
-            schema,
-            batches,
-        })
-    }
-
-    /// Runs a script: statements that return rows are collected (only the
-    /// one named `only`, when given), the others executed.
+    /// Runs a script: statements that return rows stream their results
+    /// into `out` in `format` as DuckDB produces them (only the one named
+    /// `only`, if given); the others just run.
     pub(crate) fn run_script(
         &self,
         source_name: &str,
         text: &str,
         only: Option<&str>,
-    ) -> Result<Vec<ResultSet>, SqlError> {
-        let mut results = Vec::new();
+        format: Format,
+        max_rows: usize,
+        out: &mut dyn std::io::Write,
+    ) -> Result<(), SqlError> {
+        let statements = script::split(text);
+        let name_of = |s: &Statement, index: usize| {
+            s.name.clone().unwrap_or_else(|| format!("result_{index}"))
+        };
+        // Which statements print a result (headers depend on how many).
         let mut index = 0;
-        for s in script::split(text) {
-            if s.returns_rows() {
-                index += 1;
-                let name = s.name.clone().unwrap_or_else(|| format!("result_{index}"));
-                if only.is_some_and(|o| o != name) {
-                    continue;
-                }
-                results.push(self.query(source_name, &s, index)?);
-            } else {
-                self.conn
-                    .execute_batch(&s.sql)
-                    .map_err(|e| self.error(source_name, s.line, e))?;
-            }
-        }
+        let printed: Vec<Option<String>> = statements
+            .iter()
+            .map(|s| {
+                s.returns_rows().then(|| {
+                    index += 1;
+                    name_of(s, index)
+                })
+            })
+            .map(|name| name.filter(|n| only.is_none_or(|o| o == n)))
+            .collect();
+        let expected = printed.iter().flatten().count();
         if let Some(o) = only
-            && results.is_empty()
+            && expected == 0
         {
             return Err(SqlError::UnknownQuery(format!(
                 "{source_name}: no query named {o}"
             )));
         }
-        Ok(results)
+        let io = |source| SqlError::Io {
+            path: PathBuf::from("(standard output)"),
+            source,
+        };
+        let mut sink = output::Sink::new(out, format, max_rows, expected);
+        for (s, name) in statements.iter().zip(&printed) {
+            let err = |e| self.error(source_name, s.line, e);
+            match name {
+                Some(name) => {
+                    let mut stmt = self.conn.prepare(&s.sql).map_err(err)?;
+                    let stream = stmt.stream_arrow([]).map_err(err)?;
+                    let schema = stream.get_schema();
+                    drop(stream);
+                    sink.begin(name, schema).map_err(io)?;
+                    while let Some(batch) = stmt.step().map_err(err)? {
+                        sink.batch(&RecordBatch::from(batch)).map_err(io)?;
+                    }
+                    sink.end().map_err(io)?;
+                }
+                None if s.returns_rows() => {} // another query of --only's file
+                None => self.conn.execute_batch(&s.sql).map_err(err)?,
+            }
+        }
+        sink.finish().map_err(io)
     }
 
     /// Annotation coverage per split: (split, boards, annotated, failed) for
@@ -456,11 +465,14 @@ pub fn run(options: &SqlOptions, out: &mut dyn std::io::Write) -> Result<(), Sql
             );
         }
     }
-    let results = session.run_script(&source_name, &text, options.only.as_deref())?;
-    output::write(out, &results, options.format, options.max_rows).map_err(|source| SqlError::Io {
-        path: PathBuf::from("(standard output)"),
-        source,
-    })
+    session.run_script(
+        &source_name,
+        &text,
+        options.only.as_deref(),
+        options.format,
+        options.max_rows,
+        out,
+    )
 }
 
 /// Parses `NAME=VALUE`.

@@ -20,7 +20,8 @@ pub enum Format {
     Markdown,
 }
 
-/// One statement's result.
+/// One statement's result, collected (tests).
+#[cfg(test)]
 #[derive(Debug, Clone)]
 pub(crate) struct ResultSet {
     /// `-- @name` of the statement, or `result_N`.
@@ -29,55 +30,9 @@ pub(crate) struct ResultSet {
     pub batches: Vec<RecordBatch>,
 }
 
-impl ResultSet {
-    pub(crate) fn num_rows(&self) -> usize {
-        self.batches.iter().map(RecordBatch::num_rows).sum()
-    }
-
-    /// Column names.
-    pub(crate) fn columns(&self) -> Vec<String> {
-        self.schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect()
-    }
-
-    /// Every cell as display text (None for NULL), row by row, at most
-    /// `limit` rows.
-    pub(crate) fn text_rows(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<Vec<Option<String>>>, arrow_schema::ArrowError> {
-        let options = FormatOptions::default().with_display_error(true);
-        let mut rows = Vec::new();
-        for batch in &self.batches {
-            let formatters = formatters(batch, &options)?;
-            for r in 0..batch.num_rows() {
-                if rows.len() == limit {
-                    return Ok(rows);
-                }
-                rows.push(
-                    batch
-                        .columns()
-                        .iter()
-                        .zip(&formatters)
-                        .map(|(c, f)| {
-                            if c.is_null(r) {
-                                None
-                            } else {
-                                Some(
-                                    display_cell(c.as_ref(), r)
-                                        .unwrap_or_else(|| f.value(r).to_string()),
-                                )
-                            }
-                        })
-                        .collect(),
-                );
-            }
-        }
-        Ok(rows)
-    }
+/// Column names of a schema.
+fn columns(schema: &SchemaRef) -> Vec<String> {
+    schema.fields().iter().map(|f| f.name().clone()).collect()
 }
 
 /// One display formatter per column of a batch.
@@ -117,61 +72,237 @@ fn is_numeric(t: &DataType) -> bool {
 
 /// Writes results in `format`. `max_rows` limits rows per result in table and
 /// Markdown output (0: no limit); CSV and JSON are always complete.
+#[cfg(test)]
 pub(crate) fn write(
     out: &mut dyn Write,
     results: &[ResultSet],
     format: Format,
     max_rows: usize,
 ) -> io::Result<()> {
-    let limit = if max_rows == 0 { usize::MAX } else { max_rows };
-    match format {
-        Format::Json => return write_json(out, results),
-        Format::Csv => {
-            for (i, r) in results.iter().enumerate() {
-                if results.len() > 1 {
-                    if i > 0 {
-                        writeln!(out)?;
+    let mut sink = Sink::new(out, format, max_rows, results.len());
+    for r in results {
+        sink.begin(&r.name, r.schema.clone())?;
+        for b in &r.batches {
+            sink.batch(b)?;
+        }
+        sink.end()?;
+    }
+    sink.finish()
+}
+
+/// Writes results as they stream out of DuckDB, batch by batch: CSV and
+/// JSON hold one batch at a time; table and Markdown output keep the rows
+/// they show (`max_rows`, 0 for all) and count the rest.
+pub(crate) struct Sink<'a> {
+    out: &'a mut dyn Write,
+    format: Format,
+    limit: usize,
+    /// Results the script will write (headers and JSON's shape depend on it).
+    expected: usize,
+    written: usize,
+    current: Option<Current>,
+}
+
+/// The result being written.
+struct Current {
+    schema: SchemaRef,
+    rows: u64,
+    /// Table / Markdown: the rows shown.
+    shown: Vec<Vec<Option<String>>>,
+}
+
+impl<'a> Sink<'a> {
+    pub(crate) fn new(
+        out: &'a mut dyn Write,
+        format: Format,
+        max_rows: usize,
+        expected: usize,
+    ) -> Sink<'a> {
+        Sink {
+            out,
+            format,
+            limit: if max_rows == 0 { usize::MAX } else { max_rows },
+            expected,
+            written: 0,
+            current: None,
+        }
+    }
+
+    /// Starts the result `name`.
+    pub(crate) fn begin(&mut self, name: &str, schema: SchemaRef) -> io::Result<()> {
+        let first = self.written == 0;
+        match self.format {
+            Format::Csv => {
+                if self.expected > 1 {
+                    if !first {
+                        writeln!(self.out)?;
                     }
-                    writeln!(out, "# {}", r.name)?;
+                    writeln!(self.out, "# {name}")?;
                 }
-                write_csv(out, r)?;
+                let header: Vec<String> = schema
+                    .fields()
+                    .iter()
+                    .map(|f| csv_field(f.name()))
+                    .collect();
+                writeln!(self.out, "{}", header.join(","))?;
+            }
+            Format::Json => {
+                if self.expected > 1 {
+                    write!(
+                        self.out,
+                        "{}\n  {}: [",
+                        if first { "{" } else { "," },
+                        serde_json::to_string(name)?
+                    )?;
+                } else {
+                    write!(self.out, "[")?;
+                }
+            }
+            Format::Table | Format::Markdown => {
+                if !first {
+                    writeln!(self.out)?;
+                }
+                if self.expected > 1 {
+                    match self.format {
+                        Format::Markdown => writeln!(self.out, "### {name}\n")?,
+                        _ => writeln!(self.out, "{name}")?,
+                    }
+                }
             }
         }
-        Format::Table | Format::Markdown => {
-            for (i, r) in results.iter().enumerate() {
-                if i > 0 {
-                    writeln!(out)?;
+        self.current = Some(Current {
+            schema,
+            rows: 0,
+            shown: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Adds a batch of the current result.
+    pub(crate) fn batch(&mut self, batch: &RecordBatch) -> io::Result<()> {
+        let Some(cur) = self.current.as_mut() else {
+            return Ok(());
+        };
+        let options = FormatOptions::default().with_display_error(true);
+        let formatters = formatters(batch, &options).map_err(io::Error::other)?;
+        for row in 0..batch.num_rows() {
+            match self.format {
+                Format::Csv => {
+                    let cells: Vec<String> = batch
+                        .columns()
+                        .iter()
+                        .zip(&formatters)
+                        .map(|(c, f)| {
+                            if c.is_null(row) {
+                                String::new()
+                            } else {
+                                csv_field(&f.value(row).to_string())
+                            }
+                        })
+                        .collect();
+                    writeln!(self.out, "{}", cells.join(","))?;
                 }
-                if results.len() > 1 {
-                    match format {
-                        Format::Markdown => writeln!(out, "### {}\n", r.name)?,
-                        _ => writeln!(out, "{}", r.name)?,
+                Format::Json => {
+                    let mut object = serde_json::Map::new();
+                    for ((field, c), f) in cur
+                        .schema
+                        .fields()
+                        .iter()
+                        .zip(batch.columns())
+                        .zip(&formatters)
+                    {
+                        object.insert(field.name().clone(), json_cell(c.as_ref(), row, f));
+                    }
+                    let indent = if self.expected > 1 { "    " } else { "  " };
+                    let text = serde_json::to_string_pretty(&serde_json::Value::Object(object))?;
+                    let text = text.replace('\n', &format!("\n{indent}"));
+                    write!(
+                        self.out,
+                        "{}\n{indent}{text}",
+                        if cur.rows == 0 { "" } else { "," }
+                    )?;
+                }
+                Format::Table | Format::Markdown => {
+                    if cur.shown.len() < self.limit {
+                        cur.shown.push(
+                            batch
+                                .columns()
+                                .iter()
+                                .zip(&formatters)
+                                .map(|(c, f)| {
+                                    (!c.is_null(row)).then(|| {
+                                        display_cell(c.as_ref(), row)
+                                            .unwrap_or_else(|| f.value(row).to_string())
+                                    })
+                                })
+                                .collect(),
+                        );
                     }
                 }
-                let rows = r.text_rows(limit).map_err(io::Error::other)?;
-                let total = r.num_rows();
-                if format == Format::Markdown {
-                    write_markdown(out, r, &rows)?;
+            }
+            cur.rows += 1;
+        }
+        Ok(())
+    }
+
+    /// Ends the current result.
+    pub(crate) fn end(&mut self) -> io::Result<()> {
+        let Some(cur) = self.current.take() else {
+            return Ok(());
+        };
+        self.written += 1;
+        match self.format {
+            Format::Csv => {}
+            Format::Json => {
+                let indent = if self.expected > 1 { "  " } else { "" };
+                if cur.rows == 0 {
+                    write!(self.out, "]")?;
                 } else {
-                    write_table(out, r, &rows)?;
+                    write!(self.out, "\n{indent}]")?;
                 }
-                if rows.len() < total {
+            }
+            Format::Table | Format::Markdown => {
+                if self.format == Format::Markdown {
+                    write_markdown(self.out, &cur.schema, &cur.shown)?;
+                } else {
+                    write_table(self.out, &cur.schema, &cur.shown)?;
+                }
+                if (cur.shown.len() as u64) < cur.rows {
                     writeln!(
-                        out,
-                        "({total} rows, {} shown; --max-rows 0 shows all, --format csv exports them)",
-                        rows.len()
+                        self.out,
+                        "({} rows, {} shown; --max-rows 0 shows all, --format csv exports them)",
+                        cur.rows,
+                        cur.shown.len()
                     )?;
                 }
             }
         }
+        Ok(())
     }
-    Ok(())
+
+    /// Ends the output.
+    pub(crate) fn finish(&mut self) -> io::Result<()> {
+        if self.format == Format::Json {
+            if self.expected > 1 {
+                if self.written == 0 {
+                    write!(self.out, "{{")?;
+                }
+                writeln!(self.out, "\n}}")?;
+            } else {
+                writeln!(self.out)?;
+            }
+        }
+        self.out.flush()
+    }
 }
 
-fn write_table(out: &mut dyn Write, r: &ResultSet, rows: &[Vec<Option<String>>]) -> io::Result<()> {
-    let columns = r.columns();
-    let numeric: Vec<bool> = r
-        .schema
+fn write_table(
+    out: &mut dyn Write,
+    schema: &SchemaRef,
+    rows: &[Vec<Option<String>>],
+) -> io::Result<()> {
+    let columns = columns(schema);
+    let numeric: Vec<bool> = schema
         .fields()
         .iter()
         .map(|f| is_numeric(f.data_type()))
@@ -213,11 +344,11 @@ fn write_table(out: &mut dyn Write, r: &ResultSet, rows: &[Vec<Option<String>>])
 
 fn write_markdown(
     out: &mut dyn Write,
-    r: &ResultSet,
+    schema: &SchemaRef,
     rows: &[Vec<Option<String>>],
 ) -> io::Result<()> {
     let escape = |s: &str| s.replace('|', "\\|").replace('\n', " ");
-    let columns = r.columns();
+    let columns = columns(schema);
     writeln!(
         out,
         "| {} |",
@@ -227,8 +358,7 @@ fn write_markdown(
             .collect::<Vec<_>>()
             .join(" | ")
     )?;
-    let align: Vec<&str> = r
-        .schema
+    let align: Vec<&str> = schema
         .fields()
         .iter()
         .map(|f| {
@@ -256,31 +386,6 @@ fn csv_field(s: &str) -> String {
     } else {
         s.to_owned()
     }
-}
-
-fn write_csv(out: &mut dyn Write, r: &ResultSet) -> io::Result<()> {
-    let header: Vec<String> = r.columns().iter().map(|c| csv_field(c)).collect();
-    writeln!(out, "{}", header.join(","))?;
-    let options = FormatOptions::default().with_display_error(true);
-    for batch in &r.batches {
-        let formatters = formatters(batch, &options).map_err(io::Error::other)?;
-        for row in 0..batch.num_rows() {
-            let cells: Vec<String> = batch
-                .columns()
-                .iter()
-                .zip(&formatters)
-                .map(|(c, f)| {
-                    if c.is_null(row) {
-                        String::new()
-                    } else {
-                        csv_field(&f.value(row).to_string())
-                    }
-                })
-                .collect();
-            writeln!(out, "{}", cells.join(","))?;
-        }
-    }
-    Ok(())
 }
 
 /// A cell as a JSON value: numbers and booleans typed, everything else as
@@ -322,37 +427,6 @@ fn json_cell(array: &dyn Array, row: usize, f: &ArrayFormatter) -> serde_json::V
         }
         _ => Value::String(f.value(row).to_string()),
     }
-}
-
-fn json_rows(r: &ResultSet) -> io::Result<serde_json::Value> {
-    let options = FormatOptions::default().with_display_error(true);
-    let names = r.columns();
-    let mut rows = Vec::with_capacity(r.num_rows());
-    for batch in &r.batches {
-        let formatters = formatters(batch, &options).map_err(io::Error::other)?;
-        for row in 0..batch.num_rows() {
-            let mut object = serde_json::Map::new();
-            for ((name, c), f) in names.iter().zip(batch.columns()).zip(&formatters) {
-                object.insert(name.clone(), json_cell(c.as_ref(), row, f));
-            }
-            rows.push(serde_json::Value::Object(object));
-        }
-    }
-    Ok(serde_json::Value::Array(rows))
-}
-
-fn write_json(out: &mut dyn Write, results: &[ResultSet]) -> io::Result<()> {
-    let value = if results.len() == 1 {
-        json_rows(&results[0])?
-    } else {
-        let mut object = serde_json::Map::new();
-        for r in results {
-            object.insert(r.name.clone(), json_rows(r)?);
-        }
-        serde_json::Value::Object(object)
-    };
-    serde_json::to_writer_pretty(&mut *out, &value)?;
-    writeln!(out)
 }
 
 #[cfg(test)]

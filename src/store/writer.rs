@@ -19,6 +19,9 @@ use parquet::{
 
 use super::{StoreError, schema::Table};
 
+/// Rows per row group of the value tables (the training loader's units).
+pub(crate) const VALUE_ROW_GROUP_ROWS: usize = 64 * 1024;
+
 /// Boards per part file; legal_moves part N covers the same board ids.
 pub(crate) const BOARDS_PER_PART: u64 = 1 << 20;
 
@@ -84,9 +87,12 @@ pub(crate) fn properties(table: Table) -> WriterProperties {
         // delta encoded; values keep dictionaries (a few thousand distinct
         // centipawn scores and win probabilities per chunk); zstd 3 on the
         // pages, since these files are written once and read many times.
+        // Row groups are the training loader's units (a window shuffles a
+        // few together), so they stay small: an annotated chunk is one
+        // (1,024 boards: ~30k action values), an imported split 64k rows.
         Table::StateValues | Table::ActionValues => b
             .set_compression(zstd(3))
-            .set_max_row_group_row_count(Some(1 << 20))
+            .set_max_row_group_row_count(Some(VALUE_ROW_GROUP_ROWS))
             .set_column_dictionary_enabled(col("board_id"), false)
             .set_column_encoding(col("board_id"), Encoding::DELTA_BINARY_PACKED)
             .set_column_dictionary_enabled(col("action"), false)

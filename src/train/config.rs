@@ -101,8 +101,9 @@ pub struct TrainOptions {
     /// Loader threads.
     #[arg(long, default_value_t = 1, help_heading = "Resources")]
     pub workers: usize,
-    /// Memory for the data loader's windows (being built, prefetched,
-    /// served); it bounds prefetching, never what is served.
+    /// Memory of the stage: half for the data loader's windows (being built,
+    /// prefetched, served; it bounds prefetching, never what is served), half
+    /// for the model, its activations and the optimiser.
     #[arg(long, value_name = "SIZE", default_value = MEMORY_LIMIT, help_heading = "Resources")]
     pub memory_limit: ByteSize,
     /// Log a metrics row every N steps.

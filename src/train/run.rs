@@ -269,7 +269,8 @@ fn data_config(config: &TrainConfig, split: &str, batch_size: usize, seed: u64) 
         seed,
         window: config.window,
         workers: 1,
-        memory_limit: config.memory_limit,
+        // The model, its activations and the optimiser get the other half.
+        memory_limit: config.memory_limit / 2,
     }
 }
 

@@ -51,6 +51,8 @@ pub enum BagSetError {
     NothingToImport(PathBuf),
     #[error("unexpected column {0} in a record query result")]
     Column(usize),
+    #[error("more than 4,294,967,294 distinct boards in one split: split the import")]
+    TooManyBoards,
 }
 
 /// A progress bar over the records of one set (hidden when disabled).

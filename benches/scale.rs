@@ -67,8 +67,9 @@ struct Child {
     stdout: String,
 }
 
-/// Runs `cmd` to completion and reads its peak RSS with `wait4`.
-fn measure(cmd: &mut Command, log: &Path) -> Child {
+/// Runs `cmd` to completion and reads its peak RSS with `wait4`; a failed
+/// stage is its error's first line.
+fn measure(cmd: &mut Command, log: &Path) -> Result<Child, String> {
     let out = log.with_extension("out");
     let err = log.with_extension("err");
     let t = Instant::now();
@@ -88,16 +89,20 @@ fn measure(cmd: &mut Command, log: &Path) -> Child {
     let secs = t.elapsed().as_secs_f64();
     assert_eq!(r, pid, "wait4 {cmd:?}");
     let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-    assert!(
-        ok,
-        "{cmd:?} failed:\n{}",
-        fs::read_to_string(&err).unwrap_or_default()
-    );
-    Child {
+    if !ok {
+        let text = fs::read_to_string(&err).unwrap_or_default();
+        let first = text
+            .lines()
+            .find(|l| l.starts_with("error"))
+            .unwrap_or("failed");
+        println!("  FAILED after {secs:.1} s: {first}");
+        return Err(first.to_owned());
+    }
+    Ok(Child {
         secs,
         rss: usage.ru_maxrss as u64 * 1024,
         stdout: fs::read_to_string(&out).unwrap_or_default(),
-    }
+    })
 }
 
 fn du(path: &Path) -> u64 {
@@ -318,6 +323,39 @@ struct Row {
     records: u64,
     rss: u64,
     disk: u64,
+    failed: Option<String>,
+}
+
+impl Row {
+    /// A stage's row: its measurement, or its failure.
+    fn of(
+        stage: &'static str,
+        games: u64,
+        c: &Result<Child, String>,
+        records: u64,
+        disk: u64,
+    ) -> Row {
+        match c {
+            Ok(c) => Row {
+                stage,
+                games,
+                secs: c.secs,
+                records,
+                rss: c.rss,
+                disk,
+                failed: None,
+            },
+            Err(e) => Row {
+                stage,
+                games,
+                secs: f64::NAN,
+                records: 0,
+                rss: 0,
+                disk: 0,
+                failed: Some(e.clone()),
+            },
+        }
+    }
 }
 
 fn main() {
@@ -363,7 +401,8 @@ fn main() {
                 .arg(&run)
                 .args(["--memory-limit", &memory]),
             &log("ingest"),
-        );
+        )
+        .expect("ingest");
         let s: serde_json::Value = serde_json::from_str(&c.stdout).unwrap();
         let boards: u64 = s["splits"]
             .as_object()
@@ -378,6 +417,7 @@ fn main() {
             records: s["games_read"].as_u64().unwrap(),
             rss: c.rss,
             disk: du(&run),
+            failed: None,
         });
         println!(
             "  {g} games: ingest {:.1} s, {boards} boards, peak RSS {:.0} MB",
@@ -403,17 +443,12 @@ fn main() {
             Command::new(BIN)
                 .args(["bag", "import", "--no-progress", "--split", "valued"])
                 .arg(&run)
-                .arg(&bags),
+                .arg(&bags)
+                .args(["--memory-limit", &memory]),
             &log("import"),
         );
-        rows.push(Row {
-            stage: "bag import",
-            games: g,
-            secs: c.secs,
-            records: counts.iter().sum(),
-            rss: c.rss,
-            disk: du(&run).saturating_sub(before),
-        });
+        let disk = du(&run).saturating_sub(before);
+        rows.push(Row::of("bag import", g, &c, counts.iter().sum(), disk));
         // The loader: one epoch of state values (a child of this bench).
         let c = measure(
             Command::new(std::env::current_exe().unwrap())
@@ -422,15 +457,13 @@ fn main() {
                 .arg(memory_bytes.to_string()),
             &log("loader"),
         );
-        let served: u64 = c.stdout.split_whitespace().next().unwrap().parse().unwrap();
-        rows.push(Row {
-            stage: "loader (1 SV epoch)",
-            games: g,
-            secs: c.secs,
-            records: served,
-            rss: c.rss,
-            disk: 0,
+        let served: u64 = c.as_ref().map_or(0, |c| {
+            c.stdout
+                .split_whitespace()
+                .next()
+                .map_or(0, |n| n.parse().unwrap_or(0))
         });
+        rows.push(Row::of("loader (1 SV epoch)", g, &c, served, 0));
         // A short CPU training run on the imported action values.
         let c = measure(
             Command::new(BIN)
@@ -452,24 +485,10 @@ fn main() {
                 ]),
             &log("train"),
         );
-        rows.push(Row {
-            stage: "train (20 steps)",
-            games: g,
-            secs: c.secs,
-            records: 20 * 256,
-            rss: c.rss,
-            disk: 0,
-        });
+        rows.push(Row::of("train (20 steps)", g, &c, 20 * 256, 0));
         // Table A1 and the SQL layer on the ingested run.
         let c = measure(Command::new(BIN).arg("stats").arg(&run), &log("stats"));
-        rows.push(Row {
-            stage: "stats",
-            games: g,
-            secs: c.secs,
-            records: boards,
-            rss: c.rss,
-            disk: 0,
-        });
+        rows.push(Row::of("stats", g, &c, boards, 0));
         for query in ["table_a1", "dataset_stats", "overlap", "sampling"] {
             let c = measure(
                 Command::new(BIN).arg("sql").arg(&run).args([
@@ -482,19 +501,13 @@ fn main() {
                 ]),
                 &log(query),
             );
-            rows.push(Row {
-                stage: match query {
-                    "table_a1" => "sql table_a1",
-                    "dataset_stats" => "sql dataset_stats",
-                    "overlap" => "sql overlap",
-                    _ => "sql sampling",
-                },
-                games: g,
-                secs: c.secs,
-                records: boards,
-                rss: c.rss,
-                disk: 0,
-            });
+            let stage = match query {
+                "table_a1" => "sql table_a1",
+                "dataset_stats" => "sql dataset_stats",
+                "overlap" => "sql overlap",
+                _ => "sql sampling",
+            };
+            rows.push(Row::of(stage, g, &c, boards, 0));
         }
         // Export the imported split back to bags.
         let exported = dir.join("exported");
@@ -507,14 +520,8 @@ fn main() {
                 .args(["--memory-limit", &memory]),
             &log("export"),
         );
-        rows.push(Row {
-            stage: "bag export",
-            games: g,
-            secs: c.secs,
-            records: counts.iter().sum(),
-            rss: c.rss,
-            disk: du(&exported),
-        });
+        let disk = du(&exported);
+        rows.push(Row::of("bag export", g, &c, counts.iter().sum(), disk));
         // The bags are the bulk of the disk; the next size needs the room.
         let _ = fs::remove_dir_all(&bags);
         let _ = fs::remove_dir_all(&exported);
@@ -525,9 +532,13 @@ fn main() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
-        let before = rows
-            .iter()
-            .find(|x| x.stage == r.stage && x.games == sizes[0] && r.games == sizes[1]);
+        if let Some(e) = &r.failed {
+            println!("| {} | {} | failed: {e} | | | | |", r.stage, r.games);
+            continue;
+        }
+        let before = rows.iter().find(|x| {
+            x.stage == r.stage && x.games == sizes[0] && r.games == sizes[1] && x.failed.is_none()
+        });
         println!(
             "| {} | {} | {:.2} | {:.0} | {:.0} | {:.1} | {} |",
             r.stage,

@@ -89,31 +89,48 @@ GROUP BY 1, 2 ORDER BY 1, 2;
 
 -- @name mate_scores
 -- Share of engine values that are mate scores (and of terminal boards).
-SELECT s.split,
-       count(*) AS state_values,
-       round(count(*) FILTER (WHERE s.mate IS NOT NULL) / count(*), 4) AS sv_mate_share,
-       count(*) FILTER (WHERE s.kind <> 'search') AS terminal_boards,
-       any_value(a.action_values) AS action_values,
-       round(any_value(a.av_mates) / any_value(a.action_values), 4) AS av_mate_share
-FROM state_values AS s
-LEFT JOIN (
+-- Aggregates per table, then joins the per-split rows: no join of the
+-- value tables themselves, so it runs in bounded memory at any size.
+WITH s AS (
+    SELECT split,
+           count(*) AS state_values,
+           count(*) FILTER (WHERE mate IS NOT NULL) AS sv_mates,
+           count(*) FILTER (WHERE kind <> 'search') AS terminal_boards
+    FROM state_values GROUP BY split
+), a AS (
     SELECT split, count(*) AS action_values, count(*) FILTER (WHERE mate IS NOT NULL) AS av_mates
     FROM action_values GROUP BY split
-) AS a USING (split)
-GROUP BY 1 ORDER BY 1;
+)
+SELECT s.split,
+       s.state_values,
+       round(s.sv_mates / s.state_values, 4) AS sv_mate_share,
+       s.terminal_boards,
+       a.action_values,
+       round(a.av_mates / a.action_values, 4) AS av_mate_share
+FROM s LEFT JOIN a USING (split)
+ORDER BY 1;
 
 -- @name annotation_coverage
 -- Annotated boards of each split, engine effort, and failures by reason.
+-- (Every state value belongs to a board of its split, so the counts need
+-- no join of boards with state_values.)
+WITH b AS (
+    SELECT split, count(*) AS boards FROM boards GROUP BY split
+), s AS (
+    SELECT split, count(*) AS annotated, avg(depth) AS depth, avg(nodes) AS nodes
+    FROM state_values GROUP BY split
+), f AS (
+    SELECT split, count(*) AS failures FROM failures GROUP BY split
+)
 SELECT b.split,
-       count(*) AS boards,
-       count(s.board_id) AS annotated,
-       round(count(s.board_id) / count(*), 4) AS annotated_share,
-       round(avg(s.depth), 1) AS mean_sv_depth,
-       round(avg(s.nodes), 0) AS mean_sv_nodes,
-       (SELECT count(*) FROM failures AS f WHERE f.split = b.split) AS failures
-FROM boards AS b
-LEFT JOIN state_values AS s USING (split, board_id)
-GROUP BY 1 ORDER BY 1;
+       b.boards,
+       coalesce(s.annotated, 0) AS annotated,
+       round(coalesce(s.annotated, 0) / b.boards, 4) AS annotated_share,
+       round(s.depth, 1) AS mean_sv_depth,
+       round(s.nodes, 0) AS mean_sv_nodes,
+       coalesce(f.failures, 0) AS failures
+FROM b LEFT JOIN s USING (split) LEFT JOIN f USING (split)
+ORDER BY 1;
 
 -- @name failures_by_reason
 SELECT split, reason, count(*) AS boards, max(attempts) AS max_attempts

@@ -79,6 +79,11 @@ pub struct ImportOptions {
     /// action_value .bag file (or SET@N pattern).
     #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     pub action_value: Option<PathBuf>,
+    /// Memory for the import: it holds about 31 bytes per distinct board
+    /// (the FEN-to-id table and the values) and refuses, before reading a
+    /// record, an import that would need more.
+    #[arg(long, value_name = "SIZE", default_value = crate::options::MEMORY_LIMIT)]
+    pub memory_limit: crate::options::ByteSize,
 }
 
 impl ImportOptions {
@@ -103,6 +108,7 @@ impl ImportOptions {
             run: self.run.clone(),
             split: self.split.clone(),
             inputs,
+            memory_limit: self.memory_limit.0,
             progress,
         })
     }
@@ -130,8 +136,17 @@ pub struct ImportConfig {
     pub split: String,
     /// Bag files (or `@N` patterns) per set; sets not given are not imported.
     pub inputs: Vec<(RecordSet, PathBuf)>,
+    /// The memory budget, bytes.
+    pub memory_limit: u64,
     pub progress: bool,
 }
+
+/// Bytes an import holds per distinct board: its id-table slot (16 B at
+/// most 80% full), the state value (8), the best action (2), the terminal
+/// kind (1).
+const BYTES_PER_BOARD: u64 = 31;
+/// Buffers besides: batches of rows being written, Parquet writers.
+const IMPORT_BUFFERS: u64 = 192 << 20;
 
 /// Finds the ChessBench files of a directory: `SET_data.bag` or
 /// `SET-00000-of-0000N_data.bag` (`.bagz` too), for each set present.
@@ -429,6 +444,15 @@ fn open_all(pattern: &Path) -> Result<Vec<BagReader>, BagSetError> {
 /// Imports bag files into `config.split` of `config.run`.
 pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
     let started_at = crate::store::unix_now();
+    let expected = expected_boards(&config.inputs)?;
+    let need = expected * BYTES_PER_BOARD + IMPORT_BUFFERS;
+    if need > config.memory_limit {
+        return Err(BagSetError::Budget {
+            boards: expected,
+            need,
+            limit: config.memory_limit,
+        });
+    }
     let run = RunDir::open(&config.run)?;
     let txn = run.begin()?;
     let split = &config.split;
@@ -436,7 +460,7 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         write_empty(&txn.partition(table, split)?, table)?;
     }
     let mut boards = Boards {
-        ids: BoardIds::with_capacity(expected_boards(&config.inputs)?),
+        ids: BoardIds::with_capacity(expected),
         terminal: Vec::new(),
         dir: txn.partition(Table::Boards, split)?,
         writer: None,
@@ -602,7 +626,10 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
                 chessbench_version: env!("CARGO_PKG_VERSION").to_owned(),
                 started_at,
                 finished_at: crate::store::unix_now(),
-                options: serde_json::json!({ "imported_from": "chessbench .bag files" }),
+                options: serde_json::json!({
+                    "imported_from": "chessbench .bag files",
+                    "memory_limit": config.memory_limit,
+                }),
                 inputs: inputs_record,
                 splits_written: vec![split.clone()],
             },

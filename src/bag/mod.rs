@@ -53,6 +53,12 @@ pub enum BagSetError {
     Column(usize),
     #[error("more than 4,294,967,294 distinct boards in one split: split the import")]
     TooManyBoards,
+    #[error(
+        "importing about {boards} boards needs about {} MiB (31 bytes a board), more than the memory limit of {} MiB: raise --memory-limit",
+        need >> 20,
+        limit >> 20
+    )]
+    Budget { boards: u64, need: u64, limit: u64 },
 }
 
 /// A progress bar over the records of one set (hidden when disabled).

@@ -16,6 +16,10 @@
 //! for every SCALE_AV_EVERY-th board (default 10), so that the bags of 10^6
 //! games fit this machine's disk (all of them would be ~127 GB).
 //!
+//! Ingest is compared with pgn-reader's `parallel_validate` example (parse
+//! and validate every move, nothing written) on the same generated
+//! `.pgn.zst`, run right after it (issue 14's target: >= 0.8x).
+//!
 //! Stages: ingest, bag import, the training loader (one epoch of state
 //! values, no model; a child of this bench), a short CPU training run,
 //! `stats`, `sql` (table_a1, dataset_stats, overlap, sampling), bag export.
@@ -40,6 +44,8 @@ use chessbench::{
 };
 use parquet::arrow::{ProjectionMask, arrow_reader::ParquetRecordBatchReaderBuilder};
 use xxhash_rust::xxh3::xxh3_64;
+
+mod support;
 
 const BIN: &str = env!("CARGO_BIN_EXE_chessbench");
 
@@ -380,6 +386,12 @@ fn main() {
         "bench-scale: {} and {} generated games, memory budget {memory}, action values of every {av_every}th board (synthetic values)",
         sizes[0], sizes[1]
     );
+    println!(
+        "machine: {}; chessbench {}",
+        support::machine(),
+        env!("CARGO_PKG_VERSION")
+    );
+    let (pv, pv_version) = support::build_parallel_validate(&target_dir().join("bench"));
     for &g in &sizes {
         let Some(input) = games(g) else { return };
         let dir = work.join(g.to_string());
@@ -424,6 +436,18 @@ fn main() {
             c.secs,
             c.rss as f64 / 1e6
         );
+        // The reference: pgn-reader's parallel_validate on the same file.
+        let c = measure(Command::new(&pv).arg(&input), &log("parallel_validate"))
+            .expect("parallel_validate");
+        rows.push(Row {
+            stage: "parallel_validate (reference)",
+            games: g,
+            secs: c.secs,
+            records: s["games_read"].as_u64().unwrap(),
+            rss: c.rss,
+            disk: 0,
+            failed: None,
+        });
         // Synthetic bags (not a stage: the stand-in for the published data).
         let bags = dir.join("bags");
         let t = Instant::now();
@@ -552,5 +576,21 @@ fn main() {
                 r.secs / b.secs.max(1e-9)
             ))
         );
+    }
+    println!(
+        "\ningest speed vs {pv_version} examples/parallel_validate on the same .pgn.zst (target >= 0.8x):"
+    );
+    for &g in &sizes {
+        let secs = |stage: &str| {
+            rows.iter()
+                .find(|r| r.stage == stage && r.games == g)
+                .map(|r| r.secs)
+        };
+        if let (Some(ours), Some(reference)) = (
+            secs("ingest (games)"),
+            secs("parallel_validate (reference)"),
+        ) {
+            println!("- {g} games: {:.2}x", reference / ours);
+        }
     }
 }

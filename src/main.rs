@@ -30,7 +30,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", describe(&e));
             ExitCode::FAILURE
         }
     }
@@ -117,6 +117,24 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             .with_context(|| format!("playing {}", a.checkpoint.display()))?,
     }
     Ok(())
+}
+
+/// The error and its causes, each said once: a cause whose text is already
+/// in the message (Parquet's and Arrow's errors repeat their source's) is
+/// left out.
+fn describe(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

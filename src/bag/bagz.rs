@@ -185,19 +185,28 @@ impl Drop for BagWriter {
     }
 }
 
-/// Reads one bag file sequentially.
+/// Reads one bag file sequentially, holding neither its records nor its
+/// index in memory: a second handle streams the index (8 bytes a record)
+/// beside the records, so a reader costs two small buffers whatever the
+/// file's size.
 pub struct BagReader {
     path: PathBuf,
     file: BufReader<File>,
-    limits: Vec<u64>,
-    next: usize,
+    /// The index, positioned at the next record's limit.
+    index: BufReader<File>,
+    /// Records in the file.
+    len: u64,
+    /// Where the index starts (the records' end).
+    records_end: u64,
+    next: u64,
     start: u64,
     compressed: bool,
     raw: Vec<u8>,
 }
 
 impl BagReader {
-    /// Opens a bag file and reads its index.
+    /// Opens a bag file and checks its index's bounds (its entries are
+    /// checked as they are read).
     pub(crate) fn open(path: &Path) -> Result<BagReader, BagError> {
         let mut file = File::open(path).map_err(io_err(path))?;
         let size = file.metadata().map_err(io_err(path))?.len();
@@ -205,7 +214,7 @@ impl BagReader {
             path: path.to_owned(),
             reason,
         };
-        let mut limits = Vec::new();
+        let (mut len, mut records_end) = (0, 0);
         if size > 0 {
             if size < 8 {
                 return Err(format(format!("{size} bytes, too small for an index")));
@@ -220,30 +229,20 @@ impl BagReader {
                      {size}-byte file"
                 )));
             }
-            let n = (size - index_start) / 8;
-            file.seek(SeekFrom::Start(index_start))
-                .map_err(io_err(path))?;
-            let mut bytes = vec![0u8; (n * 8) as usize];
-            file.read_exact(&mut bytes).map_err(io_err(path))?;
-            limits = bytes
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                .collect();
-            let mut prev = 0;
-            for (i, &end) in limits.iter().enumerate() {
-                if end < prev || end > index_start {
-                    return Err(format(format!(
-                        "index entry {i} ({end}) is out of order or past the records ({index_start} bytes)"
-                    )));
-                }
-                prev = end;
-            }
-            file.seek(SeekFrom::Start(0)).map_err(io_err(path))?;
+            len = (size - index_start) / 8;
+            records_end = index_start;
         }
+        let mut index = File::open(path).map_err(io_err(path))?;
+        index
+            .seek(SeekFrom::Start(records_end))
+            .map_err(io_err(path))?;
+        file.seek(SeekFrom::Start(0)).map_err(io_err(path))?;
         Ok(BagReader {
             path: path.to_owned(),
             file: BufReader::with_capacity(1 << 20, file),
-            limits,
+            index: BufReader::with_capacity(64 << 10, index),
+            len,
+            records_end,
             next: 0,
             start: 0,
             compressed: is_compressed(path),
@@ -253,7 +252,7 @@ impl BagReader {
 
     /// Number of records.
     pub(crate) fn len(&self) -> u64 {
-        self.limits.len() as u64
+        self.len
     }
 
     /// The file.
@@ -263,14 +262,28 @@ impl BagReader {
 
     /// Index of the record the next `read` returns.
     pub(crate) fn position(&self) -> u64 {
-        self.next as u64
+        self.next
     }
 
     /// Reads the next record into `buf`; false at the end.
     pub(crate) fn read(&mut self, buf: &mut Vec<u8>) -> Result<bool, BagError> {
-        let Some(&end) = self.limits.get(self.next) else {
+        if self.next == self.len {
             return Ok(false);
-        };
+        }
+        let mut limit = [0u8; 8];
+        self.index
+            .read_exact(&mut limit)
+            .map_err(io_err(&self.path))?;
+        let end = u64::from_le_bytes(limit);
+        if end < self.start || end > self.records_end {
+            return Err(BagError::Format {
+                path: self.path.clone(),
+                reason: format!(
+                    "index entry {} ({end}) is out of order or past the records ({} bytes)",
+                    self.next, self.records_end
+                ),
+            });
+        }
         let len = (end - self.start) as usize;
         let target = if self.compressed {
             &mut self.raw
@@ -284,7 +297,7 @@ impl BagReader {
             if len > 0 {
                 *buf = zstd::stream::decode_all(&self.raw[..]).map_err(|e| BagError::Record {
                     path: self.path.clone(),
-                    index: self.next as u64,
+                    index: self.next,
                     reason: format!("zstd: {e}"),
                 })?;
             }
@@ -359,9 +372,18 @@ mod tests {
             BagReader::open(&path),
             Err(BagError::Format { .. })
         ));
-        fs::write(&path, [1, 2, 3, 4, 5, 6, 7, 8, 0xff, 0, 0, 0, 0, 0, 0, 0]).unwrap();
-        let e = BagReader::open(&path).err().unwrap().to_string();
-        assert!(e.contains("bad.bag") && e.contains("index"), "{e}");
+        // One record whose limit (255) lies past the records' 8 bytes.
+        fs::write(
+            &path,
+            [
+                1, 2, 3, 4, 5, 6, 7, 8, 0xff, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0,
+            ],
+        )
+        .unwrap();
+        let mut r = BagReader::open(&path).unwrap();
+        assert_eq!(r.len(), 2);
+        let e = r.read(&mut Vec::new()).err().unwrap().to_string();
+        assert!(e.contains("bad.bag") && e.contains("index entry 0"), "{e}");
     }
 
     #[test]

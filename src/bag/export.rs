@@ -171,14 +171,17 @@ impl Report for ExportSummary {
 }
 
 /// Exports the sets of one split. Files are written under temporary names
-/// and renamed when complete.
+/// and renamed when complete; if any set fails (a full disk, say), the files
+/// this call completed are removed too, so an export is all or nothing.
 pub fn export(config: &ExportConfig) -> Result<ExportSummary, BagSetError> {
     let session = Session::open(&config.run, &[], config.memory_limit)?;
     fs::create_dir_all(&config.out).map_err(|source| BagSetError::Io {
         path: config.out.clone(),
         source,
     })?;
-    let mut done = Vec::new();
+    // Every set's size and file names first: an empty set or an existing
+    // file is refused before anything is written.
+    let mut plans = Vec::new();
     for &set in &config.sets {
         let n = count(&session, set, &config.split)?;
         if n == 0 {
@@ -201,69 +204,95 @@ pub fn export(config: &ExportConfig) -> Result<ExportSummary, BagSetError> {
         {
             return Err(BagSetError::Exists(f.clone()));
         }
-        let bar = super::progress(config.progress, n, set);
-
-        let mut stmt = session
-            .connection()
-            .prepare(&query(set, &config.split))
-            .map_err(|e| session_error(&session, e))?;
-        drop(
-            stmt.stream_arrow([])
-                .map_err(|e| session_error(&session, e))?,
-        );
-        let mut shard = 0usize;
-        let mut writer = BagWriter::create(&files[0])?;
-        let per_shard = n.div_ceil(u64::from(shards));
-        let mut record = Vec::with_capacity(128);
-        let (mut written, mut bytes) = (0u64, 0u64);
-        while let Some(batch) = stmt.step().map_err(|e| session_error(&session, e))? {
-            let batch = RecordBatch::from(batch);
-            let fen = string_column(&batch, 0)?;
-            for row in 0..batch.num_rows() {
-                match set {
-                    RecordSet::StateValue => coder::encode_state_value(
-                        &mut record,
-                        fen.value(row),
-                        f64_column(&batch, 1)?.value(row),
-                    ),
-                    RecordSet::BehavioralCloning => coder::encode_behavioral_cloning(
-                        &mut record,
-                        fen.value(row),
-                        string_column(&batch, 1)?.value(row),
-                    ),
-                    RecordSet::ActionValue => coder::encode_action_value(
-                        &mut record,
-                        fen.value(row),
-                        string_column(&batch, 1)?.value(row),
-                        f64_column(&batch, 2)?.value(row),
-                    ),
+        plans.push((set, n, files));
+    }
+    let mut done = Vec::new();
+    for (set, n, files) in plans {
+        match export_set(config, &session, set, n, &files) {
+            Ok(exported) => done.push(exported),
+            Err(e) => {
+                for f in done
+                    .iter()
+                    .flat_map(|d: &ExportedSet| &d.files)
+                    .chain(&files)
+                {
+                    let _ = fs::remove_file(f);
                 }
-                if writer.len() == per_shard && shard + 1 < files.len() {
-                    bytes += writer.finish()?.1;
-                    shard += 1;
-                    writer = BagWriter::create(&files[shard])?;
-                }
-                writer.write(&record)?;
-                written += 1;
+                return Err(e);
             }
-            bar.inc(batch.num_rows() as u64);
         }
-        bytes += writer.finish()?.1;
-        // Sets smaller than expected leave no stale shard names behind.
-        for f in &files[shard + 1..] {
-            BagWriter::create(f)?.finish()?;
-        }
-        bar.finish_and_clear();
-        done.push(ExportedSet {
-            set: set.name(),
-            records: written,
-            bytes,
-            files,
-        });
     }
     Ok(ExportSummary {
         out: config.out.clone(),
         sets: done,
+    })
+}
+
+/// Writes one set's `n` records into `files` (its shards).
+fn export_set(
+    config: &ExportConfig,
+    session: &Session,
+    set: RecordSet,
+    n: u64,
+    files: &[PathBuf],
+) -> Result<ExportedSet, BagSetError> {
+    let bar = super::progress(config.progress, n, set);
+    let mut stmt = session
+        .connection()
+        .prepare(&query(set, &config.split))
+        .map_err(|e| session_error(session, e))?;
+    drop(
+        stmt.stream_arrow([])
+            .map_err(|e| session_error(session, e))?,
+    );
+    let mut shard = 0usize;
+    let mut writer = BagWriter::create(&files[0])?;
+    let per_shard = n.div_ceil(files.len() as u64);
+    let mut record = Vec::with_capacity(128);
+    let (mut written, mut bytes) = (0u64, 0u64);
+    while let Some(batch) = stmt.step().map_err(|e| session_error(session, e))? {
+        let batch = RecordBatch::from(batch);
+        let fen = string_column(&batch, 0)?;
+        for row in 0..batch.num_rows() {
+            match set {
+                RecordSet::StateValue => coder::encode_state_value(
+                    &mut record,
+                    fen.value(row),
+                    f64_column(&batch, 1)?.value(row),
+                ),
+                RecordSet::BehavioralCloning => coder::encode_behavioral_cloning(
+                    &mut record,
+                    fen.value(row),
+                    string_column(&batch, 1)?.value(row),
+                ),
+                RecordSet::ActionValue => coder::encode_action_value(
+                    &mut record,
+                    fen.value(row),
+                    string_column(&batch, 1)?.value(row),
+                    f64_column(&batch, 2)?.value(row),
+                ),
+            }
+            if writer.len() == per_shard && shard + 1 < files.len() {
+                bytes += writer.finish()?.1;
+                shard += 1;
+                writer = BagWriter::create(&files[shard])?;
+            }
+            writer.write(&record)?;
+            written += 1;
+        }
+        bar.inc(batch.num_rows() as u64);
+    }
+    bytes += writer.finish()?.1;
+    // Sets smaller than expected leave no stale shard names behind.
+    for f in &files[shard + 1..] {
+        BagWriter::create(f)?.finish()?;
+    }
+    bar.finish_and_clear();
+    Ok(ExportedSet {
+        set: set.name(),
+        records: written,
+        bytes,
+        files: files.to_vec(),
     })
 }
 

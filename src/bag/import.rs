@@ -145,8 +145,10 @@ pub struct ImportConfig {
 /// most 80% full), the state value (8), the best action (2), the terminal
 /// kind (1).
 const BYTES_PER_BOARD: u64 = 31;
-/// Buffers besides: batches of rows being written, Parquet writers.
-const IMPORT_BUFFERS: u64 = 192 << 20;
+/// Buffers besides: a row group of legal moves (1M rows), batches of boards
+/// and action values, the Parquet writers' encoded row groups, the bag
+/// readers' buffers (records and index stream, never a whole index).
+const IMPORT_BUFFERS: u64 = 48 << 20;
 
 /// Finds the ChessBench files of a directory: `SET_data.bag` or
 /// `SET-00000-of-0000N_data.bag` (`.bagz` too), for each set present.
@@ -420,7 +422,7 @@ fn write_empty(dir: &Path, table: Table) -> Result<(), BagSetError> {
 fn expected_boards(inputs: &[(RecordSet, PathBuf)]) -> Result<u64, BagSetError> {
     let count = |set: RecordSet| -> Result<Option<u64>, BagSetError> {
         match inputs.iter().find(|(s, _)| *s == set) {
-            Some((_, pattern)) => Ok(Some(open_all(pattern)?.iter().map(BagReader::len).sum())),
+            Some((_, pattern)) => Ok(Some(records_in(pattern)?)),
             None => Ok(None),
         }
     };
@@ -433,12 +435,13 @@ fn expected_boards(inputs: &[(RecordSet, PathBuf)]) -> Result<u64, BagSetError> 
     })
 }
 
-/// Opens every shard of an input.
-fn open_all(pattern: &Path) -> Result<Vec<BagReader>, BagSetError> {
-    Ok(shard_paths(pattern)?
-        .iter()
-        .map(|p| BagReader::open(p))
-        .collect::<Result<_, _>>()?)
+/// Records in every shard of an input (each opened, checked and closed).
+fn records_in(pattern: &Path) -> Result<u64, BagSetError> {
+    let mut n = 0;
+    for p in shard_paths(pattern)? {
+        n += BagReader::open(&p)?.len();
+    }
+    Ok(n)
 }
 
 /// Imports bag files into `config.split` of `config.run`.
@@ -461,7 +464,7 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
     }
     let mut boards = Boards {
         ids: BoardIds::with_capacity(expected),
-        terminal: Vec::new(),
+        terminal: Vec::with_capacity(expected as usize),
         dir: txn.partition(Table::Boards, split)?,
         writer: None,
         moves: None,
@@ -477,8 +480,9 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         ..ImportSummary::default()
     };
     let mut inputs_record = Vec::new();
-    let mut sv: Vec<f64> = Vec::new();
-    let mut best: Vec<u16> = Vec::new();
+    // Sized once, so that growing never doubles them.
+    let mut sv: Vec<f64> = Vec::with_capacity(expected as usize);
+    let mut best: Vec<u16> = Vec::with_capacity(expected as usize);
     const NONE: u16 = u16::MAX;
     let mut record = Vec::new();
 
@@ -493,10 +497,13 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
     let mut legal_cache: (u64, Vec<u16>) = (u64::MAX, Vec::new());
 
     for (set, pattern) in &ordered {
-        let readers = open_all(pattern)?;
-        let total: u64 = readers.iter().map(BagReader::len).sum();
+        // Shards are opened one at a time: the published action values are
+        // 2,148 files.
+        let total = records_in(pattern)?;
         let bar = super::progress(config.progress, total, *set);
-        for mut reader in readers {
+        let mut done = 0;
+        for shard in shard_paths(pattern)? {
+            let mut reader = BagReader::open(&shard)?;
             inputs_record.push(InputRecord {
                 source: reader.path().display().to_string(),
                 split: split.clone(),
@@ -568,10 +575,11 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
                     }
                 }
                 if index % 4096 == 0 {
-                    bar.set_position(bar.position().max(index));
+                    bar.set_position(done + index);
                 }
             }
-            bar.inc(0);
+            done += reader.len();
+            bar.set_position(done);
         }
         bar.finish_and_clear();
     }

@@ -4,6 +4,7 @@
 //! (see `chessbench::testing`).
 
 mod annotate;
+mod disk;
 mod eval;
 mod fuzz;
 mod golden;

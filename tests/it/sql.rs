@@ -493,6 +493,79 @@ fn bag_export_import_round_trip() {
     );
 }
 
+/// The import's budget is checked up front and never changes its tables: a
+/// run imported under a small budget holds the same Parquet bytes as one
+/// imported under the default, and a budget too small for the boards is
+/// refused before anything is written.
+#[test]
+fn bag_import_is_the_same_under_a_small_memory_budget() {
+    if !have_stockfish() {
+        return;
+    }
+    let run = annotated();
+    let dir = tempfile::tempdir().unwrap();
+    let bags = dir.path().join("bags");
+    let o = util::run(&[
+        "bag",
+        "export",
+        run.to_str().unwrap(),
+        "--split",
+        "train",
+        "--out",
+        bags.to_str().unwrap(),
+        "--records-per-shard",
+        "500",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let import = |name: &str, limit: &str| {
+        let out = dir.path().join(name);
+        let o = util::run(&[
+            "bag",
+            "import",
+            out.to_str().unwrap(),
+            "--split",
+            "train",
+            bags.to_str().unwrap(),
+            "--memory-limit",
+            limit,
+        ]);
+        (out, o)
+    };
+    let (small, o) = import("small", "49MiB");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (large, o) = import("large", "2GiB");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for table in ["boards", "legal_moves", "state_values", "action_values"] {
+        let files = |root: &Path| -> Vec<(std::ffi::OsString, Vec<u8>)> {
+            let mut f: Vec<_> = std::fs::read_dir(root.join(table).join("split=train"))
+                .unwrap()
+                .flatten()
+                .map(|e| (e.file_name(), std::fs::read(e.path()).unwrap()))
+                .collect();
+            f.sort();
+            f
+        };
+        let a = files(&small);
+        assert!(!a.is_empty(), "{table}");
+        assert!(a == files(&large), "{table} differs");
+    }
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(small.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(
+        m["splits"]["train"]["ingest"]["options"]["memory_limit"],
+        49u64 << 20,
+        "the manifest records the budget"
+    );
+    let (refused, o) = import("refused", "1MiB");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("memory limit of 1 MiB") && err.contains("raise --memory-limit"),
+        "{err}"
+    );
+    assert!(!refused.join("boards").exists(), "nothing written");
+}
+
 fn python(script: &str, args: &[&str]) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/python")

@@ -31,6 +31,7 @@ pub fn build_parallel_validate(work: &Path) -> (PathBuf, String) {
         .unwrap_or("pgn-reader")
         .to_owned();
     // Build a copy: the registry's sources are read-only by convention.
+    std::fs::create_dir_all(work).expect("creating the benchmark's work directory");
     let copy = work.join(&version);
     if !copy.join("Cargo.toml").exists() {
         sh(Command::new("cp").arg("-r").arg(src).arg(&copy));

@@ -1,14 +1,23 @@
-//! `chessbench bag export`: a split's record sets as ChessBench `.bag` files,
-//! read through the SQL layer's record views (`sv_records`, `bc_records`,
-//! `av_records`) and streamed out of DuckDB batch by batch.
+//! `chessbench bag export`: a split's record sets as ChessBench `.bag` files.
+//!
+//! The records are those of the SQL layer's views (`sv_records`,
+//! `bc_records`, `av_records`), built without their joins so that memory
+//! stays bounded at any size: DuckDB sorts only the fixed-width value rows
+//! (board id, action, win probability; it spills into `RUN/.tmp/` past its
+//! budget), the FENs come from a merge with the boards table, which is
+//! stored in board-id order and streamed a batch at a time, and the moves
+//! from the action vocabulary (`legal_moves.uci` holds the same strings).
 
 use std::{
     fs,
     io::{self, Write},
-    path::PathBuf,
+    path::{Path, PathBuf},
 };
 
-use arrow_array::{Array, Float64Array, RecordBatch, StringArray, cast::AsArray};
+use arrow_array::{
+    Array, Float64Array, RecordBatch, StringArray, UInt16Array, UInt64Array, cast::AsArray,
+};
+use parquet::arrow::{ProjectionMask, arrow_reader::ParquetRecordBatchReader};
 use serde::Serialize;
 
 use super::{
@@ -17,8 +26,9 @@ use super::{
     coder,
 };
 use crate::{
-    chess::RecordSet,
+    chess::{ActionVocabulary, RecordSet, vocabulary},
     sql::{Session, SqlError, literal},
+    store::{StoreError, Table, commit::partition_dir, open_parquet, parquet_files},
     ui::{Report, group},
 };
 
@@ -104,35 +114,149 @@ pub struct ExportedSet {
     pub files: Vec<PathBuf>,
 }
 
+/// The value rows of a set, in the records' order: board id, then action.
 fn query(set: RecordSet, split: &str) -> String {
     let split = literal(split);
     match set {
-        RecordSet::StateValue => {
-            format!("SELECT fen, win_prob FROM sv_records WHERE split = {split} ORDER BY board_id")
-        }
-        RecordSet::BehavioralCloning => {
-            format!("SELECT fen, move FROM bc_records WHERE split = {split} ORDER BY board_id")
-        }
+        RecordSet::StateValue => format!(
+            "SELECT board_id, win_prob FROM state_values WHERE split = {split} ORDER BY board_id"
+        ),
+        RecordSet::BehavioralCloning => format!(
+            "SELECT board_id, best_action FROM state_values \
+             WHERE split = {split} AND best_action IS NOT NULL ORDER BY board_id"
+        ),
         RecordSet::ActionValue => format!(
-            "SELECT fen, move, win_prob FROM av_records WHERE split = {split} ORDER BY board_id, action"
+            "SELECT board_id, action, win_prob FROM action_values \
+             WHERE split = {split} ORDER BY board_id, action"
         ),
     }
 }
 
 fn count(session: &Session, set: RecordSet, split: &str) -> Result<u64, SqlError> {
-    let view = match set {
-        RecordSet::StateValue => "sv_records",
-        RecordSet::BehavioralCloning => "bc_records",
-        RecordSet::ActionValue => "av_records",
+    let split = literal(split);
+    let sql = match set {
+        RecordSet::StateValue => format!("SELECT count(*) FROM state_values WHERE split = {split}"),
+        RecordSet::BehavioralCloning => format!(
+            "SELECT count(*) FROM state_values WHERE split = {split} AND best_action IS NOT NULL"
+        ),
+        RecordSet::ActionValue => {
+            format!("SELECT count(*) FROM action_values WHERE split = {split}")
+        }
     };
-    let sql = format!(
-        "SELECT count(*) FROM {view} WHERE split = {}",
-        literal(split)
-    );
     session
         .connection()
         .query_row(&sql, [], |r| r.get::<_, u64>(0))
         .map_err(|e| session_error(session, e))
+}
+
+/// The boards of a split in board-id order, streamed a batch at a time:
+/// the FEN of each id asked for, ids asked for in ascending order.
+struct BoardFens {
+    dir: PathBuf,
+    files: std::vec::IntoIter<PathBuf>,
+    reader: Option<ParquetRecordBatchReader>,
+    ids: UInt64Array,
+    fens: StringArray,
+    row: usize,
+    /// The last id read, to check the table's order.
+    last: Option<u64>,
+}
+
+impl BoardFens {
+    fn open(run: &Path, split: &str) -> Result<BoardFens, BagSetError> {
+        let dir = run.join(partition_dir(Table::Boards, split));
+        let files = parquet_files(&dir)?;
+        Ok(BoardFens {
+            dir,
+            files: files.into_iter(),
+            reader: None,
+            ids: UInt64Array::from(Vec::<u64>::new()),
+            fens: StringArray::from(Vec::<&str>::new()),
+            row: 0,
+            last: None,
+        })
+    }
+
+    /// The next batch of (board_id, fen); false when the table ends.
+    fn next_batch(&mut self) -> Result<bool, BagSetError> {
+        loop {
+            if let Some(reader) = self.reader.as_mut() {
+                match reader.next() {
+                    Some(batch) => {
+                        let batch = batch
+                            .map_err(|e| StoreError::Corrupt(self.dir.clone(), e.to_string()))?;
+                        let ids = batch
+                            .column(0)
+                            .as_primitive_opt::<arrow_array::types::UInt64Type>();
+                        let fens = batch.column(1).as_string_opt::<i32>();
+                        let (Some(ids), Some(fens)) = (ids, fens) else {
+                            return Err(StoreError::Corrupt(
+                                self.dir.clone(),
+                                "boards without (board_id UInt64, fen Utf8)".into(),
+                            )
+                            .into());
+                        };
+                        self.ids = ids.clone();
+                        self.fens = fens.clone();
+                        self.row = 0;
+                        return Ok(true);
+                    }
+                    None => self.reader = None,
+                }
+            }
+            let Some(path) = self.files.next() else {
+                return Ok(false);
+            };
+            let builder = open_parquet(&path)?;
+            let schema = builder.parquet_schema();
+            let column =
+                |name: &str| (0..schema.num_columns()).find(|&i| schema.column(i).name() == name);
+            let (Some(id), Some(fen)) = (column("board_id"), column("fen")) else {
+                return Err(StoreError::Corrupt(path, "no board_id or fen column".into()).into());
+            };
+            let mask = ProjectionMask::leaves(schema, [id, fen]);
+            self.reader = Some(
+                builder
+                    .with_projection(mask)
+                    .with_batch_size(16 * 1024)
+                    .build()
+                    .map_err(|e| StoreError::parquet(&path, e))?,
+            );
+        }
+    }
+
+    /// The FEN of board `id`; ids must be asked for in ascending order.
+    fn fen(&mut self, id: u64) -> Result<&str, BagSetError> {
+        loop {
+            while self.row < self.ids.len() {
+                let here = self.ids.value(self.row);
+                if self.last.is_some_and(|last| here < last) {
+                    return Err(StoreError::Corrupt(
+                        self.dir.clone(),
+                        format!(
+                            "board {here} follows board {}: boards are not in board-id order",
+                            self.last.unwrap_or(0)
+                        ),
+                    )
+                    .into());
+                }
+                self.last = Some(here);
+                if here == id {
+                    return Ok(self.fens.value(self.row));
+                }
+                if here > id {
+                    break;
+                }
+                self.row += 1;
+            }
+            if self.row < self.ids.len() || !self.next_batch()? {
+                return Err(BagSetError::NoBoard {
+                    id,
+                    dir: self.dir.clone(),
+                });
+            }
+        }
+    }
 }
 
 fn session_error(session: &Session, e: duckdb::Error) -> SqlError {
@@ -250,25 +374,26 @@ fn export_set(
     let per_shard = n.div_ceil(files.len() as u64);
     let mut record = Vec::with_capacity(128);
     let (mut written, mut bytes) = (0u64, 0u64);
+    let mut boards = BoardFens::open(&config.run, &config.split)?;
+    let vocab = vocabulary();
     while let Some(batch) = stmt.step().map_err(|e| session_error(session, e))? {
         let batch = RecordBatch::from(batch);
-        let fen = string_column(&batch, 0)?;
+        let ids = u64_column(&batch, 0)?;
         for row in 0..batch.num_rows() {
+            let fen = boards.fen(ids.value(row))?;
             match set {
-                RecordSet::StateValue => coder::encode_state_value(
-                    &mut record,
-                    fen.value(row),
-                    f64_column(&batch, 1)?.value(row),
-                ),
+                RecordSet::StateValue => {
+                    coder::encode_state_value(&mut record, fen, f64_column(&batch, 1)?.value(row))
+                }
                 RecordSet::BehavioralCloning => coder::encode_behavioral_cloning(
                     &mut record,
-                    fen.value(row),
-                    string_column(&batch, 1)?.value(row),
+                    fen,
+                    uci(vocab, u16_column(&batch, 1)?.value(row))?,
                 ),
                 RecordSet::ActionValue => coder::encode_action_value(
                     &mut record,
-                    fen.value(row),
-                    string_column(&batch, 1)?.value(row),
+                    fen,
+                    uci(vocab, u16_column(&batch, 1)?.value(row))?,
                     f64_column(&batch, 2)?.value(row),
                 ),
             }
@@ -296,12 +421,25 @@ fn export_set(
     })
 }
 
-fn string_column(batch: &RecordBatch, i: usize) -> Result<&StringArray, BagSetError> {
+fn u64_column(batch: &RecordBatch, i: usize) -> Result<&UInt64Array, BagSetError> {
     batch
         .column(i)
-        .as_string_opt::<i32>()
+        .as_primitive_opt::<arrow_array::types::UInt64Type>()
         .filter(|c| c.null_count() == 0)
         .ok_or(BagSetError::Column(i))
+}
+
+fn u16_column(batch: &RecordBatch, i: usize) -> Result<&UInt16Array, BagSetError> {
+    batch
+        .column(i)
+        .as_primitive_opt::<arrow_array::types::UInt16Type>()
+        .filter(|c| c.null_count() == 0)
+        .ok_or(BagSetError::Column(i))
+}
+
+/// The UCI move of an action index.
+fn uci(vocab: &ActionVocabulary, action: u16) -> Result<&str, BagSetError> {
+    vocab.uci(action).ok_or(BagSetError::Action(action))
 }
 
 fn f64_column(batch: &RecordBatch, i: usize) -> Result<&Float64Array, BagSetError> {

@@ -51,6 +51,10 @@ pub enum BagSetError {
     NothingToImport(PathBuf),
     #[error("unexpected column {0} in a record query result")]
     Column(usize),
+    #[error("board {id} has values but is not in {}", dir.display())]
+    NoBoard { id: u64, dir: PathBuf },
+    #[error("action {0} is not in the 1968-move vocabulary")]
+    Action(u16),
     #[error("more than 4,294,967,294 distinct boards in one split: split the import")]
     TooManyBoards,
     #[error(

@@ -109,10 +109,17 @@ fn measure(cmd: &mut Command, log: &Path) -> Result<Child, String> {
         println!("  FAILED after {secs:.1} s: {first}");
         return Err(first.to_owned());
     }
+    // Only the head of stdout (summaries): `sql sampling` writes gigabytes,
+    // and reading them here would raise this process's peak, which the next
+    // children inherit.
+    let mut head = Vec::new();
+    if let Ok(f) = fs::File::open(&out) {
+        let _ = std::io::Read::read_to_end(&mut std::io::Read::take(f, 1 << 20), &mut head);
+    }
     Ok(Child {
         secs,
         rss: usage.ru_maxrss as u64 * 1024,
-        stdout: fs::read_to_string(&out).unwrap_or_default(),
+        stdout: String::from_utf8_lossy(&head).into_owned(),
     })
 }
 

@@ -56,10 +56,14 @@ ORDER BY split, weighted_weight DESC, board_id;
 -- weighted sampler's (its occurrence count), normalised to probabilities.
 -- (Large: one row per board; with `chessbench sql --only sampling_weights
 -- --format csv` it is the input of a custom sampler.)
-SELECT split, board_id,
+WITH t AS (
+    SELECT split, count(*) AS n, sum(coalesce(occurrences, 1)) AS total
+    FROM boards GROUP BY split
+)
+SELECT b.split, b.board_id,
        1 AS uniform_weight,
-       coalesce(occurrences, 1) AS weighted_weight,
-       1 / count(*) OVER (PARTITION BY split) AS p_uniform,
-       coalesce(occurrences, 1) / sum(coalesce(occurrences, 1)) OVER (PARTITION BY split) AS p_weighted
-FROM boards
-ORDER BY split, board_id;
+       coalesce(b.occurrences, 1) AS weighted_weight,
+       1 / t.n AS p_uniform,
+       coalesce(b.occurrences, 1) / t.total AS p_weighted
+FROM boards AS b JOIN t USING (split)
+ORDER BY b.split, b.board_id;

@@ -15,9 +15,11 @@ use std::{
 };
 
 use arrow_array::{
-    Array, Float64Array, RecordBatch, StringArray, UInt16Array, UInt64Array, cast::AsArray,
+    Array, ArrowPrimitiveType, PrimitiveArray, RecordBatch, StringArray, UInt64Array,
+    cast::AsArray,
+    types::{Float64Type, UInt16Type, UInt64Type},
 };
-use parquet::arrow::{ProjectionMask, arrow_reader::ParquetRecordBatchReader};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReader;
 use serde::Serialize;
 
 use super::{
@@ -28,7 +30,7 @@ use super::{
 use crate::{
     chess::{ActionVocabulary, RecordSet, vocabulary},
     sql::{Session, SqlError, literal},
-    store::{StoreError, Table, commit::partition_dir, open_parquet, parquet_files},
+    store::{StoreError, Table, commit::partition_dir, open_columns, parquet_files},
     ui::{Report, group},
 };
 
@@ -185,9 +187,7 @@ impl BoardFens {
                     Some(batch) => {
                         let batch = batch
                             .map_err(|e| StoreError::Corrupt(self.dir.clone(), e.to_string()))?;
-                        let ids = batch
-                            .column(0)
-                            .as_primitive_opt::<arrow_array::types::UInt64Type>();
+                        let ids = batch.column(0).as_primitive_opt::<UInt64Type>();
                         let fens = batch.column(1).as_string_opt::<i32>();
                         let (Some(ids), Some(fens)) = (ids, fens) else {
                             return Err(StoreError::Corrupt(
@@ -207,17 +207,8 @@ impl BoardFens {
             let Some(path) = self.files.next() else {
                 return Ok(false);
             };
-            let builder = open_parquet(&path)?;
-            let schema = builder.parquet_schema();
-            let column =
-                |name: &str| (0..schema.num_columns()).find(|&i| schema.column(i).name() == name);
-            let (Some(id), Some(fen)) = (column("board_id"), column("fen")) else {
-                return Err(StoreError::Corrupt(path, "no board_id or fen column".into()).into());
-            };
-            let mask = ProjectionMask::leaves(schema, [id, fen]);
             self.reader = Some(
-                builder
-                    .with_projection(mask)
+                open_columns(&path, &["board_id", "fen"])?
                     .with_batch_size(16 * 1024)
                     .build()
                     .map_err(|e| StoreError::parquet(&path, e))?,
@@ -378,23 +369,25 @@ fn export_set(
     let vocab = vocabulary();
     while let Some(batch) = stmt.step().map_err(|e| session_error(session, e))? {
         let batch = RecordBatch::from(batch);
-        let ids = u64_column(&batch, 0)?;
+        let ids = column::<UInt64Type>(&batch, 0)?;
         for row in 0..batch.num_rows() {
             let fen = boards.fen(ids.value(row))?;
             match set {
-                RecordSet::StateValue => {
-                    coder::encode_state_value(&mut record, fen, f64_column(&batch, 1)?.value(row))
-                }
+                RecordSet::StateValue => coder::encode_state_value(
+                    &mut record,
+                    fen,
+                    column::<Float64Type>(&batch, 1)?.value(row),
+                ),
                 RecordSet::BehavioralCloning => coder::encode_behavioral_cloning(
                     &mut record,
                     fen,
-                    uci(vocab, u16_column(&batch, 1)?.value(row))?,
+                    uci(vocab, column::<UInt16Type>(&batch, 1)?.value(row))?,
                 ),
                 RecordSet::ActionValue => coder::encode_action_value(
                     &mut record,
                     fen,
-                    uci(vocab, u16_column(&batch, 1)?.value(row))?,
-                    f64_column(&batch, 2)?.value(row),
+                    uci(vocab, column::<UInt16Type>(&batch, 1)?.value(row))?,
+                    column::<Float64Type>(&batch, 2)?.value(row),
                 ),
             }
             if writer.len() == per_shard && shard + 1 < files.len() {
@@ -421,18 +414,14 @@ fn export_set(
     })
 }
 
-fn u64_column(batch: &RecordBatch, i: usize) -> Result<&UInt64Array, BagSetError> {
+/// Column `i` of a value-row batch, of type `T` and without nulls.
+fn column<T: ArrowPrimitiveType>(
+    batch: &RecordBatch,
+    i: usize,
+) -> Result<&PrimitiveArray<T>, BagSetError> {
     batch
         .column(i)
-        .as_primitive_opt::<arrow_array::types::UInt64Type>()
-        .filter(|c| c.null_count() == 0)
-        .ok_or(BagSetError::Column(i))
-}
-
-fn u16_column(batch: &RecordBatch, i: usize) -> Result<&UInt16Array, BagSetError> {
-    batch
-        .column(i)
-        .as_primitive_opt::<arrow_array::types::UInt16Type>()
+        .as_primitive_opt::<T>()
         .filter(|c| c.null_count() == 0)
         .ok_or(BagSetError::Column(i))
 }
@@ -440,12 +429,4 @@ fn u16_column(batch: &RecordBatch, i: usize) -> Result<&UInt16Array, BagSetError
 /// The UCI move of an action index.
 fn uci(vocab: &ActionVocabulary, action: u16) -> Result<&str, BagSetError> {
     vocab.uci(action).ok_or(BagSetError::Action(action))
-}
-
-fn f64_column(batch: &RecordBatch, i: usize) -> Result<&Float64Array, BagSetError> {
-    batch
-        .column(i)
-        .as_primitive_opt::<arrow_array::types::Float64Type>()
-        .filter(|c| c.null_count() == 0)
-        .ok_or(BagSetError::Column(i))
 }

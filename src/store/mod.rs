@@ -67,6 +67,26 @@ pub(crate) fn open_parquet(
     ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| StoreError::parquet(path, e))
 }
 
+/// Opens a Parquet file projected onto the named columns (in the file's
+/// order); a missing column is an error naming the file and the column.
+pub(crate) fn open_columns(
+    path: &Path,
+    columns: &[&str],
+) -> Result<ParquetRecordBatchReaderBuilder<std::fs::File>, StoreError> {
+    let b = open_parquet(path)?;
+    let schema = b.parquet_schema();
+    let indices = columns
+        .iter()
+        .map(|c| {
+            (0..schema.num_columns())
+                .find(|&i| schema.column(i).name() == *c)
+                .ok_or_else(|| StoreError::Corrupt(path.to_owned(), format!("no column {c}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mask = parquet::arrow::ProjectionMask::leaves(schema, indices);
+    Ok(b.with_projection(mask))
+}
+
 /// Seconds since the Unix epoch (timestamps in manifests and entries).
 pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()

@@ -13,10 +13,7 @@ use arrow_array::{
 };
 use crossbeam_channel::{Receiver, bounded};
 use parquet::{
-    arrow::{
-        ProjectionMask,
-        arrow_reader::{RowSelection, RowSelector},
-    },
+    arrow::arrow_reader::{RowSelection, RowSelector},
     file::statistics::Statistics,
 };
 use thiserror::Error;
@@ -29,7 +26,7 @@ use crate::{
         tokens::{SEQUENCE_LENGTH, tokenize},
         value::ValueBuckets,
     },
-    store::{StoreError, Table, commit::partition_dir, open_parquet, parquet_files},
+    store::{StoreError, Table, commit::partition_dir, open_columns, open_parquet, parquet_files},
 };
 
 fn value_table(set: RecordSet) -> Table {
@@ -232,21 +229,7 @@ fn read_columns(
     selection: Option<RowSelection>,
     columns: &[&str],
 ) -> Result<Vec<RecordBatch>, DataError> {
-    let b = open_parquet(path)?;
-    let schema = b.parquet_schema();
-    let indices: Vec<usize> = columns
-        .iter()
-        .map(|c| {
-            (0..schema.num_columns())
-                .find(|&i| schema.column(i).name() == *c)
-                .ok_or_else(|| DataError::Table {
-                    path: path.to_owned(),
-                    message: format!("no column {c}"),
-                })
-        })
-        .collect::<Result<_, _>>()?;
-    let mask = ProjectionMask::leaves(schema, indices);
-    let mut b = b.with_projection(mask).with_batch_size(64 * 1024);
+    let mut b = open_columns(path, columns)?.with_batch_size(64 * 1024);
     if let Some(rg) = row_group {
         b = b.with_row_groups(vec![rg]);
     }

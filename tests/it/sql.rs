@@ -351,6 +351,21 @@ fn records(run: &Path, split: &str) -> [serde_json::Value; 3] {
     ]
 }
 
+/// `chessbench bag export RUN --split train --out OUT ARGS`.
+fn bag_export(run: &Path, out: &Path, args: &[&str]) -> Output {
+    let mut full = vec![
+        "bag",
+        "export",
+        run.to_str().unwrap(),
+        "--split",
+        "train",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    full.extend_from_slice(args);
+    util::run(&full)
+}
+
 /// DuckDB's budget bounds the export's memory (spilling into RUN/.tmp/),
 /// never its bytes.
 #[test]
@@ -362,17 +377,7 @@ fn bag_export_is_the_same_under_a_small_memory_budget() {
     let dir = tempfile::tempdir().unwrap();
     let export = |name: &str, limit: &str| {
         let out = dir.path().join(name);
-        let o = util::run(&[
-            "bag",
-            "export",
-            run.to_str().unwrap(),
-            "--split",
-            "train",
-            "--out",
-            out.to_str().unwrap(),
-            "--memory-limit",
-            limit,
-        ]);
+        let o = bag_export(run, &out, &["--memory-limit", limit]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         out
     };
@@ -397,18 +402,7 @@ fn bag_export_import_round_trip() {
     let run = annotated();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bags");
-    let o = util::run(&[
-        "bag",
-        "export",
-        run.to_str().unwrap(),
-        "--split",
-        "train",
-        "--out",
-        out.to_str().unwrap(),
-        "--records-per-shard",
-        "1000",
-        "--json",
-    ]);
+    let o = bag_export(run, &out, &["--records-per-shard", "1000", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let av = &summary[2];
@@ -427,15 +421,7 @@ fn bag_export_import_round_trip() {
         .is_file()
     );
     // Exporting again refuses to overwrite.
-    let o = util::run(&[
-        "bag",
-        "export",
-        run.to_str().unwrap(),
-        "--split",
-        "train",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = bag_export(run, &out, &[]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--overwrite"));
 
@@ -505,17 +491,7 @@ fn bag_import_is_the_same_under_a_small_memory_budget() {
     let run = annotated();
     let dir = tempfile::tempdir().unwrap();
     let bags = dir.path().join("bags");
-    let o = util::run(&[
-        "bag",
-        "export",
-        run.to_str().unwrap(),
-        "--split",
-        "train",
-        "--out",
-        bags.to_str().unwrap(),
-        "--records-per-shard",
-        "500",
-    ]);
+    let o = bag_export(run, &bags, &["--records-per-shard", "500"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let import = |name: &str, limit: &str| {
         let out = dir.path().join(name);

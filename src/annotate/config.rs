@@ -181,7 +181,8 @@ pub struct AnnotateOptions {
     #[arg(long, value_name = "I/N", help_heading = "Resources")]
     #[serde(with = "crate::options::as_text_opt")]
     pub shard: Option<Shard>,
-    /// Boards per committed chunk, a power of two.
+    /// Boards per committed chunk, a power of two. Memory holds the chunks
+    /// in flight (one per worker), whatever the split's size.
     #[arg(long, value_name = "N", default_value_t = 1024, help_heading = "Resources")]
     pub chunk_boards: u64,
     /// Annotate only the first N boards of each split (ids 0..N).

@@ -351,7 +351,7 @@ fn export_set(
     n: u64,
     files: &[PathBuf],
 ) -> Result<ExportedSet, BagSetError> {
-    let bar = super::progress(config.progress, n, set);
+    let bar = super::progress(config.progress, n, set.name());
     let mut stmt = session
         .connection()
         .prepare(&query(set, &config.split))

@@ -10,10 +10,17 @@
 //! committed atomically with the run's other tables, replacing a split of
 //! the same name.
 //!
-//! Memory: per board, a 12-byte slot of the FEN-to-id table (sized from the
-//! state-value bag's record count, so it never grows in the common case; at
-//! most 80% full) and 11 bytes of values: about 26 bytes per board, 1.4 GB for
-//! 53M boards (10^6 games), 14 GB for the paper's 530M-board train set.
+//! Memory (`--memory-limit`, default 2 GiB): when the boards fit, about 31
+//! bytes a board in memory (a 16-byte slot of the FEN-to-id table, at most
+//! 80% full and sized from the state-value bag's record count, and 11 bytes
+//! of values), 1.6 GB for 53M boards (10^6 games); the bags are read once.
+//! Past that (the paper's 530M-board train set needs 16 GB), the ids are
+//! worked out on disk in hash partitions that fit the budget (module
+//! [`ids`](super::ids)) and the values gathered in buckets of ids that fit
+//! it: the bags are read twice and the run's scratch directory holds about
+//! 26 bytes per record (less when a board's records are consecutive) and
+//! 14 bytes per value, freed as the import goes. The tables are the same
+//! either way.
 
 use std::{
     fs,
@@ -33,6 +40,7 @@ use super::{
     BagSetError,
     bagz::{BagReader, is_compressed, shard_paths},
     coder,
+    ids::{BoardIds, In, Out, Partitioner, Resolved, ensure_open_files, partitions_for, remove},
 };
 use crate::{
     chess::{
@@ -79,9 +87,10 @@ pub struct ImportOptions {
     /// action_value .bag file (or SET@N pattern).
     #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     pub action_value: Option<PathBuf>,
-    /// Memory for the import: it holds about 31 bytes per distinct board
-    /// (the FEN-to-id table and the values) and refuses, before reading a
-    /// record, an import that would need more.
+    /// Memory for the import: 31 bytes a distinct board in memory when they
+    /// fit (the FEN-to-id table and the values), else board ids and values
+    /// are worked out on disk in the run's scratch directory (the bags are
+    /// read twice; same tables).
     #[arg(long, value_name = "SIZE", default_value = crate::options::MEMORY_LIMIT)]
     pub memory_limit: crate::options::ByteSize,
 }
@@ -199,94 +208,10 @@ pub struct ImportSummary {
     pub files: Vec<PathBuf>,
 }
 
-/// FEN hash to board id in 16 bytes a slot: an open-addressing table keyed
-/// by 96 bits of the FEN's 128-bit xxh3 (the home slot comes from its low 32
-/// bits, so the table can grow), with 32-bit ids. Two boards are confused
-/// only if 96 hash bits agree: about 10^-11 for the paper's 530M boards.
-struct BoardIds {
-    high: Vec<u64>,
-    low: Vec<u32>,
-    ids: Vec<u32>,
-    len: usize,
-}
-
-impl BoardIds {
-    const EMPTY: u32 = u32::MAX;
-
-    /// A table for about `boards` boards without growing.
-    fn with_capacity(boards: u64) -> BoardIds {
-        Self::empty(((boards.max(1024) as f64 / 0.8) as usize).next_power_of_two())
-    }
-
-    fn empty(slots: usize) -> BoardIds {
-        BoardIds {
-            high: vec![0; slots],
-            low: vec![0; slots],
-            ids: vec![Self::EMPTY; slots],
-            len: 0,
-        }
-    }
-
-    /// The key's slot: where it is, or the empty slot where it would go.
-    fn slot(&self, high: u64, low: u32) -> usize {
-        let mask = self.ids.len() - 1;
-        // Spread the low bits (xxh3's are already uniform; this keeps a
-        // table that grew as uniform as a new one).
-        let mut i = (u64::from(low).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & mask;
-        loop {
-            if self.ids[i] == Self::EMPTY || (self.high[i] == high && self.low[i] == low) {
-                return i;
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    fn split(key: u128) -> (u64, u32) {
-        ((key >> 64) as u64, key as u32)
-    }
-
-    fn get(&self, key: u128) -> Option<u64> {
-        let (high, low) = Self::split(key);
-        let i = self.slot(high, low);
-        (self.ids[i] != Self::EMPTY).then(|| u64::from(self.ids[i]))
-    }
-
-    fn insert(&mut self, key: u128, id: u64) -> Result<(), BagSetError> {
-        let id = u32::try_from(id)
-            .ok()
-            .filter(|&id| id != Self::EMPTY)
-            .ok_or(BagSetError::TooManyBoards)?;
-        if (self.len + 1) * 5 > self.ids.len() * 4 {
-            self.grow();
-        }
-        let (high, low) = Self::split(key);
-        let i = self.slot(high, low);
-        self.high[i] = high;
-        self.low[i] = low;
-        self.ids[i] = id;
-        self.len += 1;
-        Ok(())
-    }
-
-    /// Doubles the table (only when the state-value bag undercounted).
-    fn grow(&mut self) {
-        let old = std::mem::replace(self, Self::empty(self.ids.len() * 2));
-        for ((high, low), id) in old.high.into_iter().zip(old.low).zip(old.ids) {
-            if id != Self::EMPTY {
-                let i = self.slot(high, low);
-                self.high[i] = high;
-                self.low[i] = low;
-                self.ids[i] = id;
-                self.len += 1;
-            }
-        }
-    }
-}
-
 /// Boards seen so far, and the writers of boards / legal_moves.
 struct Boards {
-    ids: BoardIds,
-    terminal: Vec<Option<ValueKind>>,
+    /// Boards written so far (the next board's id).
+    count: u64,
     dir: PathBuf,
     writer: Option<PartWriter>,
     moves: Option<LegalMovesWriter>,
@@ -306,18 +231,21 @@ struct BoardColumns {
 }
 
 impl Boards {
-    fn len(&self) -> u64 {
-        self.terminal.len() as u64
-    }
-
-    /// The id of a board, adding it (parsed, with its legal moves) if new.
-    fn id(&mut self, fen: &str, at: &dyn Fn(String) -> BagSetError) -> Result<u64, BagSetError> {
-        let key = xxh3_128(fen.as_bytes());
-        if let Some(id) = self.ids.get(key) {
-            return Ok(id);
+    /// Writes a new board (parsed, with its legal moves) as board `id`,
+    /// which must be the next; returns what kind of value it has.
+    fn add(
+        &mut self,
+        fen: &str,
+        id: u64,
+        at: &dyn Fn(String) -> BagSetError,
+    ) -> Result<ValueKind, BagSetError> {
+        if id != self.count {
+            return Err(at(format!(
+                "board ids out of step: new board {id}, expected {} (the scratch files changed under the import?)",
+                self.count
+            )));
         }
         let p = prepare(fen, None).map_err(|e| at(e.to_string()))?;
-        let id = self.len();
         if id.is_multiple_of(BOARDS_PER_PART) {
             self.flush_part()?;
             let part = id / BOARDS_PER_PART;
@@ -332,8 +260,7 @@ impl Boards {
         }
         self.legal_moves += actions.len() as u64;
         self.with_moves += u64::from(!actions.is_empty());
-        self.ids.insert(key, id)?;
-        self.terminal.push(p.terminal);
+        self.count += 1;
         let b = &mut self.buf;
         b.board_id.push(id);
         b.side.push(if fen.split(' ').nth(1) == Some("b") {
@@ -351,7 +278,7 @@ impl Boards {
         if b.board_id.len() == BATCH_ROWS {
             self.flush_batch()?;
         }
-        Ok(id)
+        Ok(p.terminal.unwrap_or(ValueKind::Search))
     }
 
     fn flush_batch(&mut self) -> Result<(), BagSetError> {
@@ -416,23 +343,21 @@ fn write_empty(dir: &Path, table: Table) -> Result<(), BagSetError> {
     Ok(())
 }
 
-/// Boards the import will meet, to size the id table once: the state-value
-/// records (one per board), else the behavioural-cloning records, else the
-/// action values / 30 (legal moves per board).
-fn expected_boards(inputs: &[(RecordSet, PathBuf)]) -> Result<u64, BagSetError> {
-    let count = |set: RecordSet| -> Result<Option<u64>, BagSetError> {
-        match inputs.iter().find(|(s, _)| *s == set) {
-            Some((_, pattern)) => Ok(Some(records_in(pattern)?)),
-            None => Ok(None),
-        }
-    };
-    Ok(match count(RecordSet::StateValue)? {
-        Some(n) => n,
-        None => match count(RecordSet::BehavioralCloning)? {
-            Some(n) => n,
-            None => count(RecordSet::ActionValue)?.unwrap_or(0) / 30,
-        },
-    })
+/// One set's input: its bag files and how many records they hold.
+struct Input {
+    set: RecordSet,
+    pattern: PathBuf,
+    records: u64,
+}
+
+/// Boards the import will meet, to size the in-memory id table once: the
+/// state-value records (one per board), else the behavioural-cloning
+/// records, else the action values / 30 (legal moves per board).
+fn expected_boards(inputs: &[Input]) -> u64 {
+    let count = |set: RecordSet| inputs.iter().find(|i| i.set == set).map(|i| i.records);
+    count(RecordSet::StateValue)
+        .or_else(|| count(RecordSet::BehavioralCloning))
+        .unwrap_or_else(|| count(RecordSet::ActionValue).unwrap_or(0) / 30)
 }
 
 /// Records in every shard of an input (each opened, checked and closed).
@@ -444,79 +369,28 @@ fn records_in(pattern: &Path) -> Result<u64, BagSetError> {
     Ok(n)
 }
 
-/// Imports bag files into `config.split` of `config.run`.
-pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
-    let started_at = crate::store::unix_now();
-    let expected = expected_boards(&config.inputs)?;
-    let need = expected * BYTES_PER_BOARD + IMPORT_BUFFERS;
-    if need > config.memory_limit {
-        return Err(BagSetError::Budget {
-            boards: expected,
-            need,
-            limit: config.memory_limit,
-        });
-    }
-    let run = RunDir::open(&config.run)?;
-    let txn = run.begin()?;
-    let split = &config.split;
-    for table in [Table::Games, Table::Rejects] {
-        write_empty(&txn.partition(table, split)?, table)?;
-    }
-    let mut boards = Boards {
-        ids: BoardIds::with_capacity(expected),
-        terminal: Vec::with_capacity(expected as usize),
-        dir: txn.partition(Table::Boards, split)?,
-        writer: None,
-        moves: None,
-        moves_dir: txn.partition(Table::LegalMoves, split)?,
-        buf: BoardColumns::default(),
-        legal_moves: 0,
-        with_moves: 0,
-    };
-    let sv_dir = txn.partition(Table::StateValues, split)?;
-    let av_dir = txn.partition(Table::ActionValues, split)?;
-    let mut summary = ImportSummary {
-        split: split.clone(),
-        ..ImportSummary::default()
-    };
-    let mut inputs_record = Vec::new();
-    // Sized once, so that growing never doubles them.
-    let mut sv: Vec<f64> = Vec::with_capacity(expected as usize);
-    let mut best: Vec<u16> = Vec::with_capacity(expected as usize);
-    const NONE: u16 = u16::MAX;
-    let mut record = Vec::new();
-
-    let mut ordered = config.inputs.clone();
-    ordered.sort_by_key(|(set, _)| *set);
-    let mut av_writer: Option<PartWriter> = None;
-    let mut av_part = 0u64;
-    let mut av_rows_in_part = 0u64;
-    let mut av = (Vec::new(), Vec::new(), Vec::new());
-    // The legal actions of the last board an action value named (records of
-    // one board are usually consecutive).
-    let mut legal_cache: (u64, Vec<u16>) = (u64::MAX, Vec::new());
-
-    for (set, pattern) in &ordered {
-        // Shards are opened one at a time: the published action values are
-        // 2,148 files.
-        let total = records_in(pattern)?;
-        let bar = super::progress(config.progress, total, *set);
+/// Reads every record of `inputs` in order, with a progress bar per set
+/// (`pass` added to its name). Shards are opened one at a time: the
+/// published action values are 2,148 files. `record` gets the set, the
+/// record and a constructor of errors naming the file and record.
+fn each_record(
+    inputs: &[Input],
+    progress: bool,
+    pass: &str,
+    mut shard: impl FnMut(&BagReader),
+    mut record: impl FnMut(RecordSet, &[u8], &dyn Fn(String) -> BagSetError) -> Result<(), BagSetError>,
+) -> Result<(), BagSetError> {
+    let mut buf = Vec::new();
+    for input in inputs {
+        let name = format!("{}{pass}", input.set.name());
+        let bar = super::progress(progress, input.records, &name);
         let mut done = 0;
-        for shard in shard_paths(pattern)? {
-            let mut reader = BagReader::open(&shard)?;
-            inputs_record.push(InputRecord {
-                source: reader.path().display().to_string(),
-                split: split.clone(),
-                zstd: is_compressed(reader.path()),
-                bytes_read: fs::metadata(reader.path()).map_or(0, |m| m.len()),
-                pgn_bytes: 0,
-                games_read: 0,
-                error: None,
-            });
-            let path = reader.path().to_owned();
+        for path in shard_paths(&input.pattern)? {
+            let mut reader = BagReader::open(&path)?;
+            shard(&reader);
             loop {
                 let index = reader.position();
-                if !reader.read(&mut record)? {
+                if !reader.read(&mut buf)? {
                     break;
                 }
                 let at = |reason: String| BagSetError::Record {
@@ -524,56 +398,7 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
                     index,
                     reason,
                 };
-                match set {
-                    RecordSet::StateValue => {
-                        let (fen, p) =
-                            coder::decode_state_value(&record).map_err(|e| at(e.to_string()))?;
-                        let id = boards.id(fen, &at)? as usize;
-                        if sv.len() <= id {
-                            sv.resize(id + 1, f64::NAN);
-                        }
-                        sv[id] = p;
-                        summary.state_value_records += 1;
-                    }
-                    RecordSet::BehavioralCloning => {
-                        let (fen, uci) = coder::decode_behavioral_cloning(&record)
-                            .map_err(|e| at(e.to_string()))?;
-                        let id = boards.id(fen, &at)?;
-                        let action = legal_action(id, fen, uci, &mut legal_cache, &at)?;
-                        let id = id as usize;
-                        if best.len() <= id {
-                            best.resize(id + 1, NONE);
-                        }
-                        best[id] = action;
-                        summary.behavioral_cloning_records += 1;
-                    }
-                    RecordSet::ActionValue => {
-                        let (fen, uci, p) =
-                            coder::decode_action_value(&record).map_err(|e| at(e.to_string()))?;
-                        let id = boards.id(fen, &at)?;
-                        let action = legal_action(id, fen, uci, &mut legal_cache, &at)?;
-                        if av_writer.is_none() || av_rows_in_part == AV_ROWS_PER_PART {
-                            flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
-                            if let Some(w) = av_writer.take() {
-                                w.finish()?;
-                                av_part += 1;
-                            }
-                            av_writer = Some(PartWriter::create(
-                                &av_dir.join(part_file_name(av_part)),
-                                Table::ActionValues,
-                            )?);
-                            av_rows_in_part = 0;
-                        }
-                        av.0.push(id);
-                        av.1.push(action);
-                        av.2.push(p);
-                        av_rows_in_part += 1;
-                        if av.0.len() == BATCH_ROWS {
-                            flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
-                        }
-                        summary.action_value_records += 1;
-                    }
-                }
+                record(input.set, &buf, &at)?;
                 if index % 4096 == 0 {
                     bar.set_position(done + index);
                 }
@@ -583,6 +408,380 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         }
         bar.finish_and_clear();
     }
+    Ok(())
+}
+
+/// The FEN of a record.
+fn record_fen(set: RecordSet, record: &[u8]) -> Result<&str, coder::CoderError> {
+    Ok(match set {
+        RecordSet::StateValue => coder::decode_state_value(record)?.0,
+        RecordSet::BehavioralCloning => coder::decode_behavioral_cloning(record)?.0,
+        RecordSet::ActionValue => coder::decode_action_value(record)?.0,
+    })
+}
+
+/// Where board ids come from: the in-memory table, or the streams the
+/// on-disk passes resolved (module [`ids`](super::ids)).
+enum Ids {
+    Memory(BoardIds),
+    Disk(Resolved),
+}
+
+/// The id of a record's board; a new board is written, and its value kind
+/// returned.
+fn board_id(
+    ids: &mut Ids,
+    boards: &mut Boards,
+    fen: &str,
+    at: &dyn Fn(String) -> BagSetError,
+) -> Result<(u64, Option<ValueKind>), BagSetError> {
+    let key = xxh3_128(fen.as_bytes());
+    let (id, first) = match ids {
+        Ids::Memory(table) => table.get_or_insert(key)?,
+        Ids::Disk(resolved) => resolved.id(key)?,
+    };
+    let kind = if first {
+        Some(boards.add(fen, id, at)?)
+    } else {
+        None
+    };
+    Ok((id, kind))
+}
+
+/// No best action.
+const NONE: u16 = u16::MAX;
+
+/// The state_values columns of a range of board ids.
+#[derive(Default)]
+struct Arrays {
+    /// Win probability; NaN: no state-value record.
+    sv: Vec<f64>,
+    /// [`kind_code`] of the board's value.
+    kind: Vec<u8>,
+    /// Best action, [`NONE`] if none.
+    best: Vec<u16>,
+}
+
+fn kind_code(kind: ValueKind) -> u8 {
+    match kind {
+        ValueKind::Search => 1,
+        ValueKind::Checkmate => 2,
+        ValueKind::Stalemate => 3,
+    }
+}
+
+fn code_kind(code: u8) -> ValueKind {
+    match code {
+        2 => ValueKind::Checkmate,
+        3 => ValueKind::Stalemate,
+        _ => ValueKind::Search,
+    }
+}
+
+impl Arrays {
+    fn with_capacity(n: u64) -> Arrays {
+        let n = n as usize;
+        Arrays {
+            sv: Vec::with_capacity(n),
+            kind: Vec::with_capacity(n),
+            best: Vec::with_capacity(n),
+        }
+    }
+
+    /// A state value (the last record of a board wins); `kind` comes with
+    /// the board's first record, later ones keep it.
+    fn set_state_value(&mut self, i: usize, p: f64, kind: Option<ValueKind>) {
+        if self.sv.len() <= i {
+            self.sv.resize(i + 1, f64::NAN);
+            self.kind.resize(i + 1, 0);
+        }
+        self.sv[i] = p;
+        if let Some(k) = kind {
+            self.kind[i] = kind_code(k);
+        }
+    }
+
+    fn set_best(&mut self, i: usize, action: u16) {
+        if self.best.len() <= i {
+            self.best.resize(i + 1, NONE);
+        }
+        self.best[i] = action;
+    }
+
+    /// Calls `row` for each board with a state value, ids from `start`.
+    fn rows(
+        &self,
+        start: u64,
+        row: &mut dyn FnMut(u64, f64, ValueKind, Option<u16>) -> Result<(), BagSetError>,
+    ) -> Result<(), BagSetError> {
+        for (i, &p) in self.sv.iter().enumerate() {
+            if p.is_nan() {
+                continue;
+            }
+            let best = self.best.get(i).copied().filter(|&a| a != NONE);
+            row(start + i as u64, p, code_kind(self.kind[i]), best)?;
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of a spilled value: board id (4), what (1: 0 state value, 1 best
+/// action), kind code (1), value (8: the f64's bits or the action).
+const VALUE_ENTRY: usize = 14;
+/// Bytes a board of a bucket takes in [`Arrays`].
+const VALUE_BYTES_PER_BOARD: u64 = 11;
+
+/// Per-board values of the state_values table, by board id: in memory, or
+/// appended to buckets of `width` ids on disk and gathered a bucket at a
+/// time at the end.
+enum Values {
+    Memory(Arrays),
+    Disk {
+        width: u64,
+        boards: u64,
+        buckets: Vec<Out>,
+    },
+}
+
+impl Values {
+    /// Buckets in `dir` for `boards` boards, each gathered in half of
+    /// `memory`.
+    fn on_disk(dir: &Path, boards: u64, memory: u64) -> Result<Values, BagSetError> {
+        let width = (memory / 2 / VALUE_BYTES_PER_BOARD).max(1);
+        let n = boards.div_ceil(width).max(1);
+        let buffer = (memory / 8 / n).clamp(4 << 10, 1 << 20) as usize;
+        let buckets = (0..n)
+            .map(|b| Out::create(dir.join(format!("values-{b:05}")), buffer))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Values::Disk {
+            width,
+            boards,
+            buckets,
+        })
+    }
+
+    fn put(&mut self, id: u64, what: u8, kind: u8, value: u64) -> Result<(), BagSetError> {
+        let Values::Disk { width, buckets, .. } = self else {
+            return Ok(());
+        };
+        let mut entry = [0u8; VALUE_ENTRY];
+        entry[..4].copy_from_slice(&(id as u32).to_le_bytes());
+        entry[4] = what;
+        entry[5] = kind;
+        entry[6..].copy_from_slice(&value.to_le_bytes());
+        buckets[(id / *width) as usize].put(&entry)
+    }
+
+    fn state_value(&mut self, id: u64, p: f64, kind: Option<ValueKind>) -> Result<(), BagSetError> {
+        match self {
+            Values::Memory(a) => {
+                a.set_state_value(id as usize, p, kind);
+                Ok(())
+            }
+            Values::Disk { .. } => self.put(id, 0, kind.map_or(0, kind_code), p.to_bits()),
+        }
+    }
+
+    fn best(&mut self, id: u64, action: u16) -> Result<(), BagSetError> {
+        match self {
+            Values::Memory(a) => {
+                a.set_best(id as usize, action);
+                Ok(())
+            }
+            Values::Disk { .. } => self.put(id, 1, 0, u64::from(action)),
+        }
+    }
+
+    /// Calls `row` for each board with a state value, in id order.
+    fn finish(
+        self,
+        mut row: impl FnMut(u64, f64, ValueKind, Option<u16>) -> Result<(), BagSetError>,
+    ) -> Result<(), BagSetError> {
+        match self {
+            Values::Memory(a) => a.rows(0, &mut row),
+            Values::Disk {
+                width,
+                boards,
+                buckets,
+            } => {
+                for (b, out) in buckets.into_iter().enumerate() {
+                    let path = out.finish()?;
+                    let start = b as u64 * width;
+                    let mut a = Arrays::with_capacity(width.min(boards.saturating_sub(start)));
+                    let mut input = In::open(path.clone(), 1 << 16)?;
+                    while let Some(e) = input.next::<VALUE_ENTRY>()? {
+                        let id = u64::from(u32::from_le_bytes([e[0], e[1], e[2], e[3]]));
+                        let i = id
+                            .checked_sub(start)
+                            .filter(|&i| i < width)
+                            .ok_or_else(|| {
+                                StoreError::Corrupt(
+                                    path.clone(),
+                                    format!("board {id} in bucket {b}"),
+                                )
+                            })? as usize;
+                        let mut value = [0u8; 8];
+                        value.copy_from_slice(&e[6..]);
+                        let value = u64::from_le_bytes(value);
+                        if e[4] == 0 {
+                            let kind = (e[5] != 0).then(|| code_kind(e[5]));
+                            a.set_state_value(i, f64::from_bits(value), kind);
+                        } else {
+                            a.set_best(i, value as u16);
+                        }
+                    }
+                    drop(input);
+                    remove(&path)?;
+                    a.rows(start, &mut row)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Imports bag files into `config.split` of `config.run`.
+pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
+    let started_at = crate::store::unix_now();
+    let mut inputs = config
+        .inputs
+        .iter()
+        .map(|(set, pattern)| {
+            Ok(Input {
+                set: *set,
+                pattern: pattern.clone(),
+                records: records_in(pattern)?,
+            })
+        })
+        .collect::<Result<Vec<_>, BagSetError>>()?;
+    inputs.sort_by_key(|i| i.set);
+    let expected = expected_boards(&inputs);
+    let records: u64 = inputs.iter().map(|i| i.records).sum();
+    // The in-memory table when the boards fit, else the on-disk passes
+    // with partitions that fit.
+    let partitions = if expected * BYTES_PER_BOARD + IMPORT_BUFFERS <= config.memory_limit {
+        None
+    } else {
+        let p = partitions_for(records, config.memory_limit * 3 / 4);
+        ensure_open_files(p)?;
+        Some(p)
+    };
+    let run = RunDir::open(&config.run)?;
+    let txn = run.begin()?;
+    let split = &config.split;
+    for table in [Table::Games, Table::Rejects] {
+        write_empty(&txn.partition(table, split)?, table)?;
+    }
+    let mut boards = Boards {
+        count: 0,
+        dir: txn.partition(Table::Boards, split)?,
+        writer: None,
+        moves: None,
+        moves_dir: txn.partition(Table::LegalMoves, split)?,
+        buf: BoardColumns::default(),
+        legal_moves: 0,
+        with_moves: 0,
+    };
+    let (mut ids, mut values) = match partitions {
+        None => (
+            Ids::Memory(BoardIds::with_capacity(expected)),
+            Values::Memory(Arrays::with_capacity(expected)),
+        ),
+        Some(partitions) => {
+            let scratch = txn.scratch("import")?;
+            let mut partitioner = Partitioner::create(&scratch, partitions, config.memory_limit)?;
+            each_record(
+                &inputs,
+                config.progress,
+                " (ids)",
+                |_| {},
+                |set, record, at| {
+                    let fen = record_fen(set, record).map_err(|e| at(e.to_string()))?;
+                    partitioner.push(xxh3_128(fen.as_bytes()))
+                },
+            )?;
+            let resolved = partitioner.resolve(config.progress)?;
+            let values = Values::on_disk(&scratch, resolved.boards, config.memory_limit)?;
+            (Ids::Disk(resolved), values)
+        }
+    };
+    let sv_dir = txn.partition(Table::StateValues, split)?;
+    let av_dir = txn.partition(Table::ActionValues, split)?;
+    let mut summary = ImportSummary {
+        split: split.clone(),
+        ..ImportSummary::default()
+    };
+    let mut inputs_record = Vec::new();
+    let mut av_writer: Option<PartWriter> = None;
+    let mut av_part = 0u64;
+    let mut av_rows_in_part = 0u64;
+    let mut av = (Vec::new(), Vec::new(), Vec::new());
+    // The legal actions of the last board an action value named (records of
+    // one board are usually consecutive).
+    let mut legal_cache: (u64, Vec<u16>) = (u64::MAX, Vec::new());
+
+    each_record(
+        &inputs,
+        config.progress,
+        "",
+        |reader| {
+            inputs_record.push(InputRecord {
+                source: reader.path().display().to_string(),
+                split: split.clone(),
+                zstd: is_compressed(reader.path()),
+                bytes_read: fs::metadata(reader.path()).map_or(0, |m| m.len()),
+                pgn_bytes: 0,
+                games_read: 0,
+                error: None,
+            })
+        },
+        |set, record, at| {
+            match set {
+                RecordSet::StateValue => {
+                    let (fen, p) =
+                        coder::decode_state_value(record).map_err(|e| at(e.to_string()))?;
+                    let (id, kind) = board_id(&mut ids, &mut boards, fen, at)?;
+                    values.state_value(id, p, kind)?;
+                    summary.state_value_records += 1;
+                }
+                RecordSet::BehavioralCloning => {
+                    let (fen, uci) =
+                        coder::decode_behavioral_cloning(record).map_err(|e| at(e.to_string()))?;
+                    let (id, _) = board_id(&mut ids, &mut boards, fen, at)?;
+                    let action = legal_action(id, fen, uci, &mut legal_cache, at)?;
+                    values.best(id, action)?;
+                    summary.behavioral_cloning_records += 1;
+                }
+                RecordSet::ActionValue => {
+                    let (fen, uci, p) =
+                        coder::decode_action_value(record).map_err(|e| at(e.to_string()))?;
+                    let (id, _) = board_id(&mut ids, &mut boards, fen, at)?;
+                    let action = legal_action(id, fen, uci, &mut legal_cache, at)?;
+                    if av_writer.is_none() || av_rows_in_part == AV_ROWS_PER_PART {
+                        flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
+                        if let Some(w) = av_writer.take() {
+                            w.finish()?;
+                            av_part += 1;
+                        }
+                        av_writer = Some(PartWriter::create(
+                            &av_dir.join(part_file_name(av_part)),
+                            Table::ActionValues,
+                        )?);
+                        av_rows_in_part = 0;
+                    }
+                    av.0.push(id);
+                    av.1.push(action);
+                    av.2.push(p);
+                    av_rows_in_part += 1;
+                    if av.0.len() == BATCH_ROWS {
+                        flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
+                    }
+                    summary.action_value_records += 1;
+                }
+            }
+            Ok(())
+        },
+    )?;
     flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
     match av_writer {
         Some(w) => {
@@ -591,22 +790,31 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         None => write_empty(&av_dir, Table::ActionValues)?,
     }
     boards.flush_part()?;
-    if boards.len() == 0 {
+    if boards.count == 0 {
         return Err(BagSetError::NothingToImport(config.run.clone()));
     }
+    if let Ids::Disk(resolved) = &ids
+        && resolved.boards != boards.count
+    {
+        return Err(StoreError::Corrupt(
+            config.run.clone(),
+            format!(
+                "the board-id passes found {} boards, the import {}",
+                resolved.boards, boards.count
+            ),
+        )
+        .into());
+    }
+    drop(ids);
 
     // state_values: one row per board with a state-value record, in id order.
     let mut w = PartWriter::create(&sv_dir.join(part_file_name(0)), Table::StateValues)?;
     let mut cols = SvColumns::default();
-    for (id, &p) in sv.iter().enumerate() {
-        if p.is_nan() {
-            continue;
-        }
-        let kind = boards.terminal[id].unwrap_or(ValueKind::Search);
-        cols.board_id.push(id as u64);
+    values.finish(|id, p, kind, best| {
+        cols.board_id.push(id);
         cols.kind.push(kind.name());
         cols.win_prob.push(p);
-        cols.best.push(best.get(id).copied().filter(|&a| a != NONE));
+        cols.best.push(best);
         if cols.board_id.len() == BATCH_ROWS {
             write_batch(
                 Some(&mut w),
@@ -615,11 +823,12 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
                 &sv_dir,
             )?;
         }
-    }
+        Ok(())
+    })?;
     write_batch(Some(&mut w), Table::StateValues, cols.finish(), &sv_dir)?;
     w.finish()?;
 
-    summary.boards = boards.len();
+    summary.boards = boards.count;
     summary.legal_moves = boards.legal_moves;
     summary.files = inputs_record
         .iter()
@@ -637,6 +846,7 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
                 options: serde_json::json!({
                     "imported_from": "chessbench .bag files",
                     "memory_limit": config.memory_limit,
+                    "board_id_partitions_on_disk": partitions.unwrap_or(0),
                 }),
                 inputs: inputs_record,
                 splits_written: vec![split.clone()],
@@ -646,7 +856,7 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
                 rejected: Default::default(),
                 not_sampled: 0,
                 positions: 0,
-                state_value: boards.len(),
+                state_value: boards.count,
                 behavioral_cloning: boards.with_moves,
                 action_value: boards.legal_moves,
             },
@@ -742,36 +952,5 @@ impl SvColumns {
             Arc::new(UInt32Array::new_null(n)),
             Arc::new(UInt16Array::from(self.best)),
         ]
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The id table finds what it stored, keeps keys apart that share 64 of
-    /// their bits, and survives growing past its first size.
-    #[test]
-    fn board_ids_store_and_grow() {
-        let mut t = BoardIds::with_capacity(1);
-        let keys: Vec<u128> = (0..20_000u64).map(|i| xxh3_128(&i.to_le_bytes())).collect();
-        for (id, &k) in keys.iter().enumerate() {
-            assert_eq!(t.get(k), None);
-            t.insert(k, id as u64).unwrap();
-        }
-        assert!(t.ids.len() > 20_000, "grew");
-        for (id, &k) in keys.iter().enumerate() {
-            assert_eq!(t.get(k), Some(id as u64));
-        }
-        // Same high 64 bits, other low bits: different boards.
-        let a = keys[0];
-        let b = a ^ 1;
-        assert_eq!(t.get(b), None);
-        t.insert(b, 7).unwrap();
-        assert_eq!((t.get(a), t.get(b)), (Some(0), Some(7)));
-        assert!(matches!(
-            t.insert(xxh3_128(b"x"), u64::from(u32::MAX)),
-            Err(BagSetError::TooManyBoards)
-        ));
     }
 }

@@ -6,14 +6,13 @@
 pub(crate) mod bagz;
 pub mod coder;
 pub mod export;
+mod ids;
 pub mod import;
 
 use std::path::PathBuf;
 
 use indicatif::ProgressBar;
 use thiserror::Error;
-
-use crate::chess::RecordSet;
 
 pub use bagz::{BagError, BagReader, BagWriter};
 pub use export::{ExportOptions, export};
@@ -58,20 +57,22 @@ pub enum BagSetError {
     #[error("more than 4,294,967,294 distinct boards in one split: split the import")]
     TooManyBoards,
     #[error(
-        "importing about {boards} boards needs about {} MiB (31 bytes a board), more than the memory limit of {} MiB: raise --memory-limit",
-        need >> 20,
-        limit >> 20
+        "resolving board ids in {partitions} partitions on disk needs {need} open files, more than the limit of {limit} (`ulimit -Hn`): raise --memory-limit (fewer partitions) or the limit"
     )]
-    Budget { boards: u64, need: u64, limit: u64 },
+    OpenFiles {
+        partitions: usize,
+        need: u64,
+        limit: u64,
+    },
 }
 
 /// A progress bar over the records of one set (hidden when disabled).
-pub(crate) fn progress(enabled: bool, total: u64, set: RecordSet) -> ProgressBar {
+pub(crate) fn progress(enabled: bool, total: u64, name: &str) -> ProgressBar {
     let bar = crate::ui::bar(
         enabled,
         Some(total),
         "{prefix:>20} {wide_bar} {human_pos}/{human_len} records {per_sec} eta {eta}",
     );
-    bar.set_prefix(set.name());
+    bar.set_prefix(name.to_owned());
     bar
 }

@@ -17,7 +17,7 @@ FUZZ_CASES  ?= 20000
 
 .PHONY: all build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-scale \
-        test-slurm test-demo check-cuda stockfish doc clean
+        test-slurm test-demo test-published jax-deps parity check-cuda stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -161,6 +161,32 @@ bench-train: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
 ## beats the predict-the-marginal baseline.
 test-demo: $(RUN)/train/$(TRAIN_NAME)/summary.json
 	CHESSBENCH_DEMO_RUN=$(abspath $(RUN)) $(CARGO) test --locked --test it train::demo_ -- --ignored --nocapture
+
+## searchless_chess's own code as the reference (issue 15). Their code is
+## not vendored: SEARCHLESS_CHESS names a checkout of
+## google-deepmind/searchless_chess (tested at 90ae0e6); JAX_PYTHON a
+## Python with their dependencies (`make jax-deps` makes .venv-jax, ~1.1 GB).
+SEARCHLESS_CHESS ?=
+JAX_PYTHON  ?= $(abspath .venv-jax/bin/python)
+JAX_PINS    := jax[cpu]==0.10.2 dm-haiku==0.0.17 optax==0.2.8 chex==0.1.92 \
+               grain==0.2.18 orbax-checkpoint==0.12.8 jaxtyping==0.3.11 \
+               etils==1.15.0 zstandard==0.25.0 chess==1.11.2 apache-beam==2.77.0
+
+jax-deps:
+	$(PYTHON) -m venv --system-site-packages .venv-jax
+	.venv-jax/bin/pip install -q $(JAX_PINS)
+
+## Their model's forward pass (tiny and 9M, every policy) and 30 of their
+## training steps against chessbench's, from the same parameters.
+test-published: | $(DUCKDB_LIB) stockfish
+	REQUIRE_PUBLISHED=1 SEARCHLESS_CHESS=$(SEARCHLESS_CHESS) CHESSBENCH_JAX_PYTHON=$(JAX_PYTHON) \
+	  $(CARGO) test --release --locked --test it published -- --nocapture
+
+## Learning parity on the demo run: their training and ours, same recipe,
+## test log-loss per seed (SEEDS="0 1").
+SEEDS       ?= 0 1
+parity: $(RUN)/annotate/.done
+	bench/parity.sh $(RUN) $(SEARCHLESS_CHESS) $(JAX_PYTHON) $(SEEDS)
 
 ## The CUDA build compiles (no GPU needed; it needs one to run).
 check-cuda: | $(DUCKDB_LIB)

@@ -45,7 +45,7 @@ impl RecordSet {
     /// The name ChessBench uses (`state_value`, the stem of
     /// `state_value_data.bag`), also this enum's spelling in pipeline files
     /// and on the command line.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             RecordSet::StateValue => "state_value",
             RecordSet::BehavioralCloning => "behavioral_cloning",

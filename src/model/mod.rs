@@ -6,6 +6,7 @@
 
 pub(crate) mod checkpoint;
 pub(crate) mod device;
+pub mod haiku;
 pub(crate) mod net;
 pub(crate) mod shape;
 

@@ -3,25 +3,25 @@
 //!
 //! - input: the record's token sequence shifted right by one (a 0 in front,
 //!   the last token dropped), so the target token is never seen;
-//! - token embedding (init N(0, 0.02)) scaled by sqrt(d), plus a learned
-//!   positional embedding;
+//! - token embedding scaled by sqrt(d), plus a learned positional
+//!   embedding;
 //! - N pre-LayerNorm blocks: multi-head self-attention without causal mask and
 //!   without biases, residual; SwiGLU MLP (silu(x W1) * x W2) W3 of width 4d
 //!   without biases, residual;
 //! - final LayerNorm, a linear head (with bias) to K value buckets or the
 //!   1968 actions, log-softmax, read at the last position.
 //!
-//! Linear weights start from N(0, 1/fan_in) like haiku's default. The
-//! parameter count equals
+//! Parameters start as haiku starts them (see [`truncated_normal`]): linear
+//! weights TruncatedNormal(1/sqrt(fan_in)) and biases zero, the token
+//! embedding TruncatedNormal(0.02), the positions TruncatedNormal(1.0),
+//! LayerNorm scale one and offset zero. The parameter count equals
 //! [`ModelShape::num_params`], which the tests check.
 
 use burn::{
     module::{Module, Param},
-    nn::{
-        Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
-    },
+    nn::{Embedding, LayerNorm, LayerNormConfig, Linear},
     tensor::{
-        Int, Tensor, TensorData,
+        Distribution, Int, Tensor, TensorData,
         activation::{log_softmax, silu},
         backend::Backend,
         module::attention,
@@ -61,14 +61,37 @@ pub(crate) struct Predictor<B: Backend> {
     d_model: usize,
 }
 
+/// haiku's `TruncatedNormal(std)`, the initialiser searchless_chess's
+/// transformer uses for every weight: a standard normal truncated to
+/// [-2, 2] (out-of-range draws are drawn again), times `std`, without
+/// correcting the variance (so the weights' standard deviation is 0.88 std).
+fn truncated_normal<B: Backend, const D: usize>(
+    shape: [usize; D],
+    std: f64,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    let normal = || Tensor::<B, D>::random(shape, Distribution::Normal(0.0, 1.0), device);
+    let mut x = normal();
+    // Each round leaves 4.6% of the remaining draws out of range: after 8,
+    // about 2e-11 of them, which the clamp puts on the bound.
+    for _ in 0..8 {
+        let outside = x.clone().abs().greater_elem(2.0);
+        x = x.mask_where(outside, normal());
+    }
+    x.clamp(-2.0, 2.0).mul_scalar(std)
+}
+
+/// A linear layer as `hk.Linear` starts it: weights from
+/// TruncatedNormal(1/sqrt(fan_in)), bias zero.
 fn linear<B: Backend>(d_in: usize, d_out: usize, bias: bool, device: &B::Device) -> Linear<B> {
-    LinearConfig::new(d_in, d_out)
-        .with_bias(bias)
-        .with_initializer(Initializer::Normal {
-            mean: 0.0,
-            std: (d_in as f64).sqrt().recip(),
-        })
-        .init(device)
+    Linear {
+        weight: Param::from_tensor(truncated_normal(
+            [d_in, d_out],
+            (d_in as f64).sqrt().recip(),
+            device,
+        )),
+        bias: bias.then(|| Param::from_tensor(Tensor::zeros([d_out], device))),
+    }
 }
 
 impl<B: Backend> Block<B> {
@@ -119,17 +142,20 @@ impl<B: Backend> Predictor<B> {
     /// it with `B::seed` for a reproducible start).
     pub(crate) fn new(shape: &ModelShape, device: &B::Device) -> Predictor<B> {
         Predictor {
-            token_embedding: EmbeddingConfig::new(shape.vocab, shape.d_model)
-                .with_initializer(Initializer::Normal {
-                    mean: 0.0,
-                    std: 0.02,
-                })
-                .init(device),
-            position_embedding: Initializer::Normal {
-                mean: 0.0,
-                std: 1.0,
-            }
-            .init([shape.seq_len, shape.d_model], device),
+            // hk.Embed(w_init=TruncatedNormal(emb_init_scale = 0.02)).
+            token_embedding: Embedding {
+                weight: Param::from_tensor(truncated_normal(
+                    [shape.vocab, shape.d_model],
+                    0.02,
+                    device,
+                )),
+            },
+            // hk.Embed's default initialiser, TruncatedNormal(1.0).
+            position_embedding: Param::from_tensor(truncated_normal(
+                [shape.seq_len, shape.d_model],
+                1.0,
+                device,
+            )),
             blocks: (0..shape.layers)
                 .map(|_| Block::new(shape, device))
                 .collect(),
@@ -137,6 +163,114 @@ impl<B: Backend> Predictor<B> {
             head: linear(shape.d_model, shape.outputs, true, device),
             d_model: shape.d_model,
         }
+    }
+
+    /// A predictor with searchless_chess's trained (or initial) parameters:
+    /// `param(name, dims)` returns the haiku parameter `name`, row-major,
+    /// which must have shape `dims`. Names follow haiku's module numbering
+    /// in `transformer_decoder` (layer i of L):
+    ///
+    /// | chessbench | haiku |
+    /// |---|---|
+    /// | token embedding | `embed/embeddings` [vocab, d] |
+    /// | positions | `embed_1/embeddings` [79, d] (first seq_len rows used) |
+    /// | block i attention norm | `layer_norm{_2i}/scale`, `/offset` |
+    /// | block i q, k, v, out | `multi_head_dot_product_attention{_i}/linear{,_1,_2,_3}/w` [d, d] |
+    /// | block i MLP norm | `layer_norm_{2i+1}/scale`, `/offset` |
+    /// | block i gate, up, down | `linear{_3i}/w` [d, 4d], `linear_{3i+1}/w` [d, 4d], `linear_{3i+2}/w` [4d, d] |
+    /// | final norm | `layer_norm_{2L}/scale`, `/offset` |
+    /// | head | `linear_{3L}/w` [d, outputs], `/b` [outputs] |
+    ///
+    /// (`{_k}` is empty for k = 0.) haiku's `w` is [in, out], burn's
+    /// row-layout linear weight too.
+    pub(crate) fn from_haiku<E>(
+        shape: &ModelShape,
+        device: &B::Device,
+        param: &mut HaikuParam<'_, E>,
+    ) -> Result<Predictor<B>, E> {
+        let d = shape.d_model;
+        let ffn = shape.widening * d;
+        let numbered = |name: &str, k: usize| {
+            if k == 0 {
+                name.to_owned()
+            } else {
+                format!("{name}_{k}")
+            }
+        };
+        let mut t1 = |name: String, n: usize| -> Result<Tensor<B, 1>, E> {
+            Ok(Tensor::from_data(
+                TensorData::new(param(&name, &[n])?, [n]),
+                device,
+            ))
+        };
+        let mut norm = |k: usize| -> Result<LayerNorm<B>, E> {
+            let mut ln = LayerNormConfig::new(d).init(device);
+            ln.gamma = Param::from_tensor(t1(format!("{}/scale", numbered("layer_norm", k)), d)?);
+            ln.beta = Some(Param::from_tensor(t1(
+                format!("{}/offset", numbered("layer_norm", k)),
+                d,
+            )?));
+            Ok(ln)
+        };
+        let mut norms = Vec::with_capacity(2 * shape.layers + 1);
+        for k in 0..=2 * shape.layers {
+            norms.push(norm(k)?);
+        }
+        let mut t2 = |name: String, dims: [usize; 2]| -> Result<Tensor<B, 2>, E> {
+            Ok(Tensor::from_data(
+                TensorData::new(param(&name, &dims)?, dims),
+                device,
+            ))
+        };
+        let mut w = |name: String, d_in: usize, d_out: usize| -> Result<Linear<B>, E> {
+            Ok(Linear {
+                weight: Param::from_tensor(t2(format!("{name}/w"), [d_in, d_out])?),
+                bias: None,
+            })
+        };
+        let mut norms = norms.into_iter();
+        let mut blocks = Vec::with_capacity(shape.layers);
+        for i in 0..shape.layers {
+            let attn = numbered("multi_head_dot_product_attention", i);
+            blocks.push(Block {
+                attn_norm: norms.next().expect("2L + 1 norms"),
+                q: w(format!("{attn}/linear"), d, d)?,
+                k: w(format!("{attn}/linear_1"), d, d)?,
+                v: w(format!("{attn}/linear_2"), d, d)?,
+                out: w(format!("{attn}/linear_3"), d, d)?,
+                mlp_norm: norms.next().expect("2L + 1 norms"),
+                gate: w(numbered("linear", 3 * i), d, ffn)?,
+                up: w(numbered("linear", 3 * i + 1), d, ffn)?,
+                down: w(numbered("linear", 3 * i + 2), ffn, d)?,
+                heads: shape.heads,
+            });
+        }
+        let final_norm = norms.next().expect("2L + 1 norms");
+        let head_name = numbered("linear", 3 * shape.layers);
+        let mut head = w(head_name.clone(), d, shape.outputs)?;
+        let bias = param(&format!("{head_name}/b"), &[shape.outputs])?;
+        head.bias = Some(Param::from_tensor(Tensor::from_data(
+            TensorData::new(bias, [shape.outputs]),
+            device,
+        )));
+        let vocab = param("embed/embeddings", &[shape.vocab, d])?;
+        let positions = param("embed_1/embeddings", &[HAIKU_POSITIONS, d])?;
+        Ok(Predictor {
+            token_embedding: Embedding {
+                weight: Param::from_tensor(Tensor::from_data(
+                    TensorData::new(vocab, [shape.vocab, d]),
+                    device,
+                )),
+            },
+            position_embedding: Param::from_tensor(Tensor::from_data(
+                TensorData::new(positions[..shape.seq_len * d].to_vec(), [shape.seq_len, d]),
+                device,
+            )),
+            blocks,
+            final_norm,
+            head,
+            d_model: d,
+        })
     }
 
     /// Log-probabilities `[batch, outputs]` of each sequence's last token.
@@ -167,6 +301,13 @@ impl<B: Backend> Predictor<B> {
         log_softmax(self.head.forward(last), 1)
     }
 }
+
+/// Gives a haiku parameter's values by name, checking its shape.
+pub(crate) type HaikuParam<'a, E> = dyn FnMut(&str, &[usize]) -> Result<Vec<f32>, E> + 'a;
+
+/// Rows of searchless_chess's learned positional embedding: its
+/// `max_sequence_length`, `tokenizer.SEQUENCE_LENGTH + 2`, for every policy.
+pub(crate) const HAIKU_POSITIONS: usize = 79;
 
 /// A batch of token sequences `[len, seq_len]` (row-major) as a tensor.
 pub(crate) fn tokens_tensor<B: Backend>(
@@ -217,6 +358,52 @@ mod tests {
         for s in sums {
             assert!((s - 1.0).abs() < 1e-4, "{s}");
         }
+    }
+
+    /// Every parameter gets its own draws (q, k and v of a block, and the
+    /// blocks, differ), truncated at two standard deviations with the
+    /// standard deviation haiku's TruncatedNormal gives (0.88 of `std`).
+    #[test]
+    fn initial_parameters_are_independent_truncated_normals() {
+        let device = Default::default();
+        B::seed(&device, 7);
+        let shape = ModelShape::preset(Preset::M9, RecordSet::ActionValue, 32);
+        let model = Predictor::<B>::new(&shape, &device);
+        let values = |l: &Linear<B>| -> Vec<f32> { l.weight.val().into_data().to_vec().unwrap() };
+        let (q, k) = (values(&model.blocks[0].q), values(&model.blocks[0].k));
+        let q1 = values(&model.blocks[1].q);
+        assert_ne!(q, k);
+        assert_ne!(q, q1);
+        let std = (shape.d_model as f64).sqrt().recip();
+        let n = q.len() as f64;
+        let mean = q.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+        let sd = (q
+            .iter()
+            .map(|&x| (f64::from(x) - mean).powi(2))
+            .sum::<f64>()
+            / n)
+            .sqrt();
+        assert!(mean.abs() < 0.01 * std, "mean {mean}");
+        assert!(
+            (sd / std - 0.8796).abs() < 0.01,
+            "sd {sd} = {} std",
+            sd / std
+        );
+        assert!(q.iter().all(|&x| f64::from(x).abs() <= 2.0 * std + 1e-6));
+        assert!(
+            model
+                .head
+                .bias
+                .as_ref()
+                .unwrap()
+                .val()
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .all(|&b| b == 0.0),
+            "head bias starts at zero"
+        );
     }
 
     /// The target token (the last) must not influence the prediction.

@@ -18,6 +18,7 @@ pub mod data;
 pub(crate) mod ema;
 pub mod loss;
 pub(crate) mod optim;
+pub mod parity;
 pub mod run;
 pub mod sampler;
 pub mod throughput;

@@ -517,16 +517,25 @@ fn train_on<B: AutodiffBackend>(
         let tokens = tokens_tensor::<B>(&batch.tokens, seq_len, &device);
         let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets, [n]), &device);
         let win_prob = Tensor::<B, 1>::from_data(TensorData::new(batch.win_prob, [n]), &device);
-        let log_probs = model.forward(tokens);
-        let loss = loss::batch_loss(config.loss, log_probs, targets, win_prob, &support);
-        let detached = loss.clone().inner();
+        let (updated, detached, norm) = step(
+            model,
+            &mut optim,
+            Batch {
+                tokens,
+                targets,
+                win_prob,
+            },
+            config.loss,
+            &support,
+            config.learning_rate,
+            config.grad_clip,
+        );
+        model = updated;
+        last_norm = norm;
         loss_sum = Some(match loss_sum.take() {
             Some(s) => s + detached,
             None => detached,
         });
-        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
-        last_norm = clip_global_norm(&model, &mut grads, config.grad_clip);
-        model = optim.step(config.learning_rate, model, grads);
         ema = ema::update::<B, _>(ema, &model, config.ema_decay)?;
         state.step += 1;
         state.samples += n as u64;
@@ -663,4 +672,42 @@ fn read_last_eval(path: &Path) -> Option<EvalResult> {
         accuracy: f.get(5)?.parse().ok()?,
         value_mse: f.get(6).and_then(|v| v.parse().ok()),
     })
+}
+
+/// A batch on the device: token sequences `[n, seq_len]` (the target
+/// included), target tokens and win probabilities `[n]`.
+pub(crate) struct Batch<B: Backend> {
+    pub tokens: Tensor<B, 2, Int>,
+    pub targets: Tensor<B, 1, Int>,
+    pub win_prob: Tensor<B, 1>,
+}
+
+/// A step's updated model, loss and unclipped gradient norm.
+pub(crate) type Stepped<B> = (
+    Predictor<B>,
+    Tensor<<B as AutodiffBackend>::InnerBackend, 1>,
+    Option<Tensor<<B as AutodiffBackend>::InnerBackend, 1>>,
+);
+
+/// One optimiser step of `chessbench train`, as searchless_chess's
+/// `update_parameters` takes it: the batch's mean loss on the last token,
+/// gradients clipped to a global norm (`optax.clip_by_global_norm`), one
+/// optimiser update. Returns the updated model, the loss and the unclipped
+/// gradient norm.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn step<B: AutodiffBackend, O: Optimizer<Predictor<B>, B>>(
+    model: Predictor<B>,
+    optim: &mut O,
+    batch: Batch<B>,
+    loss: loss::Loss,
+    support: &ValueSupport<B>,
+    learning_rate: f64,
+    grad_clip: f64,
+) -> Stepped<B> {
+    let log_probs = model.forward(batch.tokens);
+    let loss = loss::batch_loss(loss, log_probs, batch.targets, batch.win_prob, support);
+    let detached = loss.clone().inner();
+    let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+    let norm = clip_global_norm(&model, &mut grads, grad_clip);
+    (optim.step(learning_rate, model, grads), detached, norm)
 }

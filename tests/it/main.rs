@@ -10,6 +10,7 @@ mod fuzz;
 mod golden;
 mod interop;
 mod options;
+mod published;
 mod rejects;
 mod sql;
 mod train;

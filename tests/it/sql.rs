@@ -352,7 +352,7 @@ fn records(run: &Path, split: &str) -> [serde_json::Value; 3] {
 }
 
 /// `chessbench bag export RUN --split train --out OUT ARGS`.
-fn bag_export(run: &Path, out: &Path, args: &[&str]) -> Output {
+pub fn bag_export(run: &Path, out: &Path, args: &[&str]) -> Output {
     let mut full = vec![
         "bag",
         "export",

@@ -1,0 +1,102 @@
+//! searchless_chess's training step, reproduced from its parameters: the
+//! evidence that `chessbench train` updates a model as their `training.py`
+//! does. `tests/it/published.rs` has their code draw the initial
+//! parameters and take the same steps on the same batches, and compares
+//! the losses and the trained parameters with these.
+
+use std::path::Path;
+
+use burn::{
+    backend::{Autodiff, Flex},
+    module::AutodiffModule,
+    optim::AdamConfig,
+    tensor::{Int, Tensor, TensorData},
+};
+
+use super::{
+    loss::{Loss, ValueSupport},
+    run::{Batch, step},
+};
+use crate::{
+    chess::value::ValueBuckets,
+    model::{
+        ModelShape,
+        haiku::{HaikuError, HaikuParams},
+        tokens_tensor,
+    },
+};
+
+/// From the haiku parameters of `params`, `steps` steps of `chessbench
+/// train`'s update (one-hot cross-entropy of the last token, global-norm
+/// clip 1.0, Adam with b1 0.9, b2 0.999, eps 1e-8: the defaults, which are
+/// optax's) on consecutive batches of `sequences` (row `(step * batch_size
+/// + i) mod n`), on the CPU. Returns each step's loss and the trained
+/// model's log-probabilities `[n, outputs]` of every sequence's last token.
+pub fn haiku_steps(
+    params: &Path,
+    shape: &ModelShape,
+    sequences: &[i32],
+    batch_size: usize,
+    learning_rate: f64,
+    steps: usize,
+) -> Result<(Vec<f32>, Vec<f32>), HaikuError> {
+    type A = Autodiff<Flex>;
+    let t = shape.seq_len;
+    if sequences.is_empty() || !sequences.len().is_multiple_of(t) {
+        return Err(HaikuError::Sequences(sequences.len(), t));
+    }
+    let n = sequences.len() / t;
+    let device = Default::default();
+    let mut model = HaikuParams::read(params)?.predictor::<A>(shape, &device)?;
+    let mut optim = AdamConfig::new()
+        .with_beta_1(0.9)
+        .with_beta_2(0.999)
+        .with_epsilon(1e-8)
+        .init::<A, _>();
+    // The cross-entropy does not use the value support.
+    let buckets = ValueBuckets::new(32).expect("32 buckets");
+    let support = ValueSupport::<A>::new(&buckets, &device);
+    let mut losses = Vec::with_capacity(steps);
+    let mut tokens = Vec::with_capacity(batch_size * t);
+    let mut targets = Vec::with_capacity(batch_size);
+    for s in 0..steps {
+        tokens.clear();
+        targets.clear();
+        for i in 0..batch_size {
+            let row = (s * batch_size + i) % n;
+            let seq = &sequences[row * t..(row + 1) * t];
+            tokens.extend_from_slice(seq);
+            targets.push(seq[t - 1]);
+        }
+        let batch = Batch {
+            tokens: tokens_tensor::<A>(&tokens, t, &device),
+            targets: Tensor::<A, 1, Int>::from_data(
+                TensorData::new(targets.clone(), [batch_size]),
+                &device,
+            ),
+            win_prob: Tensor::zeros([batch_size], &device),
+        };
+        let (updated, loss, _) = step(
+            model,
+            &mut optim,
+            batch,
+            Loss::CrossEntropy,
+            &support,
+            learning_rate,
+            1.0,
+        );
+        model = updated;
+        losses.push(loss.into_scalar());
+    }
+    let model = model.valid();
+    let mut log_probs = Vec::with_capacity(n * shape.outputs);
+    for chunk in sequences.chunks(256 * t) {
+        let lp = model.forward(tokens_tensor::<Flex>(chunk, t, &device));
+        log_probs.extend(
+            lp.into_data()
+                .to_vec::<f32>()
+                .expect("f32 log-probabilities"),
+        );
+    }
+    Ok((losses, log_probs))
+}

@@ -111,6 +111,9 @@ The same SQL runs in the DuckDB CLI or Python duckdb (DuckDB 1.5):\n\
     /// Export or import ChessBench .bag files (state_value, behavioral_cloning, action_value).
     #[command(subcommand)]
     Bag(BagCommand),
+    /// Import searchless_chess's models as chessbench checkpoints.
+    #[command(subcommand)]
+    Checkpoint(CheckpointCommand),
     /// Train a predictor (action value, state value or behavioural cloning) on a run's tables.
     #[command(
         long_about = "Train one of the paper's predictors with burn on the annotated tables of a run: \
@@ -203,6 +206,22 @@ pub struct TrainArgs {
     /// Test hook: abort the process right after logging step N (simulates a crash).
     #[arg(long, hide = true, value_name = "N")]
     pub abort_after_step: Option<u64>,
+}
+
+#[derive(Subcommand)]
+pub enum CheckpointCommand {
+    /// Write searchless_chess parameters (safetensors, haiku names) as a checkpoint.
+    #[command(
+        long_about = "Write a searchless_chess model's parameters as a chessbench checkpoint that \
+`chessbench eval`, `chessbench uci` and `--opponent checkpoint:DIR` load. PARAMS is a safetensors \
+file whose tensors are named by haiku's parameter paths (embed/embeddings, \
+multi_head_dot_product_attention/linear/w, linear_6/b, ...), float32; --ema gives their EMA \
+parameters. Every tensor must fit the preset, policy and buckets given: a file of another shape \
+or policy is refused, naming the tensor and the shapes. The checkpoint appears only when complete.\n\n\
+  chessbench checkpoint import av_9m.safetensors --ema av_9m_ema.safetensors \\\n\
+      --policy action_value --model 9m --buckets 128 --step 6400000 --out models/av_9m"
+    )]
+    Import(chessbench::model::haiku::ImportOptions),
 }
 
 #[derive(Subcommand)]

@@ -20,7 +20,7 @@ use chessbench::{
 };
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
-use crate::cli::{BagCommand, Cli, Command};
+use crate::cli::{BagCommand, CheckpointCommand, Cli, Command};
 
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
@@ -88,6 +88,11 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
                     a.run.display()
                 )
             })?;
+            emit(&summary, json)?;
+        }
+        Command::Checkpoint(CheckpointCommand::Import(a)) => {
+            let summary = chessbench::model::haiku::import_checkpoint(&a)
+                .context("importing a searchless_chess model")?;
             emit(&summary, json)?;
         }
         Command::Train(a) => {

@@ -162,3 +162,132 @@ pub fn log_probs(
     }
     Ok(out)
 }
+
+/// `chessbench checkpoint import`'s options (command line only).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ImportOptions {
+    /// searchless_chess parameters as safetensors, named by haiku's paths
+    /// (`embed/embeddings`, `linear_6/w`, ...): their `params` tree.
+    #[arg(value_name = "PARAMS", value_hint = clap::ValueHint::FilePath)]
+    pub params: PathBuf,
+    /// Their EMA parameters (`params_ema`), the ones they evaluate; without
+    /// it PARAMS serve as both.
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+    pub ema: Option<PathBuf>,
+    /// What the model predicts.
+    #[arg(long, value_enum)]
+    pub policy: crate::chess::RecordSet,
+    /// The preset the parameters must fit.
+    #[arg(long, value_enum)]
+    pub model: super::Preset,
+    /// Value buckets (value policies; the published models use 128).
+    #[arg(long, value_name = "K", default_value_t = 128)]
+    pub buckets: usize,
+    /// Training steps the parameters had, recorded in the checkpoint (the
+    /// published models: 6400000).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub step: u64,
+    /// Directory to write, as a chessbench training run
+    /// (DIR/checkpoints/step-N/); it must not exist.
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    pub out: PathBuf,
+}
+
+/// What `chessbench checkpoint import` wrote.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ImportSummary {
+    pub checkpoint: PathBuf,
+    pub policy: crate::chess::RecordSet,
+    pub shape: ModelShape,
+    pub parameters: u64,
+}
+
+impl crate::ui::Report for ImportSummary {
+    fn render(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        writeln!(
+            out,
+            "imported a {}-layer d={} {} model ({} parameters) into {}",
+            self.shape.layers,
+            self.shape.d_model,
+            self.policy.name(),
+            crate::ui::group(self.parameters),
+            self.checkpoint.display()
+        )
+    }
+}
+
+/// Writes searchless_chess parameters as a chessbench checkpoint that
+/// `eval`, `uci` and `--opponent checkpoint:` load (it has no optimiser
+/// state: training does not resume from it). Nothing is left behind on
+/// failure: the checkpoint is written beside `out` and renamed into place.
+pub fn import_checkpoint(options: &ImportOptions) -> Result<ImportSummary, HaikuError> {
+    use burn::module::Module;
+
+    let out = &options.out;
+    if out.exists() {
+        return Err(HaikuError::Io {
+            path: out.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "exists; choose a new directory",
+            ),
+        });
+    }
+    let shape = ModelShape::preset(options.model, options.policy, options.buckets);
+    let device = Default::default();
+    let model = HaikuParams::read(&options.params)?.predictor::<Flex>(&shape, &device)?;
+    let ema = match &options.ema {
+        Some(path) => HaikuParams::read(path)?.predictor::<Flex>(&shape, &device)?,
+        None => model.clone(),
+    };
+    let parameters = model.num_params() as u64;
+    let name = out.file_name().map_or_else(
+        || "imported".to_owned(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let staging = out.with_file_name(format!(".{name}.importing"));
+    let _ = fs::remove_dir_all(&staging);
+    let result = (|| {
+        let dir = super::checkpoint::step_dir(&staging, options.step);
+        fs::create_dir_all(&dir).map_err(|source| HaikuError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        for (file, m) in [("model.mpk", &model), ("ema.mpk", &ema)] {
+            let path = dir.join(file);
+            m.clone()
+                .save_file(&path, &super::checkpoint::recorder())
+                .map_err(|e| HaikuError::Io {
+                    path: path.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+        }
+        let state = serde_json::json!({
+            "step": options.step,
+            "config": { "name": name, "policy": options.policy },
+            "shape": shape,
+            "imported_from": {
+                "code": "google-deepmind/searchless_chess (haiku parameters)",
+                "params": options.params,
+                "ema": options.ema,
+            },
+        });
+        let path = dir.join(super::checkpoint::STATE);
+        fs::write(&path, serde_json::to_vec_pretty(&state).expect("json"))
+            .map_err(|source| HaikuError::Io { path, source })?;
+        fs::rename(&staging, out).map_err(|source| HaikuError::Io {
+            path: out.clone(),
+            source,
+        })
+    })();
+    if result.is_err() {
+        let _ = fs::remove_dir_all(&staging);
+    }
+    result?;
+    Ok(ImportSummary {
+        checkpoint: super::checkpoint::step_dir(out, options.step),
+        policy: options.policy,
+        shape,
+        parameters,
+    })
+}

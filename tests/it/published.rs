@@ -191,6 +191,53 @@ fn searchless_chess_parameters_give_their_log_probabilities() {
     assert!(loss_gap < 1e-3, "{losses:?}\n{their_losses:?}");
     assert!(param_gap < 1e-3, "{param_gap}");
 
+    // `chessbench checkpoint import` makes them a checkpoint `uci` plays.
+    let out = dir.path().join("imported");
+    let o = crate::util::run(&[
+        "checkpoint",
+        "import",
+        params.to_str().unwrap(),
+        "--policy",
+        "action_value",
+        "--model",
+        "tiny",
+        "--buckets",
+        "32",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut uci = Command::new(env!("CARGO_BIN_EXE_chessbench"))
+        .args(["uci", "--checkpoint", out.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    uci.stdin
+        .take()
+        .unwrap()
+        .write_all(b"uci\nposition startpos\ngo\nquit\n")
+        .unwrap();
+    let played = String::from_utf8(uci.wait_with_output().unwrap().stdout).unwrap();
+    assert!(played.contains("bestmove "), "{played}");
+    // A tree of another policy is refused and nothing is written.
+    let refused = dir.path().join("refused");
+    let o = crate::util::run(&[
+        "checkpoint",
+        "import",
+        params.to_str().unwrap(),
+        "--policy",
+        "behavioral_cloning",
+        "--model",
+        "tiny",
+        "--out",
+        refused.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("linear_6/w"), "{err}");
+    assert!(!refused.exists() && !dir.path().join(".refused.importing").exists());
+
     // Another policy's tree is refused, naming the tensor: the action-value
     // parameters read as a behavioural-cloning model (1968 outputs).
     let shape = ModelShape::preset(Preset::Tiny, RecordSet::BehavioralCloning, 32);

@@ -11,10 +11,7 @@ every record of the test bag, computed by its `make_loss_fn`. Only the loop
 around `training.train` is ours: it keeps the last EMA parameters (the
 function returns the raw ones) and reads the test bag in order.
 
-Current JAX lacks two things the code at 90ae0e6 uses: the
-`jax.sharding.PositionalSharding` class (replaced by one device's sharding,
-which is what it amounts to on one CPU) and `jnp.clip(a_min=...)` (mapped to
-`min=`).
+`bench/searchless_compat.py` imports their code under current JAX.
 
     searchless_train.py --searchless DIR --train BAG --test BAG \
         --steps 800 --seed 0 [--layers 2 --d-model 64 --heads 4 \
@@ -27,7 +24,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -48,52 +44,17 @@ def main() -> None:
     ap.add_argument("--eval-batch", type=int, default=1024)
     args = ap.parse_args()
 
-    code = Path(args.searchless).resolve()
-    if not (code / "src" / "transformer.py").is_file():
-        sys.exit(f"{code}: not a searchless_chess checkout (no src/transformer.py)")
-    # Their modules import `searchless_chess.src.*`.
-    pkg_root = Path(tempfile.mkdtemp(prefix="searchless-"))
-    (pkg_root / "searchless_chess").symlink_to(code)
-    sys.path.insert(0, str(pkg_root))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import searchless_compat
+
+    pkg_root = searchless_compat.load(args.searchless)
 
     import jax
-    import jax.numpy as jnp
     import numpy as np
-
-    class _OneDevice:
-        """PositionalSharding's uses in training.py on one device."""
-
-        def __init__(self, devices):
-            self._sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-
-        def reshape(self, *shape):
-            return self
-
-        def replicate(self):
-            return self._sharding
-
-    if not hasattr(jax.sharding, "PositionalSharding"):
-        jax.sharding.PositionalSharding = _OneDevice
-        constrain = jax.lax.with_sharding_constraint
-        # On one device the constraint is a no-op.
-        jax.lax.with_sharding_constraint = lambda x, s: (
-            x if isinstance(s, _OneDevice) else constrain(x, s)
-        )
-    _clip = jnp.clip
-
-    def clip(x, a_min=None, a_max=None, **kw):
-        if a_min is not None:
-            kw["min"] = a_min
-        if a_max is not None:
-            kw["max"] = a_max
-        return _clip(x, **kw)
-
-    jnp.clip = clip
 
     from searchless_chess.src import bagz
     from searchless_chess.src import config as config_lib
-    from searchless_chess.src import data_loader, tokenizer, training, training_utils
-    from searchless_chess.src import transformer, utils
+    from searchless_chess.src import data_loader, training, training_utils, transformer
 
     # Their loader reads ../data/{split}/{policy}_data.bag from the cwd.
     work = pkg_root / "work"
@@ -104,17 +65,11 @@ def main() -> None:
     )
     os.chdir(work)
 
-    predictor_config = transformer.TransformerConfig(
-        vocab_size=utils.NUM_ACTIONS,
-        output_size=args.buckets,
-        pos_encodings=transformer.PositionalEncodings.LEARNED,
-        max_sequence_length=tokenizer.SEQUENCE_LENGTH + 2,
-        num_heads=args.heads,
-        num_layers=args.layers,
-        embedding_dim=args.d_model,
-        apply_post_ln=True,
-        apply_qk_layernorm=False,
-        use_causal_mask=False,
+    predictor_config = searchless_compat.transformer_config(
+        layers=args.layers,
+        d_model=args.d_model,
+        heads=args.heads,
+        outputs=args.buckets,
         seed=args.seed,
     )
     train_config = config_lib.TrainConfig(

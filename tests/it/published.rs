@@ -10,7 +10,10 @@
 //! skips with the reason without them, and fails under
 //! `REQUIRE_PUBLISHED=1` (`make test-published`).
 
-use std::{path::PathBuf, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use chessbench::{
     chess::RecordSet,
@@ -65,6 +68,39 @@ fn tensor_i32(st: &SafeTensors, name: &str) -> Vec<i32> {
         .collect()
 }
 
+/// Largest |a - b| over two equally long slices.
+fn max_gap(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+}
+
+/// Runs `tests/python/searchless_forward.py` (their code) with `args`,
+/// writing `dir/params.safetensors`; returns the reference file's bytes.
+fn their_reference(python: &str, code: &Path, bag: &Path, dir: &Path, args: &[&str]) -> Vec<u8> {
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/searchless_forward.py");
+    let reference = dir.join("reference.safetensors");
+    let o = Command::new(python)
+        .arg(&script)
+        .arg("--searchless")
+        .arg(code)
+        .arg("--bag")
+        .arg(bag)
+        .args(["--buckets", "32"])
+        .args(args)
+        .arg("--params")
+        .arg(dir.join("params.safetensors"))
+        .arg("--reference")
+        .arg(&reference)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::read(&reference).unwrap()
+}
+
 #[test]
 fn searchless_chess_parameters_give_their_log_probabilities() {
     let Some((code, python)) = reference() else {
@@ -78,8 +114,6 @@ fn searchless_chess_parameters_give_their_log_probabilities() {
     let bags = dir.path().join("bags");
     let o = sql::bag_export(run, &bags, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/searchless_forward.py");
     for (preset, set, records, seed) in [
         (Preset::Tiny, RecordSet::ActionValue, 1000, 0),
         (Preset::Tiny, RecordSet::StateValue, 1000, 1),
@@ -87,28 +121,27 @@ fn searchless_chess_parameters_give_their_log_probabilities() {
         (Preset::M9, RecordSet::ActionValue, 100, 3),
     ] {
         let params = dir.path().join("params.safetensors");
-        let reference = dir.path().join("reference.safetensors");
         let shape = ModelShape::preset(preset, set, 32);
-        let o = Command::new(&python)
-            .arg(&script)
-            .arg("--searchless")
-            .arg(&code)
-            .arg("--bag")
-            .arg(bags.join(format!("{}_data.bag", set.name())))
-            .args(["--policy", set.name()])
-            .args(["--layers", &shape.layers.to_string()])
-            .args(["--d-model", &shape.d_model.to_string()])
-            .args(["--heads", &shape.heads.to_string()])
-            .args(["--buckets", "32", "--seed", &seed.to_string()])
-            .args(["--records", &records.to_string()])
-            .arg("--params")
-            .arg(&params)
-            .arg("--reference")
-            .arg(&reference)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let bytes = std::fs::read(&reference).unwrap();
+        let bytes = their_reference(
+            &python,
+            &code,
+            &bags.join(format!("{}_data.bag", set.name())),
+            dir.path(),
+            &[
+                "--policy",
+                set.name(),
+                "--layers",
+                &shape.layers.to_string(),
+                "--d-model",
+                &shape.d_model.to_string(),
+                "--heads",
+                &shape.heads.to_string(),
+                "--seed",
+                &seed.to_string(),
+                "--records",
+                &records.to_string(),
+            ],
+        );
         let st = SafeTensors::deserialize(&bytes).unwrap();
         let sequences = tensor_i32(&st, "sequences");
         let theirs = tensor_f32(&st, "log_probs");
@@ -119,11 +152,7 @@ fn searchless_chess_parameters_give_their_log_probabilities() {
         );
         let ours = haiku::log_probs(&params, &shape, &sequences).unwrap();
         assert_eq!(ours.len(), theirs.len(), "{preset:?} {set:?}");
-        let worst = ours
-            .iter()
-            .zip(&theirs)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let worst = max_gap(&ours, &theirs);
         eprintln!(
             "{preset:?} {set:?}: {} sequences, max |log p - theirs| = {worst:.2e}",
             sequences.len() / shape.seq_len
@@ -146,44 +175,38 @@ fn searchless_chess_parameters_give_their_log_probabilities() {
     // Training: the same 30 steps from their initial parameters (batch 16,
     // Adam lr 2e-3, clip 1.0) give the same losses and parameters.
     let params = dir.path().join("params.safetensors");
-    let reference = dir.path().join("reference.safetensors");
     let trained = dir.path().join("trained.safetensors");
     let shape = ModelShape::preset(Preset::Tiny, RecordSet::ActionValue, 32);
-    let o = Command::new(&python)
-        .arg(&script)
-        .arg("--searchless")
-        .arg(&code)
-        .arg("--bag")
-        .arg(bags.join("action_value_data.bag"))
-        .args(["--policy", "action_value", "--buckets", "32", "--seed", "4"])
-        .args(["--records", "256", "--steps", "30", "--batch-size", "16"])
-        .args(["--learning-rate", "2e-3"])
-        .arg("--params")
-        .arg(&params)
-        .arg("--reference")
-        .arg(&reference)
-        .arg("--trained")
-        .arg(&trained)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let bytes = std::fs::read(&reference).unwrap();
+    let bytes = their_reference(
+        &python,
+        &code,
+        &bags.join("action_value_data.bag"),
+        dir.path(),
+        &[
+            "--policy",
+            "action_value",
+            "--seed",
+            "4",
+            "--records",
+            "256",
+            "--steps",
+            "30",
+            "--batch-size",
+            "16",
+            "--learning-rate",
+            "2e-3",
+            "--trained",
+            trained.to_str().unwrap(),
+        ],
+    );
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let sequences = tensor_i32(&st, "sequences");
     let their_losses = tensor_f32(&st, "losses");
     let (losses, ours) =
         chessbench::train::parity::haiku_steps(&params, &shape, &sequences, 16, 2e-3, 30).unwrap();
     let theirs = haiku::log_probs(&trained, &shape, &sequences).unwrap();
-    let loss_gap = losses
-        .iter()
-        .zip(&their_losses)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    let param_gap = ours
-        .iter()
-        .zip(&theirs)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let loss_gap = max_gap(&losses, &their_losses);
+    let param_gap = max_gap(&ours, &theirs);
     eprintln!(
         "30 training steps: losses {:.4} -> {:.4} (theirs {:.4} -> {:.4}), max loss gap {loss_gap:.2e}, max log-prob gap after training {param_gap:.2e}",
         losses[0], losses[29], their_losses[0], their_losses[29]

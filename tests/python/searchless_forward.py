@@ -19,7 +19,6 @@ import argparse
 import json
 import struct
 import sys
-import tempfile
 from pathlib import Path
 
 
@@ -73,47 +72,22 @@ def main() -> None:
     ap.add_argument("--trained", help="where to write the parameters after --steps")
     args = ap.parse_args()
 
-    code = Path(args.searchless).resolve()
-    if not (code / "src" / "transformer.py").is_file():
-        sys.exit(f"{code}: not a searchless_chess checkout (no src/transformer.py)")
-    root = Path(tempfile.mkdtemp(prefix="searchless-"))
-    (root / "searchless_chess").symlink_to(code)
-    sys.path.insert(0, str(root))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import searchless_compat
+
+    searchless_compat.load(args.searchless)
 
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
-    # Current JAX's jnp.clip has no a_min (their loss uses it).
-    _clip = jnp.clip
-
-    def clip(x, a_min=None, a_max=None, **kw):
-        if a_min is not None:
-            kw["min"] = a_min
-        if a_max is not None:
-            kw["max"] = a_max
-        return _clip(x, **kw)
-
-    jnp.clip = clip
-    # ... nor jax.sharding.PositionalSharding (in a type annotation of
-    # training_utils.replicate, which this script does not call).
-    if not hasattr(jax.sharding, "PositionalSharding"):
-        jax.sharding.PositionalSharding = jax.sharding.Sharding
-
-    from searchless_chess.src import bagz, data_loader, tokenizer, transformer, utils
+    from searchless_chess.src import bagz, data_loader, transformer, utils
 
     outputs = utils.NUM_ACTIONS if args.policy == "behavioral_cloning" else args.buckets
-    config = transformer.TransformerConfig(
-        vocab_size=utils.NUM_ACTIONS,
-        output_size=outputs,
-        pos_encodings=transformer.PositionalEncodings.LEARNED,
-        max_sequence_length=tokenizer.SEQUENCE_LENGTH + 2,
-        num_heads=args.heads,
-        num_layers=args.layers,
-        embedding_dim=args.d_model,
-        apply_post_ln=True,
-        apply_qk_layernorm=False,
-        use_causal_mask=False,
+    config = searchless_compat.transformer_config(
+        layers=args.layers,
+        d_model=args.d_model,
+        heads=args.heads,
+        outputs=outputs,
         seed=args.seed,
     )
     predictor = transformer.build_transformer_predictor(config)

@@ -1,0 +1,78 @@
+# chessbench: GPL-3.0-or-later. Helpers for running google-deepmind/searchless_chess
+# (Apache-2.0, not vendored) from a checkout, shared by bench/searchless_train.py
+# and tests/python/searchless_forward.py.
+"""Imports searchless_chess from a checkout under current JAX.
+
+Their code at 90ae0e6 uses two things current JAX lacks:
+`jax.sharding.PositionalSharding` (replaced by one device's sharding, which is
+what it amounts to on one CPU; the sharding constraint becomes a no-op) and
+`jnp.clip(a_min=...)` (mapped to `min=`).
+"""
+
+import sys
+import tempfile
+from pathlib import Path
+
+
+def load(checkout: str) -> Path:
+    """Makes `searchless_chess.src.*` importable from `checkout` and patches
+    JAX; returns the temporary directory holding the package link."""
+    code = Path(checkout).resolve()
+    if not (code / "src" / "transformer.py").is_file():
+        sys.exit(f"{code}: not a searchless_chess checkout (no src/transformer.py)")
+    root = Path(tempfile.mkdtemp(prefix="searchless-"))
+    (root / "searchless_chess").symlink_to(code)
+    sys.path.insert(0, str(root))
+
+    import jax
+    import jax.numpy as jnp
+
+    class OneDevice:
+        """PositionalSharding's uses in training.py, on one device."""
+
+        def __init__(self, devices):
+            self._sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+        def reshape(self, *shape):
+            return self
+
+        def replicate(self):
+            return self._sharding
+
+    if not hasattr(jax.sharding, "PositionalSharding"):
+        jax.sharding.PositionalSharding = OneDevice
+        constrain = jax.lax.with_sharding_constraint
+        jax.lax.with_sharding_constraint = lambda x, s: (
+            x if isinstance(s, OneDevice) else constrain(x, s)
+        )
+    clip = jnp.clip
+
+    def clip_with_a_min(x, a_min=None, a_max=None, **kw):
+        if a_min is not None:
+            kw["min"] = a_min
+        if a_max is not None:
+            kw["max"] = a_max
+        return clip(x, **kw)
+
+    jnp.clip = clip_with_a_min
+    return root
+
+
+def transformer_config(*, layers: int, d_model: int, heads: int, outputs: int, seed: int):
+    """Their train.py's predictor config (learned positions, no causal mask,
+    final LayerNorm) at the given shape."""
+    from searchless_chess.src import tokenizer, transformer, utils
+
+    return transformer.TransformerConfig(
+        vocab_size=utils.NUM_ACTIONS,
+        output_size=outputs,
+        pos_encodings=transformer.PositionalEncodings.LEARNED,
+        max_sequence_length=tokenizer.SEQUENCE_LENGTH + 2,
+        num_heads=heads,
+        num_layers=layers,
+        embedding_dim=d_model,
+        apply_post_ln=True,
+        apply_qk_layernorm=False,
+        use_causal_mask=False,
+        seed=seed,
+    )

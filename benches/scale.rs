@@ -20,6 +20,11 @@
 //! and validate every move, nothing written) on the same generated
 //! `.pgn.zst`, run right after it (issue 14's target: >= 0.8x).
 //!
+//! Before each stage the bench calls `sync` (untimed), so a stage does not
+//! pay for writing back what the one before it wrote; it prints CPU seconds
+//! (user + system) beside wall time, and both ratios: where the wall ratio
+//! exceeds the CPU ratio, the stage waited on the disk.
+//!
 //! Peak RSS is the child's `ru_maxrss`. Linux starts a child's from its
 //! parent's high-water mark, so this bench does no heavy work in its own
 //! process (the synthetic bags and the loader run in children); its own
@@ -71,9 +76,11 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| root().join("target"))
 }
 
-/// A finished child: wall seconds, peak RSS in bytes, its stdout.
+/// A finished child: wall seconds, CPU seconds (user + system), peak RSS
+/// in bytes, its stdout.
 struct Child {
     secs: f64,
+    cpu: f64,
     rss: u64,
     stdout: String,
 }
@@ -83,6 +90,10 @@ struct Child {
 fn measure(cmd: &mut Command, log: &Path) -> Result<Child, String> {
     let out = log.with_extension("out");
     let err = log.with_extension("err");
+    // What earlier stages left to write back is flushed first, outside the
+    // timing: a stage pays only for its own writes.
+    // SAFETY: sync takes no arguments and cannot fail.
+    unsafe { libc::sync() };
     let t = Instant::now();
     let child = cmd
         .stdout(Stdio::from(fs::File::create(&out).unwrap()))
@@ -116,8 +127,10 @@ fn measure(cmd: &mut Command, log: &Path) -> Result<Child, String> {
     if let Ok(f) = fs::File::open(&out) {
         let _ = std::io::Read::read_to_end(&mut std::io::Read::take(f, 1 << 20), &mut head);
     }
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     Ok(Child {
         secs,
+        cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime),
         rss: usage.ru_maxrss as u64 * 1024,
         stdout: String::from_utf8_lossy(&head).into_owned(),
     })
@@ -338,6 +351,7 @@ struct Row {
     stage: &'static str,
     games: u64,
     secs: f64,
+    cpu: f64,
     records: u64,
     rss: u64,
     disk: u64,
@@ -358,6 +372,7 @@ impl Row {
                 stage,
                 games,
                 secs: c.secs,
+                cpu: c.cpu,
                 records,
                 rss: c.rss,
                 disk,
@@ -367,6 +382,7 @@ impl Row {
                 stage,
                 games,
                 secs: f64::NAN,
+                cpu: f64::NAN,
                 records: 0,
                 rss: 0,
                 disk: 0,
@@ -444,6 +460,7 @@ fn main() {
             stage: "ingest (games)",
             games: g,
             secs: c.secs,
+            cpu: c.cpu,
             records: s["games_read"].as_u64().unwrap(),
             rss: c.rss,
             disk: du(&run),
@@ -462,6 +479,7 @@ fn main() {
             stage: "parallel_validate (reference)",
             games: g,
             secs: c.secs,
+            cpu: c.cpu,
             records: s["games_read"].as_u64().unwrap(),
             rss: c.rss,
             disk: 0,
@@ -586,30 +604,30 @@ fn main() {
         let _ = fs::remove_dir_all(&exported);
     }
     println!(
-        "\n| stage | games | wall s | records/s | peak RSS MB | disk MB | time ratio {}x games |",
+        "\n| stage | games | wall s | CPU s | records/s | peak RSS MB | disk MB | time ratio {}x games | CPU ratio |",
         sizes[1] / sizes[0].max(1)
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
         if let Some(e) = &r.failed {
-            println!("| {} | {} | failed: {e} | | | | |", r.stage, r.games);
+            println!("| {} | {} | failed: {e} | | | | | | |", r.stage, r.games);
             continue;
         }
         let before = rows.iter().find(|x| {
             x.stage == r.stage && x.games == sizes[0] && r.games == sizes[1] && x.failed.is_none()
         });
+        let ratio = |now: f64, then: f64| format!("{:.1}", now / then.max(1e-9));
         println!(
-            "| {} | {} | {:.2} | {:.0} | {:.0} | {:.1} | {} |",
+            "| {} | {} | {:.2} | {:.2} | {:.0} | {:.0} | {:.1} | {} | {} |",
             r.stage,
             r.games,
             r.secs,
+            r.cpu,
             r.records as f64 / r.secs.max(1e-9),
             r.rss as f64 / 1e6,
             r.disk as f64 / 1e6,
-            before.map_or(String::new(), |b| format!(
-                "{:.1}",
-                r.secs / b.secs.max(1e-9)
-            ))
+            before.map_or(String::new(), |b| ratio(r.secs, b.secs)),
+            before.map_or(String::new(), |b| ratio(r.cpu, b.cpu)),
         );
     }
     // SAFETY: getrusage fills a plain struct for this process.

@@ -20,6 +20,11 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use std::sync::{
+    Mutex,
+    atomic::{AtomicUsize, Ordering},
+};
+
 use hashbrown::{HashTable, hash_table};
 
 use super::IngestError;
@@ -29,7 +34,15 @@ use crate::chess::{BoardKey, board_key::KEY_BYTES};
 pub(crate) const ENTRY_BYTES: usize = KEY_BYTES + 16;
 /// Memory per entry counted against the limit: the entry plus up to two
 /// 8-byte index slots (load factor 1/4..1/2).
-pub(crate) const BYTES_PER_ENTRY: u64 = 56 + 16;
+pub(crate) const BYTES_PER_ENTRY: u64 = ENTRY_SIZE + 16;
+/// Bytes of an [`Entry`] in memory.
+const ENTRY_SIZE: u64 = std::mem::size_of::<Entry>() as u64;
+/// What the rest of ingest (input blocks, parsers, the collector, spill
+/// buffers) may hold beside the tables: the tables get `--memory-limit`
+/// less this, and at least a quarter of the limit.
+const PIPELINE_RESERVE: u64 = 256 << 20;
+/// Buffer of each partition file while spilling.
+const SPILL_BUFFER: usize = 256 << 10;
 const PARTITION_BITS: u32 = 6;
 const PARTITIONS: usize = 1 << PARTITION_BITS;
 
@@ -97,10 +110,9 @@ struct Index {
 impl Index {
     fn with_slots(n: usize) -> Index {
         let n = n.next_power_of_two().max(16);
-        Index {
-            slots: vec![0; n],
-            mask: n - 1,
-        }
+        let slots = vec![0; n];
+        advise_huge_pages(slots.as_ptr(), slots.len());
+        Index { slots, mask: n - 1 }
     }
 
     #[inline]
@@ -143,12 +155,23 @@ impl Index {
         self.slots[slot] = (Index::fingerprint(hash) << 32) | (at as u64 + 1);
     }
 
+    /// Indexes `entries` (distinct keys) in a table of `slots` slots: no
+    /// key comparisons, each key takes the first free slot from its home,
+    /// with home slots prefetched a batch ahead.
     fn rebuild(&mut self, slots: usize, entries: &[Entry]) {
         *self = Index::with_slots(slots);
-        for (at, e) in entries.iter().enumerate() {
-            let hash = e.key.hash64();
-            if let Err(slot) = self.find(hash, &e.key, entries) {
-                self.put(slot, hash, at);
+        let mut hashes = [0u64; LOOKAHEAD];
+        for (c, chunk) in entries.chunks(LOOKAHEAD).enumerate() {
+            for (h, e) in hashes.iter_mut().zip(chunk) {
+                *h = e.key.hash64();
+                self.prefetch_slot(*h);
+            }
+            for (j, &hash) in hashes[..chunk.len()].iter().enumerate() {
+                let mut i = self.home(hash);
+                while self.slots[i] != 0 {
+                    i = (i + 1) & self.mask;
+                }
+                self.put(i, hash, c * LOOKAHEAD + j);
             }
         }
     }
@@ -158,6 +181,37 @@ impl Index {
 fn same_key(a: &BoardKey, b: &BoardKey) -> bool {
     let (a, b) = (&a.0, &b.0);
     ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4])) == 0
+}
+
+/// Asks Linux to back a big table with 2 MiB pages (`MADV_HUGEPAGE`; the
+/// machine's default is often `madvise`): lookups in a table of gigabytes
+/// then miss the TLB far less. A hint only; failure changes nothing.
+fn advise_huge_pages<T>(data: *const T, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let bytes = len * std::mem::size_of::<T>();
+        if bytes < 2 * HUGE {
+            return;
+        }
+        let start = data as usize;
+        let aligned = start.next_multiple_of(HUGE);
+        let end = (start + bytes) / HUGE * HUGE;
+        if end > aligned {
+            // SAFETY: the range lies inside the allocation of `len` items at
+            // `data` (the caller's vector and its capacity); madvise
+            // with MADV_HUGEPAGE does not change its contents.
+            unsafe {
+                libc::madvise(
+                    aligned as *mut libc::c_void,
+                    end - aligned,
+                    libc::MADV_HUGEPAGE,
+                );
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (data, len);
 }
 
 #[inline]
@@ -174,11 +228,14 @@ fn prefetch<T>(ptr: *const T) {
 
 /// The distinct boards of one split.
 struct BoardSet {
+    /// Allocated once for a whole generation where the system allows (pages
+    /// are only touched as entries arrive), so growing never copies.
     entries: Vec<Entry>,
+    /// Entries the table may hold now (what the memory limit counts).
+    capacity: usize,
     index: Index,
     dir: PathBuf,
     generations: u32,
-    buf: Vec<u8>,
 }
 
 /// Keys looked up ahead of the insert in [`BoardSet::insert_all`].
@@ -187,7 +244,7 @@ const LOOKAHEAD: usize = 16;
 impl BoardSet {
     /// Room for `n` more entries without growing.
     fn room(&self) -> usize {
-        (self.entries.capacity() - self.entries.len())
+        (self.capacity.saturating_sub(self.entries.len()))
             .min((self.index.slots.len() / 2).saturating_sub(self.entries.len()))
     }
 
@@ -229,10 +286,28 @@ impl BoardSet {
         }
     }
 
-    /// Grows to hold `capacity` entries.
-    fn grow_to(&mut self, capacity: usize) {
-        self.entries.reserve_exact(capacity - self.entries.len());
-        let slots = (2 * capacity).next_power_of_two();
+    /// Bytes the table holds (entries and index slots).
+    fn bytes(&self) -> u64 {
+        self.capacity as u64 * ENTRY_SIZE + self.index.slots.len() as u64 * 8
+    }
+
+    /// Grows to `capacity` entries and `slots` index slots (a power of two,
+    /// at least twice `capacity`). The first growth reserves address space
+    /// for `generation` entries: a `Vec` that grows by reallocating copies
+    /// its entries, and for a moment holds both copies.
+    fn grow_to(&mut self, capacity: usize, slots: usize, generation: usize) {
+        if self.entries.capacity() < capacity {
+            let len = self.entries.len();
+            if self
+                .entries
+                .try_reserve_exact(generation.max(capacity) - len)
+                .is_err()
+            {
+                self.entries.reserve_exact(capacity - len);
+            }
+            advise_huge_pages(self.entries.as_ptr(), self.entries.capacity());
+        }
+        self.capacity = capacity;
         if slots > self.index.slots.len() {
             self.index.rebuild(slots, &self.entries);
         }
@@ -242,37 +317,32 @@ impl BoardSet {
     /// table.
     fn spill(&mut self) -> Result<(), IngestError> {
         fs::create_dir_all(&self.dir).map_err(|e| spill_err(&self.dir, e))?;
-        let part = |e: &Entry| (e.key.hash64() >> (64 - PARTITION_BITS)) as usize;
-        let mut offsets = [0usize; PARTITIONS + 1];
+        let mut files: Vec<Option<BufWriter<File>>> = (0..PARTITIONS).map(|_| None).collect();
+        let mut bytes = Vec::with_capacity(ENTRY_BYTES);
         for e in &self.entries {
-            offsets[part(e) + 1] += 1;
+            let p = (e.key.hash64() >> (64 - PARTITION_BITS)) as usize;
+            let file = match &mut files[p] {
+                Some(file) => file,
+                slot => {
+                    let path = partition_path(&self.dir, p);
+                    let f = OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&path)
+                        .map_err(|e| spill_err(&path, e))?;
+                    slot.insert(BufWriter::with_capacity(SPILL_BUFFER, f))
+                }
+            };
+            bytes.clear();
+            e.write(&mut bytes);
+            file.write_all(&bytes)
+                .map_err(|err| spill_err(&partition_path(&self.dir, p), err))?;
         }
-        for p in 0..PARTITIONS {
-            offsets[p + 1] += offsets[p];
-        }
-        let mut order = vec![0u32; self.entries.len()];
-        let mut cursor = offsets;
-        for (i, e) in self.entries.iter().enumerate() {
-            let p = part(e);
-            order[cursor[p]] = i as u32;
-            cursor[p] += 1;
-        }
-        for p in 0..PARTITIONS {
-            let range = offsets[p]..offsets[p + 1];
-            if range.is_empty() {
-                continue;
+        for (p, file) in files.iter_mut().enumerate() {
+            if let Some(file) = file {
+                file.flush()
+                    .map_err(|err| spill_err(&partition_path(&self.dir, p), err))?;
             }
-            self.buf.clear();
-            for &i in &order[range] {
-                self.entries[i as usize].write(&mut self.buf);
-            }
-            let path = partition_path(&self.dir, p);
-            let mut f = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .map_err(|e| spill_err(&path, e))?;
-            f.write_all(&self.buf).map_err(|e| spill_err(&path, e))?;
         }
         self.entries.clear();
         self.index.slots.fill(0);
@@ -282,8 +352,34 @@ impl BoardSet {
 
     fn release(&mut self) {
         self.entries = Vec::new();
+        self.capacity = 0;
         self.index = Index::with_slots(16);
     }
+}
+
+/// The biggest table with room for `need` entries and at most `want`,
+/// within `allowed` bytes: (entry capacity, index slots), slots a power of
+/// two at least twice the capacity (load factor <= 1/2). `None` when even
+/// `need` entries do not fit.
+fn table_shape(need: usize, want: usize, allowed: u64) -> Option<(usize, usize)> {
+    let mut best: Option<(usize, usize)> = None;
+    let mut slots = (2 * want.max(need)).next_power_of_two().max(16);
+    while slots / 2 >= need {
+        let index = slots as u64 * 8;
+        if index < allowed {
+            let capacity = (((allowed - index) / ENTRY_SIZE).min(u64::MAX >> 1) as usize)
+                .min(slots / 2)
+                .min(want.max(need));
+            if capacity >= need && best.is_none_or(|(c, _)| capacity > c) {
+                best = Some((capacity, slots));
+            }
+        }
+        if slots <= 16 {
+            break;
+        }
+        slots /= 2;
+    }
+    best
 }
 
 fn partition_path(dir: &Path, p: usize) -> PathBuf {
@@ -293,6 +389,9 @@ fn partition_path(dir: &Path, p: usize) -> PathBuf {
 /// Counts the distinct boards of every split.
 pub(crate) struct Aggregator {
     sets: Vec<BoardSet>,
+    /// Bytes the tables (entries and index slots, all splits) may hold.
+    table_bytes: u64,
+    /// Entries in a full generation (pieces of long games, partitions).
     max_entries: usize,
 }
 
@@ -314,17 +413,22 @@ pub(crate) struct KeyBatch {
 impl Aggregator {
     /// `scratch` receives spill files (one directory per split).
     pub(crate) fn new(splits: usize, memory_limit: u64, scratch: &Path) -> Aggregator {
-        let max_entries = (memory_limit / BYTES_PER_ENTRY).clamp(1024, u64::from(u32::MAX - 1));
+        let table_bytes = memory_limit
+            .saturating_sub(PIPELINE_RESERVE)
+            .max(memory_limit / 4)
+            .max(1024 * BYTES_PER_ENTRY);
+        let max_entries = (table_bytes / BYTES_PER_ENTRY).clamp(1024, u64::from(u32::MAX - 1));
         Aggregator {
             sets: (0..splits)
                 .map(|s| BoardSet {
                     entries: Vec::new(),
+                    capacity: 0,
                     index: Index::with_slots(16),
                     dir: scratch.join(format!("split-{s}")),
                     generations: 0,
-                    buf: Vec::new(),
                 })
                 .collect(),
+            table_bytes,
             max_entries: max_entries as usize,
         }
     }
@@ -336,14 +440,16 @@ impl Aggregator {
             if self.sets[s].room() >= n {
                 return Ok(());
             }
-            let used: usize = self.sets.iter().map(|s| s.entries.capacity()).sum();
+            let others: u64 = (self.sets.iter().enumerate())
+                .filter(|&(i, _)| i != s)
+                .map(|(_, set)| set.bytes())
+                .sum();
             let set = &self.sets[s];
             let need = set.entries.len() + n;
-            let want = need.max(2 * set.entries.capacity()).max(4096);
-            let others = used - set.entries.capacity();
-            let allowed = self.max_entries.saturating_sub(others);
-            if allowed >= need {
-                self.sets[s].grow_to(want.min(allowed));
+            let want = need.max(2 * set.capacity).max(4096);
+            let allowed = self.table_bytes.saturating_sub(others);
+            if let Some((capacity, slots)) = table_shape(need, want, allowed) {
+                self.sets[s].grow_to(capacity, slots, self.max_entries);
                 continue;
             }
             // Out of memory: spill the biggest set (possibly this one).
@@ -363,7 +469,10 @@ impl Aggregator {
                         self.max_entries
                     )));
                 }
-                self.sets[s].grow_to(need);
+                let (capacity, slots) = table_shape(need, need, u64::MAX).ok_or_else(|| {
+                    IngestError::Internal(format!("no table holds {need} boards"))
+                })?;
+                self.sets[s].grow_to(capacity, slots, self.max_entries);
                 continue;
             }
             self.sets[victim].spill()?;
@@ -399,27 +508,98 @@ impl Aggregator {
     }
 
     /// The distinct boards of each split, in order of first occurrence.
-    pub(crate) fn finish(self) -> Result<Vec<BoardStream>, IngestError> {
-        let max_entries = self.max_entries;
-        let mut streams = Vec::with_capacity(self.sets.len());
-        for mut set in self.sets {
+    /// Spilled partitions are deduplicated by `threads` threads at once,
+    /// each within its share of the memory limit.
+    pub(crate) fn finish(self, threads: usize) -> Result<Vec<BoardStream>, IngestError> {
+        let threads = threads.max(1);
+        let mut in_memory = Vec::with_capacity(self.sets.len());
+        let mut jobs: Vec<(usize, PathBuf)> = Vec::new();
+        for (s, mut set) in self.sets.into_iter().enumerate() {
             if set.generations == 0 {
-                streams.push(BoardStream::Memory(set.entries.into_iter()));
+                in_memory.push(Some(set.entries));
                 continue;
             }
             set.spill()?;
             set.release();
-            let mut runs = Vec::new();
+            in_memory.push(None);
             for p in 0..PARTITIONS {
                 let path = partition_path(&set.dir, p);
                 if path.exists() {
-                    runs.push(dedup_partition(&path, PARTITION_BITS, max_entries)?);
+                    jobs.push((s, path));
                 }
             }
-            streams.push(BoardStream::Merged(MergeRuns::new(&runs)?));
+        }
+        let per_thread = (self.max_entries / threads).max(1024);
+        let paths: Vec<&Path> = jobs.iter().map(|(_, p)| p.as_path()).collect();
+        let mut runs = dedup_partitions(&paths, per_thread, threads)?.into_iter();
+        let mut streams = Vec::with_capacity(in_memory.len());
+        for (s, entries) in in_memory.into_iter().enumerate() {
+            streams.push(match entries {
+                Some(entries) => BoardStream::Memory(entries.into_iter()),
+                None => {
+                    let n = jobs.iter().filter(|(js, _)| *js == s).count();
+                    let mine: Vec<PathBuf> = runs.by_ref().take(n).collect();
+                    BoardStream::Merged(MergeRuns::new(&mine)?)
+                }
+            });
         }
         Ok(streams)
     }
+}
+
+/// Runs [`dedup_partition`] on every path, `threads` at a time; the runs
+/// come back in the order of `paths`. The first failure stops the others
+/// from taking new partitions and is returned.
+fn dedup_partitions(
+    paths: &[&Path],
+    max_entries: usize,
+    threads: usize,
+) -> Result<Vec<PathBuf>, IngestError> {
+    let next = AtomicUsize::new(0);
+    let results: Vec<Mutex<Option<Result<PathBuf, IngestError>>>> =
+        paths.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(paths.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(path) = paths.get(i) else { break };
+                        let result = dedup_partition(path, PARTITION_BITS, max_entries);
+                        let failed = result.is_err();
+                        if let Ok(mut slot) = results[i].lock() {
+                            *slot = Some(result);
+                        }
+                        if failed {
+                            next.store(paths.len(), Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            if w.join().is_err() {
+                next.store(paths.len(), Ordering::Relaxed);
+            }
+        }
+    });
+    let results: Vec<Option<Result<PathBuf, IngestError>>> = results
+        .into_iter()
+        .map(|slot| slot.into_inner().ok().flatten())
+        .collect();
+    let mut runs = Vec::with_capacity(paths.len());
+    for (result, path) in results.into_iter().zip(paths) {
+        match result {
+            Some(run) => runs.push(run?),
+            None => {
+                return Err(IngestError::Internal(format!(
+                    "a thread deduplicating spilled boards panicked (at {})",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok(runs)
 }
 
 /// Reads entries from a spill or run file.
@@ -479,7 +659,7 @@ fn dedup_partition(
             let hash = e.key.hash64();
             match table.entry(
                 hash,
-                |&i| entries[i as usize].key == e.key,
+                |&i| same_key(&entries[i as usize].key, &e.key),
                 |&i| entries[i as usize].key.hash64(),
             ) {
                 hash_table::Entry::Occupied(o) => entries[*o.get() as usize].count += e.count,
@@ -637,7 +817,7 @@ mod tests {
     }
 
     fn collect(agg: Aggregator) -> Vec<Vec<Entry>> {
-        agg.finish()
+        agg.finish(3)
             .unwrap()
             .into_iter()
             .map(|s| s.collect::<Result<Vec<_>, _>>().unwrap())

@@ -410,7 +410,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     }
 
     // Boards and legal moves, split by split.
-    let streams = aggregator.finish()?;
+    let streams = aggregator.finish(config.threads)?;
     mark("dedup", &mut phases);
     let done = Arc::new(AtomicU64::new(0));
     let mut totals = Vec::with_capacity(splits.len());

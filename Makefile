@@ -146,7 +146,7 @@ bench-loader: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
 # BENCH_DEVICE=cuda measures on GPU 0 (builds with --features cuda).
 BENCH_DEVICE ?= cpu
 bench-eval: | $(DUCKDB_LIB)
-	BENCH_DEVICE=$(BENCH_DEVICE) $(CARGO) bench --locked --bench eval $(if $(filter cuda,$(BENCH_DEVICE)),--features cuda)
+	BENCH_DEVICE=$(BENCH_DEVICE) $(if $(SEARCHLESS_CHESS),SEARCHLESS_CHESS=$(abspath $(SEARCHLESS_CHESS)) CHESSBENCH_JAX_PYTHON=$(JAX_PYTHON)) $(CARGO) bench --locked --bench eval $(if $(filter cuda,$(BENCH_DEVICE)),--features cuda)
 
 ## Every stage at SCALE_GAMES/10 and SCALE_GAMES generated games (default
 ## 10^5): wall time, records/s, peak RSS, disk, the 10x ratio (benches/scale.rs).
@@ -177,7 +177,9 @@ jax-deps:
 	.venv-jax/bin/pip install -q $(JAX_PINS)
 
 ## Their model's forward pass (tiny and 9M, every policy) and 30 of their
-## training steps against chessbench's, from the same parameters.
+## training steps against chessbench's, from the same parameters; Orbax
+## checkpoints their code saves, converted (scripts/orbax_to_safetensors.py),
+## imported and played against their engines on 1,000 positions.
 test-published: | $(DUCKDB_LIB) stockfish
 	REQUIRE_PUBLISHED=1 SEARCHLESS_CHESS=$(SEARCHLESS_CHESS) CHESSBENCH_JAX_PYTHON=$(JAX_PYTHON) \
 	  $(CARGO) test --release --locked --test it published -- --nocapture

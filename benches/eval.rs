@@ -12,8 +12,15 @@
 //!
 //! Environment: BENCH_PRESETS (default "tiny,9m"), BENCH_BOARDS (default
 //! 100), BENCH_DEVICE (`cpu`, the default, or `cuda`).
+//!
+//! JAX reference (issue 15: chessbench >= 1.0x JAX's CPU throughput on the
+//! 9M shape): with `SEARCHLESS_CHESS=DIR` (a google-deepmind/searchless_chess
+//! checkout) and `CHESSBENCH_JAX_PYTHON` (a Python with jax and dm-haiku,
+//! `make jax-deps`), their own predictor runs the same boards, one jitted
+//! forward pass per board over its legal moves
+//! (`bench/searchless_forward_speed.py`), right after ours.
 
-use std::time::Instant;
+use std::{path::PathBuf, process::Command, time::Instant};
 
 use chessbench::{
     chess::{RecordSet, push_sequence},
@@ -104,5 +111,62 @@ fn main() {
             n as f64 / single,
             single / batched
         );
+        if device == DeviceKind::Cpu {
+            jax_reference(p, &positions, batched);
+        }
     }
+}
+
+/// Their predictor on the same boards (see the module docs), or why not.
+fn jax_reference(preset: Preset, positions: &[Chess], ours: f64) {
+    let Some(code) = std::env::var_os("SEARCHLESS_CHESS").map(PathBuf::from) else {
+        println!("        JAX reference: skipped (SEARCHLESS_CHESS is not set)");
+        return;
+    };
+    let python = std::env::var("CHESSBENCH_JAX_PYTHON").unwrap_or_else(|_| "python3".into());
+    let shape = chessbench::model::ModelShape::preset(preset, RecordSet::ActionValue, 128);
+    let dir = tempfile::tempdir().unwrap();
+    let fens = dir.path().join("fens.txt");
+    let text: Vec<String> = positions
+        .iter()
+        .map(|p| Fen::from_position(p, EnPassantMode::Legal).to_string())
+        .collect();
+    std::fs::write(&fens, text.join("\n")).unwrap();
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/searchless_forward_speed.py");
+    let out = Command::new(&python)
+        .arg(script)
+        .arg("--searchless")
+        .arg(&code)
+        .arg("--fens")
+        .arg(&fens)
+        .args(["--layers", &shape.layers.to_string()])
+        .args(["--d-model", &shape.d_model.to_string()])
+        .args(["--heads", &shape.heads.to_string()])
+        .output();
+    let out = match out {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            println!(
+                "        JAX reference failed: {}",
+                err.lines().last().unwrap_or("")
+            );
+            return;
+        }
+        Err(e) => {
+            println!("        JAX reference: cannot run {python}: {e}");
+            return;
+        }
+    };
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let secs = v["seconds"].as_f64().unwrap();
+    let boards = v["boards"].as_f64().unwrap();
+    println!(
+        "        JAX {} (their predictor, XLA CPU) {:8.1} boards/s ({:8.0} moves/s) | chessbench / JAX {:.2}x",
+        v["jax"].as_str().unwrap_or("?"),
+        boards / secs,
+        v["moves"].as_f64().unwrap() / secs,
+        secs / ours
+    );
 }

@@ -3,7 +3,11 @@
 //! sequences their `data_loader` builds from our `.bag` export; chessbench
 //! reads the same parameters (`chessbench::model::haiku`) and must give the
 //! same log-probabilities within 1e-4, for every policy and for the tiny and
-//! 9M shapes.
+//! 9M shapes. And the path of a published model: their checkpoint manager
+//! saves an Orbax checkpoint, zipped like `9M.zip`;
+//! `scripts/orbax_to_safetensors.py` and `chessbench checkpoint import` make
+//! it a checkpoint; `chessbench uci` plays their engine's move on 1,000 real
+//! positions.
 //!
 //! Needs a searchless_chess checkout (`SEARCHLESS_CHESS=DIR`) and a Python
 //! with jax and dm-haiku (`CHESSBENCH_JAX_PYTHON`, default `python3`); it
@@ -268,4 +272,191 @@ fn searchless_chess_parameters_give_their_log_probabilities() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("linear_6/w") && err.contains("1968"), "{err}");
+}
+
+/// Plays every FEN through `chessbench uci --checkpoint DIR --weights W`;
+/// the `bestmove` of each, in order.
+fn uci_moves(checkpoint: &Path, weights: &str, fens: &[String]) -> Vec<String> {
+    use std::io::Write as _;
+    let mut uci = Command::new(env!("CARGO_BIN_EXE_chessbench"))
+        .args(["uci", "--weights", weights, "--checkpoint"])
+        .arg(checkpoint)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut script = String::from("uci\n");
+    for fen in fens {
+        script.push_str(&format!("position fen {fen}\ngo\n"));
+    }
+    script.push_str("quit\n");
+    let mut stdin = uci.stdin.take().unwrap();
+    // Written from a thread: the engine answers while it reads.
+    let writer = std::thread::spawn(move || stdin.write_all(script.as_bytes()));
+    let out = uci.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("bestmove "))
+        .map(|m| m.split_whitespace().next().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// The positions of the vendored Lichess puzzles (the FEN each starts from).
+fn puzzle_fens(n: usize) -> Vec<String> {
+    let text =
+        std::fs::read_to_string(crate::util::data_file("lichess_db_puzzle_head1000.csv")).unwrap();
+    text.lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(1).unwrap().to_owned())
+        .take(n)
+        .collect()
+}
+
+#[test]
+fn searchless_chess_checkpoints_import_and_play_their_engines_moves() {
+    let Some((code, python)) = reference() else {
+        return;
+    };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    // Tiny shape on the 1,000 puzzle positions for every policy; the 9M
+    // action-value shape on 30 (chessbench's CPU inference of the 9M model
+    // runs at ~25 sequences/s here).
+    for (preset, set, boards, seed) in [
+        (Preset::Tiny, RecordSet::ActionValue, 1000, 10),
+        (Preset::Tiny, RecordSet::StateValue, 1000, 11),
+        (Preset::Tiny, RecordSet::BehavioralCloning, 1000, 12),
+        (Preset::M9, RecordSet::ActionValue, 30, 13),
+    ] {
+        let fens = puzzle_fens(boards);
+        let fens_file = dir.path().join("fens.txt");
+        std::fs::write(&fens_file, fens.join("\n")).unwrap();
+        let shape = ModelShape::preset(preset, set, 128);
+        let zip = dir.path().join(format!("{preset:?}-{}.zip", set.name()));
+        let moves = dir.path().join("moves.json");
+        let o = Command::new(&python)
+            .arg(root.join("tests/python/searchless_engines.py"))
+            .arg("--searchless")
+            .arg(&code)
+            .args(["--policy", set.name()])
+            .args(["--layers", &shape.layers.to_string()])
+            .args(["--d-model", &shape.d_model.to_string()])
+            .args(["--heads", &shape.heads.to_string()])
+            .args(["--buckets", "128", "--seed", &seed.to_string()])
+            .args(["--step", "6400000", "--name", "model"])
+            .arg("--zip")
+            .arg(&zip)
+            .arg("--fens")
+            .arg(&fens_file)
+            .arg("--moves")
+            .arg(&moves)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let theirs: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&moves).unwrap()).unwrap();
+        let theirs_scores = theirs["scores"].clone();
+        // Our Orbax step: the zip as a user downloads it, to safetensors.
+        let (params, ema) = (
+            dir.path().join("p.safetensors"),
+            dir.path().join("e.safetensors"),
+        );
+        let o = Command::new(&python)
+            .arg(root.join("scripts/orbax_to_safetensors.py"))
+            .arg(&zip)
+            .arg("--out")
+            .arg(&params)
+            .arg("--ema-out")
+            .arg(&ema)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = dir.path().join(format!("{preset:?}-{}", set.name()));
+        let o = crate::util::run(&[
+            "checkpoint",
+            "import",
+            params.to_str().unwrap(),
+            "--ema",
+            ema.to_str().unwrap(),
+            "--policy",
+            set.name(),
+            "--model",
+            match preset {
+                Preset::Tiny => "tiny",
+                _ => "9m",
+            },
+            "--buckets",
+            "128",
+            "--step",
+            "6400000",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        for (tree, weights) in [("params", "raw"), ("params_ema", "ema")] {
+            let ours = uci_moves(&out, weights, &fens);
+            let theirs: Vec<String> = theirs[tree]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m.as_str().unwrap().to_owned())
+                .collect();
+            assert_eq!(ours.len(), fens.len(), "{preset:?} {set:?} {tree}");
+            // A different move is a failure unless their engine scores it
+            // within TIE of the move it played: two moves equal to float
+            // precision (the log-probabilities agree to ~1e-5), where
+            // argmax picks either.
+            const TIE: f64 = 1e-6;
+            let (mut ties, mut differ) = (Vec::new(), Vec::new());
+            for i in (0..fens.len()).filter(|&i| ours[i] != theirs[i]) {
+                let score = |m: &str| theirs_scores[tree][i][m].as_f64();
+                let line = format!(
+                    "{}: ours {} ({:?}) theirs {} ({:?})",
+                    fens[i],
+                    ours[i],
+                    score(&ours[i]),
+                    theirs[i],
+                    score(&theirs[i])
+                );
+                match (score(&ours[i]), score(&theirs[i])) {
+                    (Some(a), Some(b)) if (b - a).abs() < TIE => ties.push(line),
+                    _ => differ.push(line),
+                }
+            }
+            eprintln!(
+                "{preset:?} {set:?} {tree}: {} boards, the same move on {}, a float-precision tie (< {TIE:e}) on {}, different on {}",
+                fens.len(),
+                fens.len() - ties.len() - differ.len(),
+                ties.len(),
+                differ.len()
+            );
+            for t in &ties {
+                eprintln!("  tie: {t}");
+            }
+            assert!(differ.is_empty(), "{preset:?} {set:?} {tree}: {differ:#?}");
+        }
+    }
+    // A truncated download is refused by the Orbax step, naming the file.
+    let zip = dir.path().join("Tiny-action_value.zip");
+    let bytes = std::fs::read(&zip).unwrap();
+    let cut = dir.path().join("cut.zip");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let o = Command::new(&python)
+        .arg(root.join("scripts/orbax_to_safetensors.py"))
+        .arg(&cut)
+        .arg("--out")
+        .arg(dir.path().join("cut.safetensors"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("cut.zip"), "{err}");
+    assert!(!dir.path().join("cut.safetensors").exists());
 }

@@ -17,36 +17,8 @@ turned into sequences by their `data_loader` and the log-probabilities their
 
 import argparse
 import json
-import struct
 import sys
 from pathlib import Path
-
-
-def write_safetensors(path: Path, tensors: dict, metadata: dict) -> None:
-    """The safetensors format: an 8-byte header length, a JSON header, data."""
-    import numpy as np
-
-    header = {"__metadata__": {k: str(v) for k, v in metadata.items()}}
-    blobs = []
-    offset = 0
-    for name, array in tensors.items():
-        array = np.ascontiguousarray(array)
-        dtype = {"float32": "F32", "int32": "I32"}[str(array.dtype)]
-        blob = array.tobytes()
-        header[name] = {
-            "dtype": dtype,
-            "shape": list(array.shape),
-            "data_offsets": [offset, offset + len(blob)],
-        }
-        blobs.append(blob)
-        offset += len(blob)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for blob in blobs:
-            f.write(blob)
 
 
 def main() -> None:
@@ -72,8 +44,11 @@ def main() -> None:
     ap.add_argument("--trained", help="where to write the parameters after --steps")
     args = ap.parse_args()
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "bench"))
+    sys.path.insert(0, str(root / "scripts"))
     import searchless_compat
+    from orbax_to_safetensors import write_safetensors
 
     searchless_compat.load(args.searchless)
 

@@ -76,3 +76,15 @@ def transformer_config(*, layers: int, d_model: int, heads: int, outputs: int, s
         use_causal_mask=False,
         seed=seed,
     )
+
+
+def predictor(*, policy: str, layers: int, d_model: int, heads: int, buckets: int, seed: int):
+    """Their predictor for `policy` at the given shape (1968 outputs for
+    behavioural cloning, `buckets` otherwise); returns (predictor, config)."""
+    from searchless_chess.src import transformer, utils
+
+    outputs = utils.NUM_ACTIONS if policy == "behavioral_cloning" else buckets
+    config = transformer_config(
+        layers=layers, d_model=d_model, heads=heads, outputs=outputs, seed=seed
+    )
+    return transformer.build_transformer_predictor(config), config

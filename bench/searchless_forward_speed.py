@@ -39,17 +39,17 @@ def main() -> None:
     import jax
     import numpy as np
 
-    from searchless_chess.src import tokenizer, transformer, utils
+    from searchless_chess.src import tokenizer, utils
     from searchless_chess.src.engines import engine
 
-    config = searchless_compat.transformer_config(
+    predictor, _ = searchless_compat.predictor(
+        policy="action_value",
         layers=args.layers,
         d_model=args.d_model,
         heads=args.heads,
-        outputs=args.buckets,
+        buckets=args.buckets,
         seed=0,
     )
-    predictor = transformer.build_transformer_predictor(config)
     params = predictor.initial_params(
         rng=jax.random.PRNGKey(0), targets=np.zeros((1, 1), dtype=np.uint32)
     )

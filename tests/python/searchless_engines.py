@@ -57,19 +57,18 @@ def main() -> None:
     import numpy as np
     import optax
 
-    from searchless_chess.src import training_utils, transformer, utils
+    from searchless_chess.src import training_utils, utils
     from searchless_chess.src.engines import engine as engine_mod
     from searchless_chess.src.engines import neural_engines
 
-    outputs = utils.NUM_ACTIONS if args.policy == "behavioral_cloning" else args.buckets
-    config = searchless_compat.transformer_config(
+    predictor, _ = searchless_compat.predictor(
+        policy=args.policy,
         layers=args.layers,
         d_model=args.d_model,
         heads=args.heads,
-        outputs=outputs,
+        buckets=args.buckets,
         seed=args.seed,
     )
-    predictor = transformer.build_transformer_predictor(config)
     dummy = np.zeros((1, 1), dtype=np.uint32)
     params = predictor.initial_params(rng=jax.random.PRNGKey(args.seed), targets=dummy)
     params_ema = predictor.initial_params(rng=jax.random.PRNGKey(args.seed + 1000), targets=dummy)

@@ -55,17 +55,17 @@ def main() -> None:
     import jax
     import numpy as np
 
-    from searchless_chess.src import bagz, data_loader, transformer, utils
+    from searchless_chess.src import bagz, data_loader
 
-    outputs = utils.NUM_ACTIONS if args.policy == "behavioral_cloning" else args.buckets
-    config = searchless_compat.transformer_config(
+    predictor, config = searchless_compat.predictor(
+        policy=args.policy,
         layers=args.layers,
         d_model=args.d_model,
         heads=args.heads,
-        outputs=outputs,
+        buckets=args.buckets,
         seed=args.seed,
     )
-    predictor = transformer.build_transformer_predictor(config)
+    outputs = config.output_size
     params = predictor.initial_params(
         rng=jax.random.PRNGKey(config.seed),
         targets=np.zeros((1, 1), dtype=np.uint32),

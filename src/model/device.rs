@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum DeviceKind {
-    /// burn's `flex` CPU backend (all cores).
+    /// The CPU, all cores: training runs burn's `flex` backend, evaluation
+    /// and the UCI engine the fused inference path.
     Cpu,
     /// burn-cuda on GPU 0 (needs a binary built with `--features cuda`).
     Cuda,

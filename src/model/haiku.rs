@@ -56,6 +56,8 @@ pub enum HaikuError {
     Unused { path: PathBuf, names: String },
     #[error("sequences: {0} tokens is not a whole number of {1}-token sequences")]
     Sequences(usize, usize),
+    #[error("fused inference: {0}")]
+    Inference(String),
 }
 
 /// A haiku parameter tree read from a safetensors file.
@@ -137,14 +139,24 @@ impl HaikuParams {
     }
 }
 
+/// Which implementation of the network computes [`log_probs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Network {
+    /// The burn network on the CPU backend (what training runs).
+    Burn,
+    /// The fused CPU inference path (what `eval` and `uci` run on the CPU).
+    Fused,
+}
+
 /// Log-probabilities `[n, outputs]` (row-major) of the last token of each
 /// of the `n` sequences (`shape.seq_len` tokens each, the target included,
 /// as searchless_chess's `predict` takes them) under the model of `shape`
-/// with the parameters of `path`, on the CPU.
+/// with the parameters of `path`, on the CPU, by `network`.
 pub fn log_probs(
     path: &Path,
     shape: &ModelShape,
     sequences: &[i32],
+    network: Network,
 ) -> Result<Vec<f32>, HaikuError> {
     if !sequences.len().is_multiple_of(shape.seq_len) {
         return Err(HaikuError::Sequences(sequences.len(), shape.seq_len));
@@ -152,6 +164,17 @@ pub fn log_probs(
     let device = Default::default();
     let model = HaikuParams::read(path)?.predictor::<Flex>(shape, &device)?;
     let mut out = Vec::with_capacity(sequences.len() / shape.seq_len * shape.outputs);
+    if network == Network::Fused {
+        let fused = model.to_cpu(shape);
+        for batch in sequences.chunks(256 * shape.seq_len) {
+            out.extend(
+                fused
+                    .log_probs(batch, shape.seq_len)
+                    .map_err(|e| HaikuError::Inference(e.to_string()))?,
+            );
+        }
+        return Ok(out);
+    }
     for batch in sequences.chunks(256 * shape.seq_len) {
         let lp = model.forward(tokens_tensor::<Flex>(batch, shape.seq_len, &device));
         out.extend(

@@ -1,10 +1,12 @@
 //! The predictor, shared by the trainer and the evaluator: its shape and the
-//! paper's presets ([`shape`]), the burn network ([`net`]), where it runs
+//! paper's presets ([`shape`]), the burn network ([`net`]) and its fused
+//! CPU inference path ([`cpu`]), where it runs
 //! ([`device`]) and the checkpoint layout a trained model is read from
 //! ([`checkpoint`]). Training writes checkpoints, evaluation reads them; the
 //! two stages share this foundation and the files, nothing else.
 
 pub(crate) mod checkpoint;
+pub(crate) mod cpu;
 pub(crate) mod device;
 pub mod haiku;
 pub(crate) mod net;

@@ -29,7 +29,10 @@ use burn::{
     },
 };
 
-use super::shape::ModelShape;
+use super::{
+    cpu::{BlockWeights, CpuBlock, CpuPredictor, Norm},
+    shape::ModelShape,
+};
 
 /// One pre-LayerNorm transformer block.
 #[derive(Module, Debug)]
@@ -299,6 +302,62 @@ impl<B: Backend> Predictor<B> {
             .forward(x.narrow(1, t - 1, 1))
             .reshape([b, self.d_model]);
         log_softmax(self.head.forward(last), 1)
+    }
+}
+
+impl<B: Backend> Predictor<B> {
+    /// The same network for inference on the CPU ([`super::cpu`]), its
+    /// weights copied out of the backend.
+    pub(crate) fn to_cpu(&self, shape: &ModelShape) -> CpuPredictor {
+        fn values<B: Backend, const D: usize>(t: &Param<Tensor<B, D>>) -> Vec<f32> {
+            t.val()
+                .into_data()
+                .convert::<f32>()
+                .to_vec::<f32>()
+                .expect("f32 parameters")
+        }
+        let norm = |ln: &LayerNorm<B>| Norm {
+            scale: values(&ln.gamma),
+            offset: ln
+                .beta
+                .as_ref()
+                .map_or_else(|| vec![0.0; self.d_model], values),
+        };
+        let d = shape.d_model;
+        let ffn = shape.widening * d;
+        let blocks = self
+            .blocks
+            .iter()
+            .map(|b| {
+                CpuBlock::new(
+                    BlockWeights {
+                        attn_norm: norm(&b.attn_norm),
+                        q: values(&b.q.weight),
+                        k: values(&b.k.weight),
+                        v: values(&b.v.weight),
+                        out: values(&b.out.weight),
+                        mlp_norm: norm(&b.mlp_norm),
+                        gate: values(&b.gate.weight),
+                        up: values(&b.up.weight),
+                        down: values(&b.down.weight),
+                    },
+                    d,
+                    ffn,
+                )
+            })
+            .collect();
+        CpuPredictor::new(
+            *shape,
+            values(&self.token_embedding.weight),
+            values(&self.position_embedding),
+            blocks,
+            norm(&self.final_norm),
+            values(&self.head.weight),
+            self.head
+                .bias
+                .as_ref()
+                .map_or_else(|| vec![0.0; shape.outputs], values),
+        )
     }
 }
 

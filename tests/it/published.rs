@@ -21,7 +21,10 @@ use std::{
 
 use chessbench::{
     chess::RecordSet,
-    model::{ModelShape, Preset, haiku},
+    model::{
+        ModelShape, Preset,
+        haiku::{self, Network},
+    },
 };
 use safetensors::SafeTensors;
 
@@ -154,14 +157,23 @@ fn searchless_chess_parameters_give_their_log_probabilities() {
             0,
             "{set:?}: sequence length"
         );
-        let ours = haiku::log_probs(&params, &shape, &sequences).unwrap();
+        // Both implementations: the burn network (training) and the fused
+        // CPU path (eval and uci on the CPU).
+        let ours = haiku::log_probs(&params, &shape, &sequences, Network::Burn).unwrap();
+        let fused = haiku::log_probs(&params, &shape, &sequences, Network::Fused).unwrap();
         assert_eq!(ours.len(), theirs.len(), "{preset:?} {set:?}");
+        assert_eq!(fused.len(), theirs.len(), "{preset:?} {set:?}");
         let worst = max_gap(&ours, &theirs);
+        let worst_fused = max_gap(&fused, &theirs);
         eprintln!(
-            "{preset:?} {set:?}: {} sequences, max |log p - theirs| = {worst:.2e}",
+            "{preset:?} {set:?}: {} sequences, max |log p - theirs| = {worst:.2e} (burn), {worst_fused:.2e} (fused)",
             sequences.len() / shape.seq_len
         );
         assert!(worst < 1e-4, "{preset:?} {set:?}: {worst}");
+        assert!(
+            worst_fused < 1e-4,
+            "{preset:?} {set:?} fused: {worst_fused}"
+        );
         // Their argmax is ours on every sequence.
         let argmax = |v: &[f32]| -> Vec<usize> {
             v.chunks(shape.outputs)
@@ -175,6 +187,7 @@ fn searchless_chess_parameters_give_their_log_probabilities() {
                 .collect()
         };
         assert_eq!(argmax(&ours), argmax(&theirs), "{preset:?} {set:?}");
+        assert_eq!(argmax(&fused), argmax(&theirs), "{preset:?} {set:?} fused");
     }
     // Training: the same 30 steps from their initial parameters (batch 16,
     // Adam lr 2e-3, clip 1.0) give the same losses and parameters.
@@ -208,7 +221,7 @@ fn searchless_chess_parameters_give_their_log_probabilities() {
     let their_losses = tensor_f32(&st, "losses");
     let (losses, ours) =
         chessbench::train::parity::haiku_steps(&params, &shape, &sequences, 16, 2e-3, 30).unwrap();
-    let theirs = haiku::log_probs(&trained, &shape, &sequences).unwrap();
+    let theirs = haiku::log_probs(&trained, &shape, &sequences, Network::Burn).unwrap();
     let loss_gap = max_gap(&losses, &their_losses);
     let param_gap = max_gap(&ours, &theirs);
     eprintln!(
@@ -268,7 +281,7 @@ fn searchless_chess_parameters_give_their_log_probabilities() {
     // Another policy's tree is refused, naming the tensor: the action-value
     // parameters read as a behavioural-cloning model (1968 outputs).
     let shape = ModelShape::preset(Preset::Tiny, RecordSet::BehavioralCloning, 32);
-    let err = haiku::log_probs(&params, &shape, &[])
+    let err = haiku::log_probs(&params, &shape, &[], Network::Fused)
         .unwrap_err()
         .to_string();
     assert!(err.contains("linear_6/w") && err.contains("1968"), "{err}");

@@ -17,7 +17,7 @@ FUZZ_CASES  ?= 20000
 
 .PHONY: all build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-scale \
-        test-slurm test-demo test-published jax-deps parity check-cuda stockfish doc clean
+        test-slurm test-demo test-published jax-deps parity parity-paired check-cuda stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -189,6 +189,12 @@ test-published: | $(DUCKDB_LIB) stockfish
 SEEDS       ?= 0 1
 parity: $(RUN)/annotate/.done
 	bench/parity.sh $(RUN) $(SEARCHLESS_CHESS) $(JAX_PYTHON) $(SEEDS)
+
+## Learning parity on paired runs: chessbench trains from their initial
+## parameters on their batches in their order (benches/parity_paired.rs).
+parity-paired: $(RUN)/annotate/.done | $(DUCKDB_LIB)
+	CHESSBENCH_BENCH_RUN=$(abspath $(RUN)) SEARCHLESS_CHESS=$(abspath $(SEARCHLESS_CHESS)) \
+	  CHESSBENCH_JAX_PYTHON=$(JAX_PYTHON) SEEDS="$(SEEDS)" $(CARGO) bench --locked --bench parity_paired
 
 ## The CUDA build compiles (no GPU needed; it needs one to run).
 check-cuda: | $(DUCKDB_LIB)

@@ -18,6 +18,12 @@ function returns the raw ones) and reads the test bag in order.
         --buckets 32 --batch-size 128 --learning-rate 2e-3]
 
 prints one JSON object: the recipe, the test log-loss and the wall time.
+
+With `--pair DIR` it also writes what a paired run of chessbench needs
+(`make parity-paired`): their initial parameters (`init.safetensors`,
+haiku names), every batch's sequences in the order their loader gave them
+with each step's training loss (`batches.safetensors`) and the test
+sequences (`test.safetensors`).
 """
 
 import argparse
@@ -42,9 +48,12 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--learning-rate", type=float, default=2e-3)
     ap.add_argument("--eval-batch", type=int, default=1024)
+    ap.add_argument("--pair", help="directory for the paired run's inputs (see above)")
     args = ap.parse_args()
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here))
+    sys.path.insert(0, str(here.parent / "scripts"))
     import searchless_compat
 
     pkg_root = searchless_compat.load(args.searchless)
@@ -92,8 +101,17 @@ def main() -> None:
     last = {}
     update = training_utils.update_parameters
 
+    batches = []
+    losses = []
+
     def keep_ema(**kw):
+        if args.pair:
+            if not batches:
+                last["init"] = jax.tree.map(np.asarray, kw["params"])
+            batches.append(np.asarray(kw["sequences"], dtype=np.int32))
         out = update(**kw)
+        if args.pair:
+            losses.append(float(out[3]))
         last["ema"] = out[1]
         last["steps"] = last.get("steps", 0) + 1
         return out
@@ -113,11 +131,30 @@ def main() -> None:
     source = bagz.BagDataSource(str(Path(args.test).resolve()))
     n = len(source)
     total = 0.0
+    tests = []
     for start in range(0, n, args.eval_batch):
         items = [convert.map(source[i]) for i in range(start, min(n, start + args.eval_batch))]
         seqs = np.stack([s for s, _ in items])
         masks = np.stack([m for _, m in items])
         total += float(loss_fn(last["ema"], seqs, masks)) * len(items)
+        if args.pair:
+            tests.append(seqs.astype(np.int32))
+    if args.pair:
+        from orbax_to_safetensors import flatten, write_safetensors
+
+        out = Path(args.pair)
+        out.mkdir(parents=True, exist_ok=True)
+        recipe = {"seed": args.seed, "steps": last["steps"], "batch_size": args.batch_size}
+        write_safetensors(out / "init.safetensors", flatten(last["init"]), recipe)
+        write_safetensors(
+            out / "batches.safetensors",
+            {
+                "sequences": np.concatenate(batches),
+                "losses": np.asarray(losses, dtype=np.float32),
+            },
+            recipe,
+        )
+        write_safetensors(out / "test.safetensors", {"sequences": np.concatenate(tests)}, recipe)
     print(
         json.dumps(
             {

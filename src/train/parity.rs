@@ -2,7 +2,10 @@
 //! evidence that `chessbench train` updates a model as their `training.py`
 //! does. `tests/it/published.rs` has their code draw the initial
 //! parameters and take the same steps on the same batches, and compares
-//! the losses and the trained parameters with these.
+//! the losses and the trained parameters with these ([`haiku_steps`]);
+//! `make parity-paired` runs their whole recipe against ours from the same
+//! start on the same batches and compares the test log-losses
+//! ([`paired_run`]).
 
 use std::path::Path;
 
@@ -14,13 +17,14 @@ use burn::{
 };
 
 use super::{
+    ema,
     loss::{Loss, ValueSupport},
     run::{Batch, step},
 };
 use crate::{
     chess::value::ValueBuckets,
     model::{
-        ModelShape,
+        ModelShape, Predictor,
         haiku::{HaikuError, HaikuParams},
         tokens_tensor,
     },
@@ -40,7 +44,85 @@ pub fn haiku_steps(
     learning_rate: f64,
     steps: usize,
 ) -> Result<(Vec<f32>, Vec<f32>), HaikuError> {
+    let recipe = Recipe {
+        batch_size,
+        learning_rate,
+        steps,
+        ema_decay: None,
+    };
+    let (losses, model) = train_from_haiku(params, shape, sequences, &recipe)?;
+    let t = shape.seq_len;
+    let device = Default::default();
+    let mut log_probs = Vec::with_capacity(sequences.len() / t * shape.outputs);
+    for chunk in sequences.chunks(256 * t) {
+        let lp = model.forward(tokens_tensor::<Flex>(chunk, t, &device));
+        log_probs.extend(
+            lp.into_data()
+                .to_vec::<f32>()
+                .expect("f32 log-probabilities"),
+        );
+    }
+    Ok((losses, log_probs))
+}
+
+/// A training recipe for [`haiku_steps`] and [`paired_run`].
+#[derive(Debug, Clone, Copy)]
+pub struct Recipe {
+    pub batch_size: usize,
+    pub learning_rate: f64,
+    pub steps: usize,
+    /// The EMA of the parameters (searchless_chess: 0.99), or none (the
+    /// trained parameters themselves).
+    pub ema_decay: Option<f64>,
+}
+
+/// The paired learning-parity run (`make parity-paired`): from
+/// searchless_chess's initial parameters `params`, `chessbench train`'s
+/// update on their batches in their order (`sequences`: batch `s` is rows
+/// `s * batch_size..`), the parameters averaged as `chessbench train`
+/// averages them; returns each step's loss and the averaged model's mean
+/// log-loss (`-log p(target)`, the last token) on `test`, computed by the
+/// fused inference path, as their `make_loss_fn` does for their EMA.
+pub fn paired_run(
+    params: &Path,
+    shape: &ModelShape,
+    sequences: &[i32],
+    recipe: &Recipe,
+    test: &[i32],
+) -> Result<(Vec<f32>, f64), HaikuError> {
+    let t = shape.seq_len;
+    if test.is_empty() || !test.len().is_multiple_of(t) {
+        return Err(HaikuError::Sequences(test.len(), t));
+    }
+    let (losses, model) = train_from_haiku(params, shape, sequences, recipe)?;
+    let fused = model.to_cpu(shape);
+    let mut total = 0.0f64;
+    for chunk in test.chunks(1024 * t) {
+        let lp = fused
+            .log_probs(chunk, t)
+            .map_err(|e| HaikuError::Inference(e.to_string()))?;
+        for (row, seq) in lp.chunks(shape.outputs).zip(chunk.chunks(t)) {
+            total -= f64::from(row[seq[t - 1] as usize]);
+        }
+    }
+    Ok((losses, total / (test.len() / t) as f64))
+}
+
+/// The training both functions above share; returns the losses and the
+/// trained (or averaged) model.
+fn train_from_haiku(
+    params: &Path,
+    shape: &ModelShape,
+    sequences: &[i32],
+    recipe: &Recipe,
+) -> Result<(Vec<f32>, Predictor<Flex>), HaikuError> {
     type A = Autodiff<Flex>;
+    let Recipe {
+        batch_size,
+        learning_rate,
+        steps,
+        ema_decay,
+    } = *recipe;
     let t = shape.seq_len;
     if sequences.is_empty() || !sequences.len().is_multiple_of(t) {
         return Err(HaikuError::Sequences(sequences.len(), t));
@@ -48,6 +130,7 @@ pub fn haiku_steps(
     let n = sequences.len() / t;
     let device = Default::default();
     let mut model = HaikuParams::read(params)?.predictor::<A>(shape, &device)?;
+    let mut average = ema_decay.map(|_| model.valid());
     let mut optim = AdamConfig::new()
         .with_beta_1(0.9)
         .with_beta_2(0.999)
@@ -86,17 +169,13 @@ pub fn haiku_steps(
             1.0,
         );
         model = updated;
+        if let (Some(avg), Some(decay)) = (average.take(), ema_decay) {
+            average = Some(
+                ema::update(avg, &model, decay)
+                    .expect("the average is a copy of the model, so their parameters match"),
+            );
+        }
         losses.push(loss.into_scalar());
     }
-    let model = model.valid();
-    let mut log_probs = Vec::with_capacity(n * shape.outputs);
-    for chunk in sequences.chunks(256 * t) {
-        let lp = model.forward(tokens_tensor::<Flex>(chunk, t, &device));
-        log_probs.extend(
-            lp.into_data()
-                .to_vec::<f32>()
-                .expect("f32 log-probabilities"),
-        );
-    }
-    Ok((losses, log_probs))
+    Ok((losses, average.unwrap_or_else(|| model.valid())))
 }

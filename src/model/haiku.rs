@@ -161,27 +161,37 @@ pub fn log_probs(
     if !sequences.len().is_multiple_of(shape.seq_len) {
         return Err(HaikuError::Sequences(sequences.len(), shape.seq_len));
     }
+    let model = HaikuParams::read(path)?.predictor::<Flex>(shape, &Default::default())?;
+    model_log_probs(&model, shape, sequences, network)
+}
+
+/// [`log_probs`] of a model already built (the sequences are whole), in
+/// batches of 256 sequences.
+pub(crate) fn model_log_probs(
+    model: &Predictor<Flex>,
+    shape: &ModelShape,
+    sequences: &[i32],
+    network: Network,
+) -> Result<Vec<f32>, HaikuError> {
+    let t = shape.seq_len;
+    let mut out = Vec::with_capacity(sequences.len() / t * shape.outputs);
+    let fused = (network == Network::Fused).then(|| model.to_cpu(shape));
     let device = Default::default();
-    let model = HaikuParams::read(path)?.predictor::<Flex>(shape, &device)?;
-    let mut out = Vec::with_capacity(sequences.len() / shape.seq_len * shape.outputs);
-    if network == Network::Fused {
-        let fused = model.to_cpu(shape);
-        for batch in sequences.chunks(256 * shape.seq_len) {
-            out.extend(
+    for batch in sequences.chunks(256 * t) {
+        match &fused {
+            Some(fused) => out.extend(
                 fused
-                    .log_probs(batch, shape.seq_len)
+                    .log_probs(batch, t)
                     .map_err(|e| HaikuError::Inference(e.to_string()))?,
-            );
+            ),
+            None => out.extend(
+                model
+                    .forward(tokens_tensor::<Flex>(batch, t, &device))
+                    .into_data()
+                    .to_vec::<f32>()
+                    .expect("f32 log-probabilities"),
+            ),
         }
-        return Ok(out);
-    }
-    for batch in sequences.chunks(256 * shape.seq_len) {
-        let lp = model.forward(tokens_tensor::<Flex>(batch, shape.seq_len, &device));
-        out.extend(
-            lp.into_data()
-                .to_vec::<f32>()
-                .expect("f32 log-probabilities"),
-        );
     }
     Ok(out)
 }

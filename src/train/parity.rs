@@ -25,7 +25,7 @@ use crate::{
     chess::value::ValueBuckets,
     model::{
         ModelShape, Predictor,
-        haiku::{HaikuError, HaikuParams},
+        haiku::{self, HaikuError, HaikuParams, Network},
         tokens_tensor,
     },
 };
@@ -51,17 +51,7 @@ pub fn haiku_steps(
         ema_decay: None,
     };
     let (losses, model) = train_from_haiku(params, shape, sequences, &recipe)?;
-    let t = shape.seq_len;
-    let device = Default::default();
-    let mut log_probs = Vec::with_capacity(sequences.len() / t * shape.outputs);
-    for chunk in sequences.chunks(256 * t) {
-        let lp = model.forward(tokens_tensor::<Flex>(chunk, t, &device));
-        log_probs.extend(
-            lp.into_data()
-                .to_vec::<f32>()
-                .expect("f32 log-probabilities"),
-        );
-    }
+    let log_probs = haiku::model_log_probs(&model, shape, sequences, Network::Burn)?;
     Ok((losses, log_probs))
 }
 

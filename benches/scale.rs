@@ -21,7 +21,10 @@
 //! `.pgn.zst`, run right after it (issue 14's target: >= 0.8x).
 //!
 //! Before each stage the bench calls `sync` (untimed), so a stage does not
-//! pay for writing back what the one before it wrote; it prints CPU seconds
+//! pay for writing back what the one before it wrote, and drops the bench's
+//! files from the page cache, so every stage reads its inputs from the disk
+//! at both sizes (at 10^5 games they would otherwise be cached, at 10^6 they
+//! cannot be, and the ratio would mix the two); it prints CPU seconds
 //! (user + system) beside wall time, and both ratios: where the wall ratio
 //! exceeds the CPU ratio, the stage waited on the disk.
 //!
@@ -94,6 +97,10 @@ fn measure(cmd: &mut Command, log: &Path) -> Result<Child, String> {
     // timing: a stage pays only for its own writes.
     // SAFETY: sync takes no arguments and cannot fail.
     unsafe { libc::sync() };
+    // Both sizes read their inputs from the disk: at 10^6 games they do not
+    // fit the page cache, at 10^5 they would, and the ratio would compare a
+    // cold stage with a warm one.
+    evict(&root().join("bench-data/scale"));
     let t = Instant::now();
     let child = cmd
         .stdout(Stdio::from(fs::File::create(&out).unwrap()))
@@ -134,6 +141,30 @@ fn measure(cmd: &mut Command, log: &Path) -> Result<Child, String> {
         rss: usage.ru_maxrss as u64 * 1024,
         stdout: String::from_utf8_lossy(&head).into_owned(),
     })
+}
+
+/// Drops every file under `dir` from the page cache (`POSIX_FADV_DONTNEED`;
+/// the pages are clean after `sync`), so the next stage reads its inputs
+/// from the disk as a user's first run on a large input does.
+fn evict(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => evict(&path),
+            Ok(t) if t.is_file() => {
+                if let Ok(f) = fs::File::open(&path) {
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: a valid descriptor of an open file; the advice
+                    // changes no data.
+                    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 fn du(path: &Path) -> u64 {

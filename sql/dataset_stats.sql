@@ -41,11 +41,12 @@ GROUP BY 1 ORDER BY 1;
 
 -- @name boards_by_phase
 -- Game phase of each distinct board: opening up to full-move 10, endgame at
--- 12 or fewer pieces (kings included), middlegame otherwise.
+-- 12 or fewer pieces (kings included), middlegame otherwise. Pieces: the
+-- letters of the FEN's placement field (digits and '/' deleted).
 WITH b AS (
     SELECT split,
            CAST(split_part(fen, ' ', 6) AS INTEGER) AS fullmove,
-           length(regexp_replace(split_part(fen, ' ', 1), '[^A-Za-z]', '', 'g')) AS pieces
+           strlen(translate(split_part(fen, ' ', 1), '12345678/', '')) AS pieces
     FROM boards
 )
 SELECT split,
@@ -57,7 +58,7 @@ GROUP BY 1, 2 ORDER BY 1, 2;
 
 -- @name boards_by_piece_count
 SELECT split,
-       length(regexp_replace(split_part(fen, ' ', 1), '[^A-Za-z]', '', 'g')) AS pieces,
+       strlen(translate(split_part(fen, ' ', 1), '12345678/', '')) AS pieces,
        count(*) AS boards
 FROM boards
 GROUP BY 1, 2 ORDER BY 1, 2;

@@ -471,13 +471,15 @@ pub fn run(options: &SqlOptions, out: &mut dyn std::io::Write) -> Result<(), Sql
             );
         }
     }
+    // Block-buffered: standard output is line-buffered, one write(2) a row.
+    let mut out = std::io::BufWriter::with_capacity(256 << 10, out);
     session.run_script(
         &source_name,
         &text,
         options.only.as_deref(),
         options.format,
         options.max_rows,
-        out,
+        &mut out,
     )
 }
 

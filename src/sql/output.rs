@@ -1,6 +1,9 @@
 //! Renders query results as an aligned text table, CSV, JSON or Markdown.
 
-use std::io::{self, Write};
+use std::{
+    fmt::Write as _,
+    io::{self, Write},
+};
 
 use arrow_array::{Array, RecordBatch, cast::AsArray, types::*};
 use arrow_cast::display::{ArrayFormatter, FormatOptions};
@@ -101,6 +104,8 @@ pub(crate) struct Sink<'a> {
     expected: usize,
     written: usize,
     current: Option<Current>,
+    /// CSV: the row being written, reused.
+    line: String,
 }
 
 /// The result being written.
@@ -125,6 +130,7 @@ impl<'a> Sink<'a> {
             expected,
             written: 0,
             current: None,
+            line: String::new(),
         }
     }
 
@@ -188,19 +194,26 @@ impl<'a> Sink<'a> {
         for row in 0..batch.num_rows() {
             match self.format {
                 Format::Csv => {
-                    let cells: Vec<String> = batch
-                        .columns()
-                        .iter()
-                        .zip(&formatters)
-                        .map(|(c, f)| {
-                            if c.is_null(row) {
-                                String::new()
-                            } else {
-                                csv_field(&f.value(row).to_string())
+                    // One reused line buffer: a CSV export is millions of
+                    // rows (`sampling_weights`: one per board).
+                    let line = &mut self.line;
+                    line.clear();
+                    for (i, (c, f)) in batch.columns().iter().zip(&formatters).enumerate() {
+                        if i > 0 {
+                            line.push(',');
+                        }
+                        if !c.is_null(row) {
+                            let start = line.len();
+                            write!(line, "{}", f.value(row)).map_err(io::Error::other)?;
+                            if line[start..].contains(CSV_SPECIAL) {
+                                let quoted = csv_field(&line[start..]);
+                                line.truncate(start);
+                                line.push_str(&quoted);
                             }
-                        })
-                        .collect();
-                    writeln!(self.out, "{}", cells.join(","))?;
+                        }
+                    }
+                    line.push('\n');
+                    self.out.write_all(line.as_bytes())?;
                 }
                 Format::Json => {
                     let mut object = serde_json::Map::new();
@@ -380,8 +393,11 @@ fn write_markdown(
     Ok(())
 }
 
+/// Characters that make a CSV field need quotes.
+const CSV_SPECIAL: [char; 4] = [',', '"', '\n', '\r'];
+
 fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
+    if s.contains(CSV_SPECIAL) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
         s.to_owned()

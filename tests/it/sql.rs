@@ -184,6 +184,22 @@ fn dataset_and_sampling_sql_agree_with_the_tables() {
         );
     }
     let weights = sql_json(run, &["sampling", "--only", "sampling_weights"]);
+    // One row per board, in (split, board_id) order without an ORDER BY.
+    let keys: Vec<(String, u64)> = weights
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["split"].as_str().unwrap().to_owned(), u(&r["board_id"])))
+        .collect();
+    assert!(
+        keys.windows(2).all(|w| w[0] < w[1]),
+        "not in (split, board_id) order"
+    );
+    let boards: u64 = ["train", "test"]
+        .iter()
+        .map(|s| u(&stats["splits"][s]["state_value"]))
+        .sum();
+    assert_eq!(keys.len() as u64, boards);
     let total: f64 = weights
         .as_array()
         .unwrap()

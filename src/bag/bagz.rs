@@ -103,7 +103,19 @@ pub struct BagWriter {
     count: u64,
     compress: Option<i32>,
     scratch: Vec<u8>,
+    /// Records written back to the disk up to here ([`WRITE_BEHIND`]).
+    written_back: u64,
+    /// Write-back started up to here.
+    started: u64,
 }
+
+/// Bytes a [`BagWriter`] lets accumulate before it starts their write-back
+/// (`sync_file_range`) and drops the range written before them from the page
+/// cache. A 1.1 TB export then streams through a few dozen MiB of page cache
+/// instead of filling it and making the kernel reclaim pages under every
+/// write: at 10^6 games (19 GB of bags) that reclaim tripled the kernel's
+/// time per byte written.
+const WRITE_BEHIND: u64 = 32 << 20;
 
 impl BagWriter {
     /// Creates a writer; `.bagz` names get zstd-compressed records.
@@ -133,7 +145,57 @@ impl BagWriter {
             count: 0,
             compress: is_compressed(path).then_some(3),
             scratch: Vec::new(),
+            written_back: 0,
+            started: 0,
         })
+    }
+
+    /// Starts writing back the records written since the last call, waits
+    /// for the range started the time before (long done, as a rule) and
+    /// drops it from the page cache. Advice only: the data is the same
+    /// whether or not the kernel takes it, so its errors are ignored here
+    /// and `finish`'s fsync reports real ones.
+    #[cfg(target_os = "linux")]
+    fn write_behind(&mut self) -> Result<(), BagError> {
+        use std::os::fd::AsRawFd;
+        self.records.flush().map_err(io_err(&self.tmp))?;
+        let fd = self.records.get_ref().as_raw_fd();
+        let (done, started, end) = (self.written_back, self.started, self.offset);
+        // SAFETY: plain system calls on our own open descriptor; ranges
+        // within what was written.
+        unsafe {
+            libc::sync_file_range(
+                fd,
+                started as i64,
+                (end - started) as i64,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+            if started > done {
+                libc::sync_file_range(
+                    fd,
+                    done as i64,
+                    (started - done) as i64,
+                    libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                        | libc::SYNC_FILE_RANGE_WRITE
+                        | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                );
+                libc::posix_fadvise(
+                    fd,
+                    done as i64,
+                    (started - done) as i64,
+                    libc::POSIX_FADV_DONTNEED,
+                );
+            }
+        }
+        self.written_back = started;
+        self.started = end;
+        Ok(())
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn write_behind(&mut self) -> Result<(), BagError> {
+        self.started = self.offset;
+        Ok(())
     }
 
     /// Appends one record.
@@ -151,6 +213,9 @@ impl BagWriter {
             .write_all(&self.offset.to_le_bytes())
             .map_err(io_err(&self.limits_path))?;
         self.count += 1;
+        if self.offset - self.started >= WRITE_BEHIND {
+            self.write_behind()?;
+        }
         Ok(())
     }
 

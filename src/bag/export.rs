@@ -2,9 +2,11 @@
 //!
 //! The records are those of the SQL layer's views (`sv_records`,
 //! `bc_records`, `av_records`), built without their joins so that memory
-//! stays bounded at any size: DuckDB sorts only the fixed-width value rows
-//! (board id, action, win probability; it spills into `RUN/.tmp/` past its
-//! budget), the FENs come from a merge with the boards table, which is
+//! stays bounded at any size: the fixed-width value rows (board id, action,
+//! win probability) are read as stored when they are in order, as import and
+//! annotate write them, and sorted by DuckDB otherwise ([`RowOrder`]; it
+//! spills into `RUN/.tmp/` past its budget), the FENs come from a merge with
+//! the boards table, which is
 //! stored in board-id order and streamed a batch at a time, and the moves
 //! from the action vocabulary (`legal_moves.uci` holds the same strings).
 
@@ -114,23 +116,47 @@ pub struct ExportedSet {
     pub records: u64,
     pub bytes: u64,
     pub files: Vec<PathBuf>,
+    /// Whether the value rows were read as stored or had to be sorted.
+    pub order: RowOrder,
 }
 
-/// The value rows of a set, in the records' order: board id, then action.
-fn query(set: RecordSet, split: &str) -> String {
+/// How a set's value rows come out of DuckDB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowOrder {
+    /// As stored, in file order (DuckDB keeps the order of a single-table
+    /// scan): no sort. `bag import` and `annotate` write the value tables in
+    /// board-id order, so this is the usual case; the export checks each row
+    /// and falls back to [`RowOrder::Sorted`] at the first one out of order.
+    Stored,
+    /// Sorted by DuckDB (spilling into `RUN/.tmp/` past its budget).
+    Sorted,
+}
+
+/// The value rows of a set, to be read in the records' order: board id, then
+/// action (`ORDER BY` only for [`RowOrder::Sorted`]).
+fn query(set: RecordSet, split: &str, order: RowOrder) -> String {
     let split = literal(split);
-    match set {
-        RecordSet::StateValue => format!(
-            "SELECT board_id, win_prob FROM state_values WHERE split = {split} ORDER BY board_id"
+    let (select, key) = match set {
+        RecordSet::StateValue => (
+            format!("SELECT board_id, win_prob FROM state_values WHERE split = {split}"),
+            "board_id",
         ),
-        RecordSet::BehavioralCloning => format!(
-            "SELECT board_id, best_action FROM state_values \
-             WHERE split = {split} AND best_action IS NOT NULL ORDER BY board_id"
+        RecordSet::BehavioralCloning => (
+            format!(
+                "SELECT board_id, best_action FROM state_values \
+                 WHERE split = {split} AND best_action IS NOT NULL"
+            ),
+            "board_id",
         ),
-        RecordSet::ActionValue => format!(
-            "SELECT board_id, action, win_prob FROM action_values \
-             WHERE split = {split} ORDER BY board_id, action"
+        RecordSet::ActionValue => (
+            format!("SELECT board_id, action, win_prob FROM action_values WHERE split = {split}"),
+            "board_id, action",
         ),
+    };
+    match order {
+        RowOrder::Stored => select,
+        RowOrder::Sorted => format!("{select} ORDER BY {key}"),
     }
 }
 
@@ -323,8 +349,13 @@ pub fn export(config: &ExportConfig) -> Result<ExportSummary, BagSetError> {
     }
     let mut done = Vec::new();
     for (set, n, files) in plans {
-        match export_set(config, &session, set, n, &files) {
-            Ok(exported) => done.push(exported),
+        let exported = match export_set(config, &session, set, n, &files, RowOrder::Stored) {
+            Ok(None) => export_set(config, &session, set, n, &files, RowOrder::Sorted),
+            other => other,
+        };
+        match exported {
+            Ok(Some(exported)) => done.push(exported),
+            Ok(None) => unreachable!("sorted rows are in order"),
             Err(e) => {
                 for f in done
                     .iter()
@@ -343,18 +374,21 @@ pub fn export(config: &ExportConfig) -> Result<ExportSummary, BagSetError> {
     })
 }
 
-/// Writes one set's `n` records into `files` (its shards).
+/// Writes one set's `n` records into `files` (its shards), its value rows
+/// read in `order`; `None` if they were read as stored and a row came out of
+/// (board id, action) order (the caller then sorts them).
 fn export_set(
     config: &ExportConfig,
     session: &Session,
     set: RecordSet,
     n: u64,
     files: &[PathBuf],
-) -> Result<ExportedSet, BagSetError> {
+    order: RowOrder,
+) -> Result<Option<ExportedSet>, BagSetError> {
     let bar = super::progress(config.progress, n, set.name());
     let mut stmt = session
         .connection()
-        .prepare(&query(set, &config.split))
+        .prepare(&query(set, &config.split, order))
         .map_err(|e| session_error(session, e))?;
     drop(
         stmt.stream_arrow([])
@@ -367,10 +401,23 @@ fn export_set(
     let (mut written, mut bytes) = (0u64, 0u64);
     let mut boards = BoardFens::open(&config.run, &config.split)?;
     let vocab = vocabulary();
+    // The last row's (board id, action): stored rows must increase.
+    let mut last: Option<(u64, u16)> = None;
     while let Some(batch) = stmt.step().map_err(|e| session_error(session, e))? {
         let batch = RecordBatch::from(batch);
         let ids = column::<UInt64Type>(&batch, 0)?;
+        let actions = match set {
+            RecordSet::ActionValue => Some(column::<UInt16Type>(&batch, 1)?),
+            _ => None,
+        };
         for row in 0..batch.num_rows() {
+            if order == RowOrder::Stored {
+                let key = (ids.value(row), actions.map_or(0, |a| a.value(row)));
+                if last.is_some_and(|last| key <= last) {
+                    return Ok(None); // unfinished shards are removed on drop
+                }
+                last = Some(key);
+            }
             let fen = boards.fen(ids.value(row))?;
             match set {
                 RecordSet::StateValue => coder::encode_state_value(
@@ -406,12 +453,13 @@ fn export_set(
         BagWriter::create(f)?.finish()?;
     }
     bar.finish_and_clear();
-    Ok(ExportedSet {
+    Ok(Some(ExportedSet {
         set: set.name(),
         records: written,
         bytes,
         files: files.to_vec(),
-    })
+        order,
+    }))
 }
 
 /// Column `i` of a value-row batch, of type `T` and without nulls.

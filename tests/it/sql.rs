@@ -410,6 +410,64 @@ fn bag_export_is_the_same_under_a_small_memory_budget() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// Value tables in board-id order are exported as stored (no sort); a table
+/// whose files are out of order is sorted, to the same bytes.
+#[test]
+fn bag_export_sorts_only_value_rows_out_of_order() {
+    if !have_stockfish() {
+        return;
+    }
+    let run = annotated();
+    let dir = tempfile::tempdir().unwrap();
+    let export = |run: &Path, name: &str| {
+        let out = dir.path().join(name);
+        let mut args = vec!["--json", "bag", "export", run.to_str().unwrap()];
+        args.extend(["--split", "train", "--out", out.to_str().unwrap()]);
+        let o = util::run(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let orders: Vec<String> = summary
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["order"].as_str().unwrap().to_owned())
+            .collect();
+        (out, orders)
+    };
+    let (stored, orders) = export(run, "stored");
+    assert_eq!(orders, ["stored"; 3]);
+    // The same run with the first and last annotate chunks' files swapped:
+    // the scan meets board ids out of order.
+    let shuffled = dir.path().join("shuffled");
+    copy_dir(run, &shuffled);
+    for table in ["state_values", "action_values"] {
+        let part = shuffled.join(table).join("split=train");
+        let mut files: Vec<_> = std::fs::read_dir(&part)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+            .collect();
+        files.sort();
+        assert!(files.len() >= 2, "{files:?}");
+        let (first, last) = (&files[0], &files[files.len() - 1]);
+        let tmp = part.join("swap");
+        std::fs::rename(first, &tmp).unwrap();
+        std::fs::rename(last, first).unwrap();
+        std::fs::rename(&tmp, last).unwrap();
+    }
+    let (sorted, orders) = export(&shuffled, "sorted");
+    assert_eq!(orders, ["sorted"; 3]);
+    for f in walk(&stored) {
+        let name = f.file_name().unwrap();
+        assert_eq!(
+            std::fs::read(&f).unwrap(),
+            std::fs::read(sorted.join(name)).unwrap(),
+            "{name:?}"
+        );
+    }
+}
+
 #[test]
 fn bag_export_import_round_trip() {
     if !have_stockfish() {

@@ -406,35 +406,32 @@ fn export_set(
     while let Some(batch) = stmt.step().map_err(|e| session_error(session, e))? {
         let batch = RecordBatch::from(batch);
         let ids = column::<UInt64Type>(&batch, 0)?;
-        let actions = match set {
-            RecordSet::ActionValue => Some(column::<UInt16Type>(&batch, 1)?),
-            _ => None,
-        };
+        let values = Values::of(set, &batch)?;
         for row in 0..batch.num_rows() {
             if order == RowOrder::Stored {
-                let key = (ids.value(row), actions.map_or(0, |a| a.value(row)));
+                let action = match values {
+                    Values::ActionValue(actions, _) => actions.value(row),
+                    _ => 0,
+                };
+                let key = (ids.value(row), action);
                 if last.is_some_and(|last| key <= last) {
                     return Ok(None); // unfinished shards are removed on drop
                 }
                 last = Some(key);
             }
             let fen = boards.fen(ids.value(row))?;
-            match set {
-                RecordSet::StateValue => coder::encode_state_value(
+            match values {
+                Values::StateValue(win_probs) => {
+                    coder::encode_state_value(&mut record, fen, win_probs.value(row))
+                }
+                Values::BehavioralCloning(best) => {
+                    coder::encode_behavioral_cloning(&mut record, fen, uci(vocab, best.value(row))?)
+                }
+                Values::ActionValue(actions, win_probs) => coder::encode_action_value(
                     &mut record,
                     fen,
-                    column::<Float64Type>(&batch, 1)?.value(row),
-                ),
-                RecordSet::BehavioralCloning => coder::encode_behavioral_cloning(
-                    &mut record,
-                    fen,
-                    uci(vocab, column::<UInt16Type>(&batch, 1)?.value(row))?,
-                ),
-                RecordSet::ActionValue => coder::encode_action_value(
-                    &mut record,
-                    fen,
-                    uci(vocab, column::<UInt16Type>(&batch, 1)?.value(row))?,
-                    column::<Float64Type>(&batch, 2)?.value(row),
+                    uci(vocab, actions.value(row))?,
+                    win_probs.value(row),
                 ),
             }
             if writer.len() == per_shard && shard + 1 < files.len() {
@@ -460,6 +457,28 @@ fn export_set(
         files: files.to_vec(),
         order,
     }))
+}
+
+/// The value columns of a batch of one set's rows (after `board_id`), typed
+/// once per batch.
+#[derive(Clone, Copy)]
+enum Values<'a> {
+    StateValue(&'a PrimitiveArray<Float64Type>),
+    BehavioralCloning(&'a PrimitiveArray<UInt16Type>),
+    ActionValue(
+        &'a PrimitiveArray<UInt16Type>,
+        &'a PrimitiveArray<Float64Type>,
+    ),
+}
+
+impl<'a> Values<'a> {
+    fn of(set: RecordSet, batch: &'a RecordBatch) -> Result<Values<'a>, BagSetError> {
+        Ok(match set {
+            RecordSet::StateValue => Values::StateValue(column(batch, 1)?),
+            RecordSet::BehavioralCloning => Values::BehavioralCloning(column(batch, 1)?),
+            RecordSet::ActionValue => Values::ActionValue(column(batch, 1)?, column(batch, 2)?),
+        })
+    }
 }
 
 /// Column `i` of a value-row batch, of type `T` and without nulls.

@@ -421,9 +421,7 @@ fn bag_export_sorts_only_value_rows_out_of_order() {
     let dir = tempfile::tempdir().unwrap();
     let export = |run: &Path, name: &str| {
         let out = dir.path().join(name);
-        let mut args = vec!["--json", "bag", "export", run.to_str().unwrap()];
-        args.extend(["--split", "train", "--out", out.to_str().unwrap()]);
-        let o = util::run(&args);
+        let o = bag_export(run, &out, &["--json"]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         let orders: Vec<String> = summary
@@ -442,10 +440,8 @@ fn bag_export_sorts_only_value_rows_out_of_order() {
     copy_dir(run, &shuffled);
     for table in ["state_values", "action_values"] {
         let part = shuffled.join(table).join("split=train");
-        let mut files: Vec<_> = std::fs::read_dir(&part)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
+        let mut files: Vec<_> = walk(&part)
+            .into_iter()
             .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
             .collect();
         files.sort();

@@ -25,8 +25,6 @@ use std::sync::{
     atomic::{AtomicUsize, Ordering},
 };
 
-use hashbrown::{HashTable, hash_table};
-
 use super::IngestError;
 use crate::chess::{BoardKey, board_key::KEY_BYTES};
 
@@ -238,8 +236,65 @@ struct BoardSet {
     generations: u32,
 }
 
-/// Keys looked up ahead of the insert in [`BoardSet::insert_all`].
+/// Keys hashed ahead in [`Index::rebuild`].
 const LOOKAHEAD: usize = 16;
+/// How far ahead of the key being inserted [`upsert`] prefetches its home
+/// index slot, and the entry that slot points at: far enough for a memory
+/// access to complete (a table of gigabytes misses every cache).
+const SLOT_AHEAD: usize = 16;
+const ENTRY_AHEAD: usize = 8;
+const RING: usize = 32;
+const _: () = assert!(RING > SLOT_AHEAD && SLOT_AHEAD > ENTRY_AHEAD);
+
+/// Inserts `items` into a table in order: an item whose key is in it is
+/// `merge`d into its entry, any other becomes `make(i, item)`. A software
+/// pipeline: the home slot of item i + SLOT_AHEAD and the entry of item
+/// i + ENTRY_AHEAD are prefetched while item i is looked up, across the
+/// whole slice, so lookups overlap instead of each waiting on memory.
+/// The caller made room for every item.
+fn upsert<T>(
+    index: &mut Index,
+    entries: &mut Vec<Entry>,
+    items: &[T],
+    key: impl Fn(&T) -> &BoardKey,
+    mut merge: impl FnMut(&mut Entry, &T),
+    mut make: impl FnMut(usize, &T) -> Entry,
+) {
+    let n = items.len();
+    let mut ring = [0u64; RING];
+    let prefetch_entry = |index: &Index, entries: &[Entry], hash: u64| {
+        let slot = index.slots[index.home(hash)];
+        if slot != 0 {
+            prefetch(entries.as_ptr().wrapping_add((slot as u32 - 1) as usize));
+        }
+    };
+    for (i, item) in items.iter().enumerate().take(SLOT_AHEAD) {
+        let hash = key(item).hash64();
+        ring[i % RING] = hash;
+        index.prefetch_slot(hash);
+    }
+    for &hash in ring.iter().take(n.min(ENTRY_AHEAD)) {
+        prefetch_entry(index, entries, hash);
+    }
+    for (i, item) in items.iter().enumerate() {
+        if let Some(ahead) = items.get(i + SLOT_AHEAD) {
+            let hash = key(ahead).hash64();
+            ring[(i + SLOT_AHEAD) % RING] = hash;
+            index.prefetch_slot(hash);
+        }
+        if i + ENTRY_AHEAD < n {
+            prefetch_entry(index, entries, ring[(i + ENTRY_AHEAD) % RING]);
+        }
+        let hash = ring[i % RING];
+        match index.find(hash, key(item), entries) {
+            Ok(at) => merge(&mut entries[at], item),
+            Err(slot) => {
+                index.put(slot, hash, entries.len());
+                entries.push(make(i, item));
+            }
+        }
+    }
+}
 
 impl BoardSet {
     /// Room for `n` more entries without growing.
@@ -248,42 +303,22 @@ impl BoardSet {
             .min((self.index.slots.len() / 2).saturating_sub(self.entries.len()))
     }
 
-    /// Inserts `keys` (occurrences `first, first + 1, ...`); the caller made
-    /// room for all of them.
-    fn insert_all(&mut self, keys: &[BoardKey], first: u64) {
-        let mut hashes = [0u64; LOOKAHEAD];
-        for (c, chunk) in keys.chunks(LOOKAHEAD).enumerate() {
-            // Stage 1: hash and prefetch home slots; stage 2: prefetch the
-            // entries they point at; stage 3: insert in order.
-            for (h, key) in hashes.iter_mut().zip(chunk) {
-                *h = key.hash64();
-                self.index.prefetch_slot(*h);
-            }
-            for h in &hashes[..chunk.len()] {
-                let slot = self.index.slots[self.index.home(*h)];
-                if slot != 0 {
-                    prefetch(
-                        self.entries
-                            .as_ptr()
-                            .wrapping_add((slot as u32 - 1) as usize),
-                    );
-                }
-            }
-            for (j, (key, &hash)) in chunk.iter().zip(&hashes).enumerate() {
-                match self.index.find(hash, key, &self.entries) {
-                    Ok(at) => self.entries[at].count += 1,
-                    Err(slot) => {
-                        let at = self.entries.len();
-                        self.index.put(slot, hash, at);
-                        self.entries.push(Entry {
-                            key: *key,
-                            first: first + (c * LOOKAHEAD + j) as u64,
-                            count: 1,
-                        });
-                    }
-                }
-            }
-        }
+    /// Inserts `keys`, the occurrence of `keys[i]` being `firsts[i]`; the
+    /// caller made room for all of them.
+    fn insert_all(&mut self, keys: &[BoardKey], firsts: &[u64]) {
+        debug_assert_eq!(keys.len(), firsts.len());
+        upsert(
+            &mut self.index,
+            &mut self.entries,
+            keys,
+            |key| key,
+            |entry, _| entry.count += 1,
+            |i, key| Entry {
+                key: *key,
+                first: firsts[i],
+                count: 1,
+            },
+        );
     }
 
     /// Bytes the table holds (entries and index slots).
@@ -393,6 +428,8 @@ pub(crate) struct Aggregator {
     table_bytes: u64,
     /// Entries in a full generation (pieces of long games, partitions).
     max_entries: usize,
+    /// First occurrences of the run being inserted (reused).
+    firsts: Vec<u64>,
 }
 
 /// One accepted game's boards inside a [`KeyBatch`].
@@ -430,6 +467,7 @@ impl Aggregator {
                 .collect(),
             table_bytes,
             max_entries: max_entries as usize,
+            firsts: Vec::new(),
         }
     }
 
@@ -482,23 +520,58 @@ impl Aggregator {
         }
     }
 
-    /// Adds the boards of a batch of games.
+    /// Adds the boards of a batch of games. Consecutive games of one split
+    /// go in as one run (a pipelined insert is fastest on long runs).
     pub(crate) fn add(&mut self, batch: &KeyBatch) -> Result<(), IngestError> {
-        let mut at = 0usize;
+        let piece = self.max_entries / 2;
+        let mut firsts = std::mem::take(&mut self.firsts);
+        firsts.clear();
+        let (mut run_split, mut run_start, mut at) = (0usize, 0usize, 0usize);
         for game in &batch.games {
             let s = usize::from(game.split);
             let n = game.boards as usize;
-            let keys = batch.keys.get(at..at + n).ok_or_else(|| {
-                IngestError::Internal("key batch holds fewer boards than its games".into())
-            })?;
-            at += n;
-            // A game longer than a whole generation goes in pieces.
-            for (p, piece) in keys.chunks(self.max_entries / 2).enumerate() {
-                self.make_room(s, piece.len())?;
-                let ply = (p * (self.max_entries / 2)) as u32;
-                self.sets[s].insert_all(piece, first_seen(game.game_no, ply));
+            if at + n > batch.keys.len() {
+                return Err(IngestError::Internal(
+                    "key batch holds fewer boards than its games".into(),
+                ));
             }
+            if !firsts.is_empty() && (s != run_split || firsts.len() + n > piece) {
+                self.insert_run(run_split, &batch.keys[run_start..at], &firsts)?;
+                firsts.clear();
+            }
+            if firsts.is_empty() {
+                (run_split, run_start) = (s, at);
+            }
+            if n > piece {
+                // A game longer than half a generation goes in pieces.
+                for (p, keys) in batch.keys[at..at + n].chunks(piece).enumerate() {
+                    let ply = (p * piece) as u64;
+                    firsts.extend(
+                        (0..keys.len() as u64).map(|j| first_seen(game.game_no, 0) + ply + j),
+                    );
+                    self.insert_run(s, keys, &firsts)?;
+                    firsts.clear();
+                }
+            } else {
+                firsts.extend((0..n as u64).map(|j| first_seen(game.game_no, 0) + j));
+            }
+            at += n;
         }
+        if !firsts.is_empty() {
+            self.insert_run(run_split, &batch.keys[run_start..at], &firsts)?;
+        }
+        self.firsts = firsts;
+        Ok(())
+    }
+
+    fn insert_run(
+        &mut self,
+        s: usize,
+        keys: &[BoardKey],
+        firsts: &[u64],
+    ) -> Result<(), IngestError> {
+        self.make_room(s, keys.len())?;
+        self.sets[s].insert_all(keys, firsts);
         Ok(())
     }
 
@@ -625,6 +698,36 @@ impl EntryReader {
             Err(e) => Err(spill_err(&self.path, e)),
         }
     }
+
+    /// Replaces `out` with the next entries, as many as `buf` holds (a
+    /// multiple of [`ENTRY_BYTES`]); empty at the end of the file.
+    fn next_batch(&mut self, buf: &mut [u8], out: &mut Vec<Entry>) -> Result<(), IngestError> {
+        out.clear();
+        let mut filled = 0;
+        while filled < buf.len() {
+            match self.reader.read(&mut buf[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(spill_err(&self.path, e)),
+            }
+        }
+        if filled % ENTRY_BYTES != 0 {
+            return Err(spill_err(
+                &self.path,
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("spill file ends inside an entry ({ENTRY_BYTES} bytes each)"),
+                ),
+            ));
+        }
+        out.extend(
+            buf[..filled]
+                .chunks_exact(ENTRY_BYTES)
+                .map(|b| Entry::read(b.try_into().unwrap_or(&[0; ENTRY_BYTES]))),
+        );
+        Ok(())
+    }
 }
 
 fn write_entries(path: &Path, entries: &[Entry]) -> Result<(), IngestError> {
@@ -641,6 +744,32 @@ fn write_entries(path: &Path, entries: &[Entry]) -> Result<(), IngestError> {
     w.flush().map_err(|e| spill_err(path, e))
 }
 
+/// The distinct entries of a partition file (ordered by first occurrence
+/// across generations) with their counts summed, in the same order: the
+/// earliest generation's entry keeps its first occurrence. Lookups are
+/// pipelined by [`upsert`] (a partition is far bigger than the caches).
+fn dedup_in_memory(path: &Path, len: usize, slots: usize) -> Result<Vec<Entry>, IngestError> {
+    let mut entries: Vec<Entry> = Vec::with_capacity(len);
+    let mut index = Index::with_slots(slots);
+    let mut reader = EntryReader::open(path)?;
+    let mut buf = vec![0u8; ENTRY_BYTES * 4096];
+    let mut batch = Vec::with_capacity(4096);
+    loop {
+        reader.next_batch(&mut buf, &mut batch)?;
+        if batch.is_empty() {
+            return Ok(entries);
+        }
+        upsert(
+            &mut index,
+            &mut entries,
+            &batch,
+            |e| &e.key,
+            |entry, e| entry.count += e.count,
+            |_, e| *e,
+        );
+    }
+}
+
 /// Deduplicates one partition file into a run file ordered by first
 /// occurrence; splits it by further hash bits when it exceeds the memory
 /// limit. Returns the run's path and removes the partition file.
@@ -651,25 +780,12 @@ fn dedup_partition(
 ) -> Result<PathBuf, IngestError> {
     let len = fs::metadata(path).map_err(|e| spill_err(path, e))?.len() as usize / ENTRY_BYTES;
     let run = path.with_extension("run");
-    if len <= max_entries || bits_used + PARTITION_BITS > 64 {
-        let mut entries: Vec<Entry> = Vec::with_capacity(len.min(max_entries));
-        let mut table: HashTable<u32> = HashTable::with_capacity(len.min(max_entries));
-        let mut reader = EntryReader::open(path)?;
-        while let Some(e) = reader.next()? {
-            let hash = e.key.hash64();
-            match table.entry(
-                hash,
-                |&i| same_key(&entries[i as usize].key, &e.key),
-                |&i| entries[i as usize].key.hash64(),
-            ) {
-                hash_table::Entry::Occupied(o) => entries[*o.get() as usize].count += e.count,
-                hash_table::Entry::Vacant(v) => {
-                    v.insert(entries.len() as u32);
-                    entries.push(e);
-                }
-            }
-        }
-        drop(table);
+    // The partition's entries and an index at load factor <= 1/2 must fit
+    // the share of the limit that `max_entries` entries were given.
+    let slots = (2 * len).next_power_of_two().max(16);
+    let fits = len as u64 * ENTRY_SIZE + slots as u64 * 8 <= max_entries as u64 * BYTES_PER_ENTRY;
+    if fits || bits_used + PARTITION_BITS > 64 {
+        let entries = dedup_in_memory(path, len, slots)?;
         write_entries(&run, &entries)?;
     } else {
         // Too big for memory: split by the next hash bits, keeping order.
@@ -822,6 +938,40 @@ mod tests {
             .into_iter()
             .map(|s| s.collect::<Result<Vec<_>, _>>().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn a_spill_file_cut_inside_an_entry_is_an_error_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("partition-07.bin");
+        let entry = Entry {
+            key: BoardKey::from_position(&shakmaty::Chess::default()).unwrap(),
+            first: 3,
+            count: 2,
+        };
+        let mut bytes = Vec::new();
+        entry.write(&mut bytes);
+        entry.write(&mut bytes);
+        bytes.truncate(ENTRY_BYTES + 5);
+        fs::write(&path, &bytes).unwrap();
+        let mut reader = EntryReader::open(&path).unwrap();
+        let (mut buf, mut out) = (vec![0u8; ENTRY_BYTES * 4], Vec::new());
+        let err = reader
+            .next_batch(&mut buf, &mut out)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("partition-07.bin") && err.contains("inside an entry"),
+            "{err}"
+        );
+        // Whole entries read back as written, then the end.
+        bytes.truncate(ENTRY_BYTES);
+        fs::write(&path, &bytes).unwrap();
+        let mut reader = EntryReader::open(&path).unwrap();
+        reader.next_batch(&mut buf, &mut out).unwrap();
+        assert_eq!(out, vec![entry]);
+        reader.next_batch(&mut buf, &mut out).unwrap();
+        assert!(out.is_empty());
     }
 
     #[test]

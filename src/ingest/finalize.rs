@@ -60,32 +60,64 @@ impl std::ops::AddAssign for BoardTotals {
 const JOB_BOARDS: usize = 16 * 1024;
 
 /// Writes all parts of one split. `done` counts boards written (progress).
+/// A thread reads the next part's boards from `stream` (a k-way merge of
+/// run files when deduplication spilled) while the current part renders.
 pub(crate) fn write_split(
-    mut stream: BoardStream,
+    stream: BoardStream,
     boards_dir: &Path,
     moves_dir: &Path,
     threads: usize,
     done: &Arc<AtomicU64>,
 ) -> Result<BoardTotals, IngestError> {
-    let mut totals = BoardTotals::default();
-    let mut chunk: Vec<Entry> = Vec::new();
-    for part in 0.. {
-        chunk.clear();
-        for entry in stream.by_ref() {
-            chunk.push(entry?);
-            if chunk.len() as u64 == BOARDS_PER_PART {
-                break;
+    std::thread::scope(|scope| {
+        let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<Entry>, IngestError>>(0);
+        let reader = spawn_named(scope, "cb-boards-read", move || {
+            let mut stream = stream;
+            let mut first = true;
+            loop {
+                let mut chunk = Vec::with_capacity(BOARDS_PER_PART as usize);
+                for entry in stream.by_ref() {
+                    match entry {
+                        Ok(e) => chunk.push(e),
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                    if chunk.len() as u64 == BOARDS_PER_PART {
+                        break;
+                    }
+                }
+                // An empty split still gets part 0 (empty files).
+                if chunk.is_empty() && !first {
+                    return;
+                }
+                first = false;
+                let last = (chunk.len() as u64) < BOARDS_PER_PART;
+                if tx.send(Ok(chunk)).is_err() || last {
+                    return;
+                }
+            }
+        });
+        let mut totals = BoardTotals::default();
+        let mut result = Ok(());
+        for (part, chunk) in rx.iter().enumerate() {
+            match chunk
+                .and_then(|c| write_part(part as u64, &c, boards_dir, moves_dir, threads, done))
+            {
+                Ok(t) => totals += t,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
             }
         }
-        if chunk.is_empty() && part > 0 {
-            break;
+        drop(rx); // stops the reader if a part failed
+        if reader.join().is_err() && result.is_ok() {
+            result = Err(IngestError::Internal("board reader thread panicked".into()));
         }
-        totals += write_part(part, &chunk, boards_dir, moves_dir, threads, done)?;
-        if (chunk.len() as u64) < BOARDS_PER_PART {
-            break;
-        }
-    }
-    Ok(totals)
+        result.map(|()| totals)
+    })
 }
 
 /// Legal moves of consecutive boards: `counts[i]` actions of board

@@ -6,12 +6,12 @@
 //! them out, at a fraction of their cost, and splices them into row groups.
 //! - `board_id`: DELTA_BINARY_PACKED (ids are sorted and repeat ~30 times:
 //!   1-2 bits per row before zstd), with min/max statistics;
-//! - `action`: PLAIN (zstd compresses u16 actions better than 11-bit
-//!   dictionary indices);
-//! - `uci`: a pure function of `action`, so one dictionary page holds the
-//!   1968-move vocabulary in action order and the data pages' dictionary
-//!   indices *are* the action numbers, bit-packed at 16 bits — no string
-//!   hashing per row.
+//! - `action` and `uci`: both pure functions of the action number, so each
+//!   has a dictionary page in action order (the numbers 0..1968 as PLAIN
+//!   INT32; the 1968-move vocabulary as PLAIN strings) and its data pages'
+//!   dictionary indices *are* the action numbers, bit-packed at 16 bits: no
+//!   hashing per row, and the two columns' data pages are the same bytes,
+//!   compressed once and written twice.
 
 use std::{fs::File, io::BufWriter, path::Path, sync::Arc};
 
@@ -113,18 +113,23 @@ impl LegalMovesWriter {
             return Ok(());
         }
         let path = self.path.clone();
-        // The three chunks are independent: encode and compress them at once.
+        // board_id on a thread; the action indices' pages, shared by the
+        // action and uci columns, compressed once on this one.
         let (ids, actions, columns) = (&self.board_ids, &self.actions, &self.columns);
         let chunks = std::thread::scope(|scope| {
-            let uci = scope.spawn(|| uci_chunk(actions, &columns[2]));
-            let action = scope.spawn(|| action_chunk(actions, &columns[1]));
-            let board_id = board_id_chunk(ids, &columns[0]);
-            let joined = |h: std::thread::ScopedJoinHandle<'_, _>| {
-                h.join().unwrap_or_else(|_| {
-                    Err(ParquetError::General("column encoder panicked".into()))
-                })
+            let board_id = scope.spawn(|| board_id_chunk(ids, &columns[0]));
+            let pages = index_pages(actions);
+            let board_id = board_id
+                .join()
+                .unwrap_or_else(|_| Err(ParquetError::General("column encoder panicked".into())));
+            let (action, uci) = match pages {
+                Ok(pages) => (
+                    action_chunk(&pages, &columns[1]),
+                    uci_chunk(&pages, &columns[2]),
+                ),
+                Err(e) => (Err(e), Err(ParquetError::General("not written".into()))),
             };
-            [board_id, joined(action), joined(uci)]
+            [board_id, action, uci]
         });
         let mut rg = self.writer.next_row_group().map_err(perr(&path))?;
         for chunk in chunks {
@@ -255,18 +260,39 @@ pub(crate) fn delta_binary_packed(values: &[i64], out: &mut Vec<u8>) {
     }
 }
 
-fn zstd_page(raw: &[u8]) -> Result<Bytes, ParquetError> {
-    zstd::bulk::compress(raw, ZSTD_LEVEL)
-        .map(Bytes::from)
-        .map_err(|e| ParquetError::External(Box::new(e)))
+/// A page compressed: its bytes, its size before compression, its values.
+struct Packed {
+    bytes: Bytes,
+    raw_len: usize,
+    values: u32,
 }
 
-/// Writes a column chunk: an optional dictionary page, then data pages of
-/// the given raw encoded values; returns its bytes and metadata.
-fn write_chunk(
+/// Compresses one page with a context kept by the caller.
+fn zstd_page(
+    zstd: &mut zstd::bulk::Compressor<'_>,
+    raw: &[u8],
+    values: u32,
+) -> Result<Packed, ParquetError> {
+    let bytes = zstd
+        .compress(raw)
+        .map_err(|e| ParquetError::External(Box::new(e)))?;
+    Ok(Packed {
+        bytes: Bytes::from(bytes),
+        raw_len: raw.len(),
+        values,
+    })
+}
+
+fn compressor() -> Result<zstd::bulk::Compressor<'static>, ParquetError> {
+    zstd::bulk::Compressor::new(ZSTD_LEVEL).map_err(|e| ParquetError::External(Box::new(e)))
+}
+
+/// Writes a column chunk: an optional dictionary page, then the compressed
+/// data pages; returns its bytes and metadata.
+fn write_chunk<'a>(
     descr: &ColumnDescPtr,
-    dictionary: Option<(&[u8], u32)>,
-    pages: impl Iterator<Item = (Vec<u8>, u32)>,
+    dictionary: Option<&Packed>,
+    pages: impl Iterator<Item = &'a Packed>,
     encoding: Encoding,
     encodings: Vec<Encoding>,
     statistics: Option<Statistics>,
@@ -283,30 +309,30 @@ fn write_chunk(
                 + spec.uncompressed_size) as i64;
             spec.bytes_written as i64
         };
-        if let Some((dict, n)) = dictionary {
+        if let Some(dict) = dictionary {
             let spec = writer.write_page(CompressedPage::new(
                 Page::DictionaryPage {
-                    buf: zstd_page(dict)?,
-                    num_values: n,
+                    buf: dict.bytes.clone(),
+                    num_values: dict.values,
                     encoding: Encoding::PLAIN,
                     is_sorted: false,
                 },
-                dict.len(),
+                dict.raw_len,
             ))?;
             data_page_offset = account(spec);
         }
-        for (raw, n) in pages {
-            values += u64::from(n);
+        for page in pages {
+            values += u64::from(page.values);
             let spec = writer.write_page(CompressedPage::new(
                 Page::DataPage {
-                    buf: zstd_page(&raw)?,
-                    num_values: n,
+                    buf: page.bytes.clone(),
+                    num_values: page.values,
                     encoding,
                     def_level_encoding: Encoding::RLE,
                     rep_level_encoding: Encoding::RLE,
                     statistics: None,
                 },
-                raw.len(),
+                page.raw_len,
             ))?;
             account(spec);
         }
@@ -354,40 +380,63 @@ fn board_id_chunk(
         Some(0),
         false,
     );
-    let pages = ids.chunks(PAGE_VALUES).map(|page| {
-        let values: Vec<i64> = page.iter().map(|&v| v as i64).collect();
-        let mut raw = Vec::with_capacity(page.len() / 2 + 64);
-        delta_binary_packed(&values, &mut raw);
-        (raw, page.len() as u32)
-    });
+    let mut zstd = compressor()?;
+    let (mut values, mut raw) = (Vec::with_capacity(PAGE_VALUES), Vec::new());
+    let pages = ids
+        .chunks(PAGE_VALUES)
+        .map(|page| {
+            values.clear();
+            values.extend(page.iter().map(|&v| v as i64));
+            raw.clear();
+            delta_binary_packed(&values, &mut raw);
+            zstd_page(&mut zstd, &raw, page.len() as u32)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     write_chunk(
         descr,
         None,
-        pages,
+        pages.iter(),
         Encoding::DELTA_BINARY_PACKED,
         vec![Encoding::RLE, Encoding::DELTA_BINARY_PACKED],
         Some(stats),
     )
 }
 
-/// The `action` chunk: PLAIN INT32.
+/// The data pages of the `action` and `uci` columns: dictionary indices
+/// (= action numbers) at [`INDEX_BITS`], [`PAGE_VALUES`] a page, compressed.
+fn index_pages(actions: &[u16]) -> Result<Vec<Packed>, ParquetError> {
+    let mut zstd = compressor()?;
+    let mut raw = Vec::with_capacity(PAGE_VALUES * 2 + PAGE_VALUES / 256 + 16);
+    actions
+        .chunks(PAGE_VALUES)
+        .map(|page| {
+            raw.clear();
+            raw.push(INDEX_BITS as u8);
+            bit_pack(page, &mut raw);
+            zstd_page(&mut zstd, &raw, page.len() as u32)
+        })
+        .collect()
+}
+
+/// A dictionary page's values, compressed.
+fn dictionary_page(plain: &[u8]) -> Result<Packed, ParquetError> {
+    zstd_page(&mut compressor()?, plain, NUM_ACTIONS as u32)
+}
+
+/// The `action` chunk: the action numbers as dictionary (PLAIN INT32 in
+/// order), the shared index pages.
 fn action_chunk(
-    actions: &[u16],
+    pages: &[Packed],
     descr: &ColumnDescPtr,
 ) -> Result<(Bytes, ColumnCloseResult), ParquetError> {
-    let pages = actions.chunks(PAGE_VALUES).map(|page| {
-        let mut raw = Vec::with_capacity(page.len() * 4);
-        for &a in page {
-            raw.extend_from_slice(&i32::from(a).to_le_bytes());
-        }
-        (raw, page.len() as u32)
-    });
+    static DICT: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let dict = DICT.get_or_init(|| (0..NUM_ACTIONS as i32).flat_map(i32::to_le_bytes).collect());
     write_chunk(
         descr,
-        None,
-        pages,
-        Encoding::PLAIN,
-        vec![Encoding::PLAIN, Encoding::RLE],
+        Some(&dictionary_page(dict)?),
+        pages.iter(),
+        Encoding::RLE_DICTIONARY,
+        vec![Encoding::PLAIN, Encoding::RLE, Encoding::RLE_DICTIONARY],
         None,
     )
 }
@@ -408,26 +457,25 @@ pub(crate) fn bit_pack(values: &[u16], out: &mut Vec<u8>) {
     }
 }
 
-/// The `uci` chunk: the vocabulary as dictionary, actions as indices.
+/// The `uci` chunk: the vocabulary as dictionary (PLAIN strings in action
+/// order), the shared index pages.
 fn uci_chunk(
-    actions: &[u16],
+    pages: &[Packed],
     descr: &ColumnDescPtr,
 ) -> Result<(Bytes, ColumnCloseResult), ParquetError> {
-    let mut dict = Vec::with_capacity(NUM_ACTIONS * 9);
-    for uci in vocabulary().iter_uci() {
-        dict.extend_from_slice(&(uci.len() as u32).to_le_bytes());
-        dict.extend_from_slice(uci.as_bytes());
-    }
-    let pages = actions.chunks(PAGE_VALUES).map(|page| {
-        let mut raw = Vec::with_capacity(page.len() * 2);
-        raw.push(INDEX_BITS as u8);
-        bit_pack(page, &mut raw);
-        (raw, page.len() as u32)
+    static DICT: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let dict = DICT.get_or_init(|| {
+        let mut dict = Vec::with_capacity(NUM_ACTIONS * 9);
+        for uci in vocabulary().iter_uci() {
+            dict.extend_from_slice(&(uci.len() as u32).to_le_bytes());
+            dict.extend_from_slice(uci.as_bytes());
+        }
+        dict
     });
     write_chunk(
         descr,
-        Some((&dict, NUM_ACTIONS as u32)),
-        pages,
+        Some(&dictionary_page(dict)?),
+        pages.iter(),
         Encoding::RLE_DICTIONARY,
         vec![Encoding::PLAIN, Encoding::RLE, Encoding::RLE_DICTIONARY],
         None,
@@ -517,6 +565,22 @@ mod tests {
             Table::LegalMoves.schema().fields()
         );
         assert_eq!(reader.metadata().num_row_groups(), 2);
+        // action and uci: dictionary pages, then the same compressed data
+        // pages (written once, stored twice).
+        let bytes = std::fs::read(&path).unwrap();
+        for rg in reader.metadata().row_groups() {
+            let (action, uci) = (rg.column(1), rg.column(2));
+            for c in [action, uci] {
+                assert!(c.encodings().any(|e| e == Encoding::RLE_DICTIONARY));
+                assert!(c.dictionary_page_offset().is_some());
+            }
+            let data = |c: &ColumnChunkMetaData| {
+                let (start, len) = c.byte_range();
+                let pages = (c.data_page_offset() as u64 - start) as usize;
+                &bytes[start as usize + pages..(start + len) as usize]
+            };
+            assert_eq!(data(action), data(uci));
+        }
         let vocab = vocabulary();
         let mut got = Vec::new();
         for batch in reader.build().unwrap() {

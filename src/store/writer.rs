@@ -75,9 +75,9 @@ pub(crate) fn properties(table: Table) -> WriterProperties {
             .set_column_statistics_enabled(col("board_id"), EnabledStatistics::Chunk)
             .set_column_dictionary_enabled(col("board_id"), false)
             .set_column_encoding(col("board_id"), Encoding::DELTA_BINARY_PACKED)
-            // Plain u16 actions compress better under zstd than 11-bit
-            // dictionary indices (1.6 vs 2.0 B/row on Lichess 2022-06).
-            .set_column_dictionary_enabled(col("action"), false)
+            // Written by store::legal_moves, which lays out the column
+            // chunks itself (action and uci as 16-bit dictionary indices);
+            // these settings give the file's schema and metadata.
             .build(),
         Table::Rejects | Table::Failures => b
             .set_compression(zstd(3))

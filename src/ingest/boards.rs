@@ -156,8 +156,24 @@ impl Index {
     /// Indexes `entries` (distinct keys) in a table of `slots` slots: no
     /// key comparisons, each key takes the first free slot from its home,
     /// with home slots prefetched a batch ahead.
-    fn rebuild(&mut self, slots: usize, entries: &[Entry]) {
-        *self = Index::with_slots(slots);
+    ///
+    /// The table grows in place within `reserve` slots of address space
+    /// (reserved at the first growth): doubling into a new allocation would
+    /// fault in, page by page, twice the final size; this faults in each
+    /// page once.
+    fn rebuild(&mut self, slots: usize, reserve: usize, entries: &[Entry]) {
+        let n = slots.next_power_of_two().max(16);
+        if self.slots.capacity() < n {
+            let mut fresh: Vec<u64> = Vec::new();
+            if fresh.try_reserve_exact(reserve.max(n)).is_err() {
+                fresh.reserve_exact(n);
+            }
+            advise_huge_pages(fresh.as_ptr(), fresh.capacity());
+            self.slots = fresh;
+        }
+        self.slots.clear();
+        self.slots.resize(n, 0);
+        self.mask = n - 1;
         let mut hashes = [0u64; LOOKAHEAD];
         for (c, chunk) in entries.chunks(LOOKAHEAD).enumerate() {
             for (h, e) in hashes.iter_mut().zip(chunk) {
@@ -344,7 +360,8 @@ impl BoardSet {
         }
         self.capacity = capacity;
         if slots > self.index.slots.len() {
-            self.index.rebuild(slots, &self.entries);
+            self.index
+                .rebuild(slots, (2 * generation).next_power_of_two(), &self.entries);
         }
     }
 

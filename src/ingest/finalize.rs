@@ -71,11 +71,17 @@ pub(crate) fn write_split(
 ) -> Result<BoardTotals, IngestError> {
     std::thread::scope(|scope| {
         let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<Entry>, IngestError>>(0);
+        // Part buffers (2^20 entries, 56 MB) go back to the reader: a fresh
+        // one per part would be mapped and faulted in anew each time.
+        let (back_tx, back_rx) = crossbeam_channel::bounded::<Vec<Entry>>(2);
         let reader = spawn_named(scope, "cb-boards-read", move || {
             let mut stream = stream;
             let mut first = true;
             loop {
-                let mut chunk = Vec::with_capacity(BOARDS_PER_PART as usize);
+                let mut chunk = back_rx
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(BOARDS_PER_PART as usize));
+                chunk.clear();
                 for entry in stream.by_ref() {
                     match entry {
                         Ok(e) => chunk.push(e),
@@ -102,9 +108,12 @@ pub(crate) fn write_split(
         let mut totals = BoardTotals::default();
         let mut result = Ok(());
         for (part, chunk) in rx.iter().enumerate() {
-            match chunk
-                .and_then(|c| write_part(part as u64, &c, boards_dir, moves_dir, threads, done))
-            {
+            let written = chunk.and_then(|c| {
+                let t = write_part(part as u64, &c, boards_dir, moves_dir, threads, done)?;
+                let _ = back_tx.try_send(c);
+                Ok(t)
+            });
+            match written {
                 Ok(t) => totals += t,
                 Err(e) => {
                     result = Err(e);

@@ -738,11 +738,8 @@ impl EntryReader {
                 ),
             ));
         }
-        out.extend(
-            buf[..filled]
-                .chunks_exact(ENTRY_BYTES)
-                .map(|b| Entry::read(b.try_into().unwrap_or(&[0; ENTRY_BYTES]))),
-        );
+        let (whole, _) = buf[..filled].as_chunks::<ENTRY_BYTES>();
+        out.extend(whole.iter().map(Entry::read));
         Ok(())
     }
 }

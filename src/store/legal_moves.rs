@@ -13,7 +13,12 @@
 //!   hashing per row, and the two columns' data pages are the same bytes,
 //!   compressed once and written twice.
 
-use std::{fs::File, io::BufWriter, path::Path, sync::Arc};
+use std::{
+    fs::File,
+    io::BufWriter,
+    path::Path,
+    sync::{Arc, OnceLock},
+};
 
 use bytes::Bytes;
 use parquet::{
@@ -116,24 +121,22 @@ impl LegalMovesWriter {
         // board_id on a thread; the action indices' pages, shared by the
         // action and uci columns, compressed once on this one.
         let (ids, actions, columns) = (&self.board_ids, &self.actions, &self.columns);
-        let chunks = std::thread::scope(|scope| {
+        let chunks = std::thread::scope(|scope| -> Result<_, ParquetError> {
             let board_id = scope.spawn(|| board_id_chunk(ids, &columns[0]));
             let pages = index_pages(actions);
             let board_id = board_id
                 .join()
-                .unwrap_or_else(|_| Err(ParquetError::General("column encoder panicked".into())));
-            let (action, uci) = match pages {
-                Ok(pages) => (
-                    action_chunk(&pages, &columns[1]),
-                    uci_chunk(&pages, &columns[2]),
-                ),
-                Err(e) => (Err(e), Err(ParquetError::General("not written".into()))),
-            };
-            [board_id, action, uci]
-        });
+                .unwrap_or_else(|_| Err(ParquetError::General("column encoder panicked".into())))?;
+            let pages = pages?;
+            Ok([
+                board_id,
+                action_chunk(&pages, &columns[1])?,
+                uci_chunk(&pages, &columns[2])?,
+            ])
+        })
+        .map_err(perr(&path))?;
         let mut rg = self.writer.next_row_group().map_err(perr(&path))?;
-        for chunk in chunks {
-            let (bytes, close) = chunk.map_err(perr(&path))?;
+        for (bytes, close) in chunks {
             rg.append_column(&bytes, close).map_err(perr(&path))?;
         }
         rg.close().map_err(perr(&path))?;
@@ -418,9 +421,18 @@ fn index_pages(actions: &[u16]) -> Result<Vec<Packed>, ParquetError> {
         .collect()
 }
 
-/// A dictionary page's values, compressed.
-fn dictionary_page(plain: &[u8]) -> Result<Packed, ParquetError> {
-    zstd_page(&mut compressor()?, plain, NUM_ACTIONS as u32)
+/// A dictionary page, compressed once per process: the dictionaries are
+/// constants (the action numbers, the vocabulary), the same in every row
+/// group of every file.
+fn dictionary_page(
+    cell: &'static OnceLock<Packed>,
+    plain: impl FnOnce() -> Vec<u8>,
+) -> Result<&'static Packed, ParquetError> {
+    if let Some(page) = cell.get() {
+        return Ok(page);
+    }
+    let page = zstd_page(&mut compressor()?, &plain(), NUM_ACTIONS as u32)?;
+    Ok(cell.get_or_init(|| page))
 }
 
 /// The `action` chunk: the action numbers as dictionary (PLAIN INT32 in
@@ -429,11 +441,13 @@ fn action_chunk(
     pages: &[Packed],
     descr: &ColumnDescPtr,
 ) -> Result<(Bytes, ColumnCloseResult), ParquetError> {
-    static DICT: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    let dict = DICT.get_or_init(|| (0..NUM_ACTIONS as i32).flat_map(i32::to_le_bytes).collect());
+    static DICT: OnceLock<Packed> = OnceLock::new();
+    let dict = dictionary_page(&DICT, || {
+        (0..NUM_ACTIONS as i32).flat_map(i32::to_le_bytes).collect()
+    })?;
     write_chunk(
         descr,
-        Some(&dictionary_page(dict)?),
+        Some(dict),
         pages.iter(),
         Encoding::RLE_DICTIONARY,
         vec![Encoding::PLAIN, Encoding::RLE, Encoding::RLE_DICTIONARY],
@@ -463,18 +477,18 @@ fn uci_chunk(
     pages: &[Packed],
     descr: &ColumnDescPtr,
 ) -> Result<(Bytes, ColumnCloseResult), ParquetError> {
-    static DICT: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    let dict = DICT.get_or_init(|| {
+    static DICT: OnceLock<Packed> = OnceLock::new();
+    let dict = dictionary_page(&DICT, || {
         let mut dict = Vec::with_capacity(NUM_ACTIONS * 9);
         for uci in vocabulary().iter_uci() {
             dict.extend_from_slice(&(uci.len() as u32).to_le_bytes());
             dict.extend_from_slice(uci.as_bytes());
         }
         dict
-    });
+    })?;
     write_chunk(
         descr,
-        Some(&dictionary_page(dict)?),
+        Some(dict),
         pages.iter(),
         Encoding::RLE_DICTIONARY,
         vec![Encoding::PLAIN, Encoding::RLE, Encoding::RLE_DICTIONARY],

@@ -44,7 +44,11 @@
 //! values, no model; a child of this bench), a short CPU training run,
 //! `stats`, `sql` (table_a1, dataset_stats, overlap, sampling), bag export.
 //! Every stage runs with the default memory budget (2 GiB) unless
-//! SCALE_MEMORY sets another.
+//! SCALE_MEMORY sets another. SCALE_STAGES (comma-separated names from
+//! [`STAGES`], default all) runs a subset: ingest and its reference always
+//! run; `loader`, `train` and `export` need `import`. At 10^7 games the
+//! value bags (~1.3 TB at every board) and `sampling`'s CSV (~65 GB) do not
+//! fit an ordinary disk, while `SCALE_STAGES=stats,table_a1,overlap` does.
 
 use std::{
     fs,
@@ -491,6 +495,43 @@ impl Row {
     }
 }
 
+/// Stages SCALE_STAGES may name, in the order they run.
+const STAGES: [&str; 9] = [
+    "import",
+    "loader",
+    "train",
+    "stats",
+    "table_a1",
+    "dataset_stats",
+    "overlap",
+    "sampling",
+    "export",
+];
+
+/// The stages to run (besides ingest): SCALE_STAGES, or all of them.
+fn stages() -> Vec<&'static str> {
+    let Ok(list) = std::env::var("SCALE_STAGES") else {
+        return STAGES.to_vec();
+    };
+    let mut chosen = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        if name == "ingest" {
+            continue;
+        }
+        let Some(&stage) = STAGES.iter().find(|&&s| s == name) else {
+            panic!("SCALE_STAGES: unknown stage {name:?}; expected ingest or one of {STAGES:?}");
+        };
+        chosen.push(stage);
+    }
+    for needy in ["loader", "train", "export"] {
+        assert!(
+            !chosen.contains(&needy) || chosen.contains(&"import"),
+            "SCALE_STAGES: {needy} reads the imported values; add import"
+        );
+    }
+    chosen
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("loader") {
@@ -514,14 +555,18 @@ fn main() {
         .parse::<chessbench::options::ByteSize>()
         .expect("SCALE_MEMORY")
         .0;
+    let stages = stages();
+    let on = |stage: &str| stages.contains(&stage);
     let sizes = [n / 10, n];
     let mut rows: Vec<Row> = Vec::new();
     let work = root().join("bench-data/scale/work");
     let _ = fs::remove_dir_all(&work);
     fs::create_dir_all(&work).unwrap();
     println!(
-        "bench-scale: {} and {} generated games, memory budget {memory}, action values of every {av_every}th board (synthetic values)",
-        sizes[0], sizes[1]
+        "bench-scale: {} and {} generated games, memory budget {memory}, action values of every {av_every}th board (synthetic values); stages: ingest, {}",
+        sizes[0],
+        sizes[1],
+        stages.join(", ")
     );
     println!(
         "machine: {}; chessbench {}",
@@ -596,99 +641,111 @@ fn main() {
             disk: 0,
             failed: None,
         });
-        // Synthetic bags (not a stage: the stand-in for the published data).
-        let bags = dir.join("bags");
-        let t = Instant::now();
-        // In a child: a child's peak RSS starts from its parent's (Linux
-        // carries the parent's high-water mark across fork and exec), so
-        // this process stays small and does no heavy work itself.
-        let c = measure(
-            Command::new(std::env::current_exe().unwrap())
-                .arg("synth")
-                .arg(&run)
-                .arg(&bags)
-                .arg(av_every.to_string()),
-            &log("synth"),
-        )
-        .expect("writing the synthetic bags");
-        let counts: Vec<u64> = c
-            .stdout
-            .split_whitespace()
-            .map(|n| n.parse().unwrap())
-            .collect();
-        println!(
-            "  wrote synthetic bags in {:.1} s: {} state_value, {} behavioral_cloning, {} action_value records ({:.0} MB)",
-            t.elapsed().as_secs_f64(),
-            counts[0],
-            counts[1],
-            counts[2],
-            du(&bags) as f64 / 1e6
-        );
-        // Import, into split `valued` of the same run (the SQL stages then
-        // see ingested splits and values together).
-        let before = du(&run);
-        let c = measure(
-            Command::new(BIN)
-                .args(["bag", "import", "--no-progress", "--split", "valued"])
-                .arg(&run)
-                .arg(&bags)
-                .args(["--memory-limit", &memory]),
-            &log("import"),
-        );
-        let disk = du(&run).saturating_sub(before);
-        rows.push(Row::of("bag import", g, &c, counts.iter().sum(), disk));
-        // The bags are the bulk of the disk (19 GB at 10^6 games) and are
-        // read only by the import: the export below needs the room.
-        let _ = fs::remove_dir_all(&bags);
-        // The loader: one epoch of state values (a child of this bench).
-        let c = measure_read_only(
-            || {
-                let mut c = Command::new(std::env::current_exe().unwrap());
-                c.arg("loader").arg(&run).arg(memory_bytes.to_string());
-                c
-            },
-            &log("loader"),
-        );
-        let served: u64 = c.as_ref().map_or(0, |c| {
-            c.stdout
+        let mut counts = vec![0u64; 3];
+        if on("import") {
+            // Synthetic bags (not a stage: the stand-in for the published data).
+            let bags = dir.join("bags");
+            let t = Instant::now();
+            // In a child: a child's peak RSS starts from its parent's (Linux
+            // carries the parent's high-water mark across fork and exec), so
+            // this process stays small and does no heavy work itself.
+            let c = measure(
+                Command::new(std::env::current_exe().unwrap())
+                    .arg("synth")
+                    .arg(&run)
+                    .arg(&bags)
+                    .arg(av_every.to_string()),
+                &log("synth"),
+            )
+            .expect("writing the synthetic bags");
+            counts = c
+                .stdout
                 .split_whitespace()
-                .next()
-                .map_or(0, |n| n.parse().unwrap_or(0))
-        });
-        rows.push(Row::of("loader (1 SV epoch)", g, &c, served, 0));
-        // A short CPU training run on the imported action values.
-        let c = measure(
-            Command::new(BIN)
-                .args(["train", "--no-progress", "--run"])
-                .arg(&run)
-                .args([
-                    "--split",
-                    "valued",
-                    "--eval-split",
-                    "",
-                    "--steps",
-                    "20",
-                    "--batch-size",
-                    "256",
-                    "--buckets",
-                    "32",
-                    "--memory-limit",
-                    &memory,
-                ]),
-            &log("train"),
-        );
-        rows.push(Row::of("train (20 steps)", g, &c, 20 * 256, 0));
+                .map(|n| n.parse().unwrap())
+                .collect();
+            println!(
+                "  wrote synthetic bags in {:.1} s: {} state_value, {} behavioral_cloning, {} action_value records ({:.0} MB)",
+                t.elapsed().as_secs_f64(),
+                counts[0],
+                counts[1],
+                counts[2],
+                du(&bags) as f64 / 1e6
+            );
+            // Import, into split `valued` of the same run (the SQL stages then
+            // see ingested splits and values together).
+            let before = du(&run);
+            let c = measure(
+                Command::new(BIN)
+                    .args(["bag", "import", "--no-progress", "--split", "valued"])
+                    .arg(&run)
+                    .arg(&bags)
+                    .args(["--memory-limit", &memory]),
+                &log("import"),
+            );
+            let disk = du(&run).saturating_sub(before);
+            rows.push(Row::of("bag import", g, &c, counts.iter().sum(), disk));
+            // The bags are the bulk of the disk (19 GB at 10^6 games) and are
+            // read only by the import: the export below needs the room.
+            let _ = fs::remove_dir_all(&bags);
+        }
+        if on("loader") {
+            // The loader: one epoch of state values (a child of this bench).
+            let c = measure_read_only(
+                || {
+                    let mut c = Command::new(std::env::current_exe().unwrap());
+                    c.arg("loader").arg(&run).arg(memory_bytes.to_string());
+                    c
+                },
+                &log("loader"),
+            );
+            let served: u64 = c.as_ref().map_or(0, |c| {
+                c.stdout
+                    .split_whitespace()
+                    .next()
+                    .map_or(0, |n| n.parse().unwrap_or(0))
+            });
+            rows.push(Row::of("loader (1 SV epoch)", g, &c, served, 0));
+        }
+        if on("train") {
+            // A short CPU training run on the imported action values.
+            let c = measure(
+                Command::new(BIN)
+                    .args(["train", "--no-progress", "--run"])
+                    .arg(&run)
+                    .args([
+                        "--split",
+                        "valued",
+                        "--eval-split",
+                        "",
+                        "--steps",
+                        "20",
+                        "--batch-size",
+                        "256",
+                        "--buckets",
+                        "32",
+                        "--memory-limit",
+                        &memory,
+                    ]),
+                &log("train"),
+            );
+            rows.push(Row::of("train (20 steps)", g, &c, 20 * 256, 0));
+        }
         // Table A1 and the SQL layer on the ingested run.
-        let c = measure_read_only(
-            || {
-                let mut c = Command::new(BIN);
-                c.arg("stats").arg(&run);
-                c
-            },
-            &log("stats"),
-        );
-        rows.push(Row::of("stats", g, &c, boards, 0));
+        if on("stats") {
+            let c = measure_read_only(
+                || {
+                    let mut c = Command::new(BIN);
+                    c.arg("stats").arg(&run);
+                    c
+                },
+                &log("stats"),
+            );
+            rows.push(Row::of("stats", g, &c, boards, 0));
+        }
         for query in ["table_a1", "dataset_stats", "overlap", "sampling"] {
+            if !on(query) {
+                continue;
+            }
             let c = measure_read_only(
                 || {
                     let mut c = Command::new(BIN);
@@ -712,21 +769,23 @@ fn main() {
             };
             rows.push(Row::of(stage, g, &c, boards, 0));
         }
-        // Export the imported split back to bags.
-        let exported = dir.join("exported");
-        let c = measure(
-            Command::new(BIN)
-                .args(["bag", "export", "--no-progress", "--split", "valued"])
-                .arg(&run)
-                .arg("--out")
-                .arg(&exported)
-                .args(["--memory-limit", &memory]),
-            &log("export"),
-        );
-        let disk = du(&exported);
-        rows.push(Row::of("bag export", g, &c, counts.iter().sum(), disk));
-        // The next size needs the room.
-        let _ = fs::remove_dir_all(&exported);
+        if on("export") {
+            // Export the imported split back to bags.
+            let exported = dir.join("exported");
+            let c = measure(
+                Command::new(BIN)
+                    .args(["bag", "export", "--no-progress", "--split", "valued"])
+                    .arg(&run)
+                    .arg("--out")
+                    .arg(&exported)
+                    .args(["--memory-limit", &memory]),
+                &log("export"),
+            );
+            let disk = du(&exported);
+            rows.push(Row::of("bag export", g, &c, counts.iter().sum(), disk));
+            // The next size needs the room.
+            let _ = fs::remove_dir_all(&exported);
+        }
     }
     println!(
         "\n| stage | games | wall s | CPU s | records/s | peak RSS MB | disk MB | time ratio {}x games | CPU ratio |",

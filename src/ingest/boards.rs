@@ -11,12 +11,18 @@
 //! generations), recursively split by further hash bits if it is still too
 //! big, and the partitions' outputs are merged by first occurrence. The result
 //! is the same stream of boards, byte for byte, whatever the memory limit.
+//!
+//! The work can be shared by several aggregators on their own threads
+//! ([`Shard`]s): each counts the keys of its partitions only, within its share
+//! of the limit, and writes only its partitions' files; their distinct boards
+//! are merged by first occurrence at the end. Each key is counted by exactly
+//! one shard, so the stream is again the same whatever the number of shards.
 
 use std::{
     cmp::Reverse,
     collections::BinaryHeap,
-    fs::{self, File, OpenOptions},
-    io::{BufReader, BufWriter, Read, Write},
+    fs::{self, File},
+    io::{BufReader, Read, Write},
     path::{Path, PathBuf},
 };
 
@@ -26,7 +32,10 @@ use std::sync::{
 };
 
 use super::IngestError;
-use crate::chess::{BoardKey, board_key::KEY_BYTES};
+use crate::{
+    chess::{BoardKey, board_key::KEY_BYTES},
+    store::direct::DirectWriter,
+};
 
 /// Bytes of one entry on disk.
 pub(crate) const ENTRY_BYTES: usize = KEY_BYTES + 16;
@@ -39,8 +48,10 @@ const ENTRY_SIZE: u64 = std::mem::size_of::<Entry>() as u64;
 /// buffers) may hold beside the tables: the tables get `--memory-limit`
 /// less this, and at least a quarter of the limit.
 const PIPELINE_RESERVE: u64 = 256 << 20;
-/// Buffer of each partition file while spilling.
-const SPILL_BUFFER: usize = 256 << 10;
+/// Buffer of the partition files of a split while spilling (shared by the
+/// shards): each file's is written with `O_DIRECT` when full, so it should
+/// not be small.
+const SPILL_BUFFERS: usize = 16 << 20;
 const PARTITION_BITS: u32 = 6;
 const PARTITIONS: usize = 1 << PARTITION_BITS;
 
@@ -250,6 +261,11 @@ struct BoardSet {
     index: Index,
     dir: PathBuf,
     generations: u32,
+    /// The partition files, open from the first spill to the last (each
+    /// keeps its last partial disk block until then).
+    files: Vec<Option<DirectWriter>>,
+    /// Buffer of each partition file: a shard of `n` writes `64 / n` of them.
+    spill_buffer: usize,
 }
 
 /// Keys hashed ahead in [`Index::rebuild`].
@@ -369,20 +385,19 @@ impl BoardSet {
     /// table.
     fn spill(&mut self) -> Result<(), IngestError> {
         fs::create_dir_all(&self.dir).map_err(|e| spill_err(&self.dir, e))?;
-        let mut files: Vec<Option<BufWriter<File>>> = (0..PARTITIONS).map(|_| None).collect();
+        if self.files.is_empty() {
+            self.files = (0..PARTITIONS).map(|_| None).collect();
+        }
         let mut bytes = Vec::with_capacity(ENTRY_BYTES);
         for e in &self.entries {
-            let p = (e.key.hash64() >> (64 - PARTITION_BITS)) as usize;
-            let file = match &mut files[p] {
+            let p = partition_of(e.key.hash64());
+            let file = match &mut self.files[p] {
                 Some(file) => file,
                 slot => {
                     let path = partition_path(&self.dir, p);
-                    let f = OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&path)
+                    let f = DirectWriter::create(&path, self.spill_buffer)
                         .map_err(|e| spill_err(&path, e))?;
-                    slot.insert(BufWriter::with_capacity(SPILL_BUFFER, f))
+                    slot.insert(f)
                 }
             };
             bytes.clear();
@@ -390,15 +405,20 @@ impl BoardSet {
             file.write_all(&bytes)
                 .map_err(|err| spill_err(&partition_path(&self.dir, p), err))?;
         }
-        for (p, file) in files.iter_mut().enumerate() {
-            if let Some(file) = file {
-                file.flush()
-                    .map_err(|err| spill_err(&partition_path(&self.dir, p), err))?;
-            }
-        }
         self.entries.clear();
         self.index.slots.fill(0);
         self.generations += 1;
+        Ok(())
+    }
+
+    /// Completes the partition files after the last spill.
+    fn close(&mut self) -> Result<(), IngestError> {
+        for (p, file) in self.files.drain(..).enumerate() {
+            if let Some(file) = file {
+                file.finish()
+                    .map_err(|e| spill_err(&partition_path(&self.dir, p), e))?;
+            }
+        }
         Ok(())
     }
 
@@ -434,6 +454,30 @@ fn table_shape(need: usize, want: usize, allowed: u64) -> Option<(usize, usize)>
     best
 }
 
+/// The spill partition of a key's hash: its top [`PARTITION_BITS`] bits.
+#[inline]
+fn partition_of(hash: u64) -> usize {
+    (hash >> (64 - PARTITION_BITS)) as usize
+}
+
+/// The share of the boards one [`Aggregator`] counts: the keys whose
+/// partition is `index` modulo `of` (all of them when `of` is 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shard {
+    pub index: usize,
+    pub of: usize,
+}
+
+impl Shard {
+    /// Most shards: a shard owns whole partitions.
+    pub(crate) const MAX: usize = PARTITIONS;
+
+    #[inline]
+    fn owns(&self, key: &BoardKey) -> bool {
+        self.of == 1 || partition_of(key.hash64()) % self.of == self.index
+    }
+}
+
 fn partition_path(dir: &Path, p: usize) -> PathBuf {
     dir.join(format!("partition-{p:02}.bin"))
 }
@@ -445,8 +489,12 @@ pub(crate) struct Aggregator {
     table_bytes: u64,
     /// Entries in a full generation (pieces of long games, partitions).
     max_entries: usize,
+    /// Which keys this aggregator counts.
+    shard: Shard,
     /// First occurrences of the run being inserted (reused).
     firsts: Vec<u64>,
+    /// The run's keys when only some of a batch's are this shard's (reused).
+    keys: Vec<BoardKey>,
 }
 
 /// One accepted game's boards inside a [`KeyBatch`].
@@ -466,11 +514,34 @@ pub(crate) struct KeyBatch {
 
 impl Aggregator {
     /// `scratch` receives spill files (one directory per split).
+    #[cfg(test)]
     pub(crate) fn new(splits: usize, memory_limit: u64, scratch: &Path) -> Aggregator {
+        Aggregator::sharded(splits, memory_limit, scratch, 1).remove(0)
+    }
+
+    /// `shards` aggregators (at most [`Shard::MAX`]) that count the boards
+    /// together, each within an equal share of `memory_limit`, to be fed the
+    /// same batches on their own threads and finished with [`finish`].
+    pub(crate) fn sharded(
+        splits: usize,
+        memory_limit: u64,
+        scratch: &Path,
+        shards: usize,
+    ) -> Vec<Aggregator> {
+        let shards = shards.clamp(1, Shard::MAX);
         let table_bytes = memory_limit
             .saturating_sub(PIPELINE_RESERVE)
             .max(memory_limit / 4)
-            .max(1024 * BYTES_PER_ENTRY);
+            / shards as u64;
+        (0..shards)
+            .map(|index| {
+                Aggregator::shard(splits, table_bytes, scratch, Shard { index, of: shards })
+            })
+            .collect()
+    }
+
+    fn shard(splits: usize, table_bytes: u64, scratch: &Path, shard: Shard) -> Aggregator {
+        let table_bytes = table_bytes.max(1024 * BYTES_PER_ENTRY);
         let max_entries = (table_bytes / BYTES_PER_ENTRY).clamp(1024, u64::from(u32::MAX - 1));
         Aggregator {
             sets: (0..splits)
@@ -480,11 +551,15 @@ impl Aggregator {
                     index: Index::with_slots(16),
                     dir: scratch.join(format!("split-{s}")),
                     generations: 0,
+                    files: Vec::new(),
+                    spill_buffer: SPILL_BUFFERS / PARTITIONS * shard.of,
                 })
                 .collect(),
             table_bytes,
             max_entries: max_entries as usize,
+            shard,
             firsts: Vec::new(),
+            keys: Vec::new(),
         }
     }
 
@@ -537,48 +612,89 @@ impl Aggregator {
         }
     }
 
-    /// Adds the boards of a batch of games. Consecutive games of one split
-    /// go in as one run (a pipelined insert is fastest on long runs).
+    /// Adds the boards of a batch of games (this shard's share of them).
+    /// Consecutive games of one split go in as one run (a pipelined insert
+    /// is fastest on long runs).
     pub(crate) fn add(&mut self, batch: &KeyBatch) -> Result<(), IngestError> {
         let piece = self.max_entries / 2;
+        let whole = self.shard.of == 1;
         let mut firsts = std::mem::take(&mut self.firsts);
+        let mut keys = std::mem::take(&mut self.keys);
         firsts.clear();
+        keys.clear();
         let (mut run_split, mut run_start, mut at) = (0usize, 0usize, 0usize);
         for game in &batch.games {
             let s = usize::from(game.split);
             let n = game.boards as usize;
-            if at + n > batch.keys.len() {
+            let Some(game_keys) = batch.keys.get(at..at + n) else {
                 return Err(IngestError::Internal(
                     "key batch holds fewer boards than its games".into(),
                 ));
-            }
+            };
             if !firsts.is_empty() && (s != run_split || firsts.len() + n > piece) {
-                self.insert_run(run_split, &batch.keys[run_start..at], &firsts)?;
+                let run = if whole {
+                    &batch.keys[run_start..at]
+                } else {
+                    &keys
+                };
+                self.insert_run(run_split, run, &firsts)?;
                 firsts.clear();
+                keys.clear();
             }
             if firsts.is_empty() {
                 (run_split, run_start) = (s, at);
             }
+            let first = first_seen(game.game_no, 0);
             if n > piece {
                 // A game longer than half a generation goes in pieces.
-                for (p, keys) in batch.keys[at..at + n].chunks(piece).enumerate() {
-                    let ply = (p * piece) as u64;
-                    firsts.extend(
-                        (0..keys.len() as u64).map(|j| first_seen(game.game_no, 0) + ply + j),
-                    );
-                    self.insert_run(s, keys, &firsts)?;
+                for (p, chunk) in game_keys.chunks(piece).enumerate() {
+                    let ply = first + (p * piece) as u64;
+                    self.take_keys(chunk, ply, &mut keys, &mut firsts);
+                    let run = if whole { chunk } else { &keys };
+                    self.insert_run(s, run, &firsts)?;
                     firsts.clear();
+                    keys.clear();
                 }
             } else {
-                firsts.extend((0..n as u64).map(|j| first_seen(game.game_no, 0) + j));
+                self.take_keys(game_keys, first, &mut keys, &mut firsts);
             }
             at += n;
         }
         if !firsts.is_empty() {
-            self.insert_run(run_split, &batch.keys[run_start..at], &firsts)?;
+            let run = if whole {
+                &batch.keys[run_start..at]
+            } else {
+                &keys
+            };
+            self.insert_run(run_split, run, &firsts)?;
         }
         self.firsts = firsts;
+        self.keys = keys;
         Ok(())
+    }
+
+    /// Appends this shard's keys of `game_keys` (consecutive boards, the
+    /// first seen at `first`) to the run: their first occurrences to
+    /// `firsts`, and the keys themselves to `keys` unless this shard owns
+    /// every key (the run is then a slice of the batch).
+    #[inline]
+    fn take_keys(
+        &self,
+        game_keys: &[BoardKey],
+        first: u64,
+        keys: &mut Vec<BoardKey>,
+        firsts: &mut Vec<u64>,
+    ) {
+        if self.shard.of == 1 {
+            firsts.extend((0..game_keys.len() as u64).map(|j| first + j));
+            return;
+        }
+        for (j, key) in game_keys.iter().enumerate() {
+            if self.shard.owns(key) {
+                keys.push(*key);
+                firsts.push(first + j as u64);
+            }
+        }
     }
 
     fn insert_run(
@@ -597,44 +713,67 @@ impl Aggregator {
         self.sets.iter().any(|s| s.generations > 0)
     }
 
-    /// The distinct boards of each split, in order of first occurrence.
-    /// Spilled partitions are deduplicated by `threads` threads at once,
-    /// each within its share of the memory limit.
-    pub(crate) fn finish(self, threads: usize) -> Result<Vec<BoardStream>, IngestError> {
-        let threads = threads.max(1);
-        let mut in_memory = Vec::with_capacity(self.sets.len());
-        let mut jobs: Vec<(usize, PathBuf)> = Vec::new();
-        for (s, mut set) in self.sets.into_iter().enumerate() {
-            if set.generations == 0 {
-                in_memory.push(Some(set.entries));
-                continue;
-            }
-            set.spill()?;
-            set.release();
-            in_memory.push(None);
-            for p in 0..PARTITIONS {
-                let path = partition_path(&set.dir, p);
-                if path.exists() {
-                    jobs.push((s, path));
-                }
-            }
-        }
-        let per_thread = (self.max_entries / threads).max(1024);
-        let paths: Vec<&Path> = jobs.iter().map(|(_, p)| p.as_path()).collect();
-        let mut runs = dedup_partitions(&paths, per_thread, threads)?.into_iter();
-        let mut streams = Vec::with_capacity(in_memory.len());
-        for (s, entries) in in_memory.into_iter().enumerate() {
-            streams.push(match entries {
-                Some(entries) => BoardStream::Memory(entries.into_iter()),
-                None => {
-                    let n = jobs.iter().filter(|(js, _)| *js == s).count();
-                    let mine: Vec<PathBuf> = runs.by_ref().take(n).collect();
-                    BoardStream::Merged(MergeRuns::new(&mine)?)
-                }
-            });
-        }
-        Ok(streams)
+    #[cfg(test)]
+    fn finish(self, threads: usize) -> Result<Vec<BoardStream>, IngestError> {
+        finish(vec![self], threads)
     }
+}
+
+/// The distinct boards of each split, in order of first occurrence, from
+/// the shards that counted them ([`Aggregator::sharded`]). A split that
+/// any shard spilled is spilled by all of them, and its partitions are
+/// deduplicated by `threads` threads at once, each within its share of the
+/// memory limit; a split that stayed in memory is the merge of the shards'
+/// tables by first occurrence.
+pub(crate) fn finish(
+    shards: Vec<Aggregator>,
+    threads: usize,
+) -> Result<Vec<BoardStream>, IngestError> {
+    let threads = threads.max(1);
+    let max_entries: usize = shards.iter().map(|a| a.max_entries).sum();
+    let splits = shards.first().map_or(0, |a| a.sets.len());
+    let mut by_split: Vec<Vec<BoardSet>> = (0..splits).map(|_| Vec::new()).collect();
+    for aggregator in shards {
+        for (s, set) in aggregator.sets.into_iter().enumerate() {
+            by_split[s].push(set);
+        }
+    }
+    let mut in_memory = Vec::with_capacity(splits);
+    let mut jobs: Vec<(usize, PathBuf)> = Vec::new();
+    for (s, sets) in by_split.into_iter().enumerate() {
+        if sets.iter().all(|set| set.generations == 0) {
+            in_memory.push(Some(sets.into_iter().map(|set| set.entries).collect()));
+            continue;
+        }
+        let dir = sets[0].dir.clone();
+        for mut set in sets {
+            set.spill()?;
+            set.close()?;
+            set.release();
+        }
+        in_memory.push(None);
+        for p in 0..PARTITIONS {
+            let path = partition_path(&dir, p);
+            if path.exists() {
+                jobs.push((s, path));
+            }
+        }
+    }
+    let per_thread = (max_entries / threads).max(1024);
+    let paths: Vec<&Path> = jobs.iter().map(|(_, p)| p.as_path()).collect();
+    let mut runs = dedup_partitions(&paths, per_thread, threads)?.into_iter();
+    let mut streams = Vec::with_capacity(in_memory.len());
+    for (s, tables) in in_memory.into_iter().enumerate() {
+        streams.push(match tables {
+            Some(tables) => BoardStream::Memory(MemoryMerge::new(tables)),
+            None => {
+                let n = jobs.iter().filter(|(js, _)| *js == s).count();
+                let mine: Vec<PathBuf> = runs.by_ref().take(n).collect();
+                BoardStream::Merged(MergeRuns::new(&mine)?)
+            }
+        });
+    }
+    Ok(streams)
 }
 
 /// Runs [`dedup_partition`] on every path, `threads` at a time; the runs
@@ -745,8 +884,7 @@ impl EntryReader {
 }
 
 fn write_entries(path: &Path, entries: &[Entry]) -> Result<(), IngestError> {
-    let file = File::create(path).map_err(|e| spill_err(path, e))?;
-    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let mut w = DirectWriter::create(path, 1 << 20).map_err(|e| spill_err(path, e))?;
     let mut buf = Vec::with_capacity(ENTRY_BYTES * 1024);
     for chunk in entries.chunks(1024) {
         buf.clear();
@@ -755,7 +893,7 @@ fn write_entries(path: &Path, entries: &[Entry]) -> Result<(), IngestError> {
         }
         w.write_all(&buf).map_err(|e| spill_err(path, e))?;
     }
-    w.flush().map_err(|e| spill_err(path, e))
+    w.finish().map_err(|e| spill_err(path, e))
 }
 
 /// The distinct entries of a partition file (ordered by first occurrence
@@ -805,15 +943,15 @@ fn dedup_partition(
         // Too big for memory: split by the next hash bits, keeping order.
         let dir = path.with_extension("split");
         fs::create_dir_all(&dir).map_err(|e| spill_err(&dir, e))?;
-        let mut writers: Vec<Option<BufWriter<File>>> = (0..PARTITIONS).map(|_| None).collect();
+        let mut writers: Vec<Option<DirectWriter>> = (0..PARTITIONS).map(|_| None).collect();
         let mut reader = EntryReader::open(path)?;
         let mut buf = Vec::with_capacity(ENTRY_BYTES);
         while let Some(e) = reader.next()? {
             let p = ((e.key.hash64() << bits_used) >> (64 - PARTITION_BITS)) as usize;
             let sub = partition_path(&dir, p);
             if writers[p].is_none() {
-                let f = File::create(&sub).map_err(|err| spill_err(&sub, err))?;
-                writers[p] = Some(BufWriter::with_capacity(64 << 10, f));
+                let f = DirectWriter::create(&sub, 64 << 10).map_err(|err| spill_err(&sub, err))?;
+                writers[p] = Some(f);
             }
             buf.clear();
             e.write(&mut buf);
@@ -823,10 +961,9 @@ fn dedup_partition(
         }
         let mut runs = Vec::new();
         for (p, w) in writers.into_iter().enumerate() {
-            if let Some(mut w) = w {
+            if let Some(w) = w {
                 let sub = partition_path(&dir, p);
-                w.flush().map_err(|e| spill_err(&sub, e))?;
-                drop(w);
+                w.finish().map_err(|e| spill_err(&sub, e))?;
                 runs.push(dedup_partition(
                     &sub,
                     bits_used + PARTITION_BITS,
@@ -835,15 +972,14 @@ fn dedup_partition(
             }
         }
         let mut merged = MergeRuns::new(&runs)?;
-        let file = File::create(&run).map_err(|e| spill_err(&run, e))?;
-        let mut w = BufWriter::with_capacity(1 << 20, file);
+        let mut w = DirectWriter::create(&run, 1 << 20).map_err(|e| spill_err(&run, e))?;
         let mut buf = Vec::with_capacity(ENTRY_BYTES);
         while let Some(e) = merged.next().transpose()? {
             buf.clear();
             e.write(&mut buf);
             w.write_all(&buf).map_err(|err| spill_err(&run, err))?;
         }
-        w.flush().map_err(|e| spill_err(&run, e))?;
+        w.finish().map_err(|e| spill_err(&run, e))?;
         drop(merged);
         let _ = fs::remove_dir_all(&dir);
     }
@@ -898,9 +1034,46 @@ impl Iterator for MergeRuns {
     }
 }
 
+/// Merge by first occurrence of the shards' in-memory tables (each in
+/// that order already; a handful of them, so a linear scan for the least).
+pub(crate) struct MemoryMerge {
+    tables: Vec<std::iter::Peekable<std::vec::IntoIter<Entry>>>,
+}
+
+impl MemoryMerge {
+    fn new(tables: Vec<Vec<Entry>>) -> MemoryMerge {
+        MemoryMerge {
+            tables: tables
+                .into_iter()
+                .map(|t| t.into_iter().peekable())
+                .collect(),
+        }
+    }
+}
+
+impl Iterator for MemoryMerge {
+    type Item = Entry;
+
+    #[inline]
+    fn next(&mut self) -> Option<Entry> {
+        if let [only] = self.tables.as_mut_slice() {
+            return only.next();
+        }
+        let mut least: Option<(u64, usize)> = None;
+        for (i, table) in self.tables.iter_mut().enumerate() {
+            if let Some(e) = table.peek()
+                && least.is_none_or(|(first, _)| e.first < first)
+            {
+                least = Some((e.first, i));
+            }
+        }
+        self.tables[least?.1].next()
+    }
+}
+
 /// A split's distinct boards, in order of first occurrence.
 pub(crate) enum BoardStream {
-    Memory(std::vec::IntoIter<Entry>),
+    Memory(MemoryMerge),
     Merged(MergeRuns),
 }
 
@@ -986,6 +1159,53 @@ mod tests {
         assert_eq!(out, vec![entry]);
         reader.next_batch(&mut buf, &mut out).unwrap();
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn shards_give_the_same_boards_in_the_same_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = batch(3000);
+        let mut one = Aggregator::new(2, 1 << 30, &tmp.path().join("one"));
+        one.add(&b).unwrap();
+        let expected = collect(one);
+        // In memory; all spilling (many generations); 48 shards of 1,024
+        // entries each: the 16 with two partitions (of 64) spill, most of
+        // the others, with one, do not (one split only).
+        let mut one_split = batch(3000);
+        one_split.games.iter_mut().for_each(|g| g.split = 0);
+        let mut one = Aggregator::new(2, 1 << 30, &tmp.path().join("one-split"));
+        one.add(&one_split).unwrap();
+        let expected_one_split = collect(one);
+        for (shards, limit, spills) in [
+            (3, 1 << 30, Some(false)),
+            (2, 2048 * BYTES_PER_ENTRY, Some(true)),
+            (48, 1 << 20, None),
+        ] {
+            let (b, expected) = match spills {
+                Some(_) => (&b, &expected),
+                None => (&one_split, &expected_one_split),
+            };
+            let dir = tmp.path().join(format!("{shards}-{limit}"));
+            let mut aggregators = Aggregator::sharded(2, limit, &dir, shards);
+            assert_eq!(aggregators.len(), shards);
+            for a in &mut aggregators {
+                a.add(b).unwrap();
+            }
+            let spilled: Vec<bool> = aggregators.iter().map(Aggregator::spilled).collect();
+            match spills {
+                Some(all) => assert!(spilled.iter().all(|&s| s == all), "{spilled:?}"),
+                None => assert!(
+                    spilled[..16].iter().all(|&s| s) && spilled[16..].contains(&false),
+                    "{spilled:?}"
+                ),
+            }
+            let got: Vec<Vec<Entry>> = finish(aggregators, 2)
+                .unwrap()
+                .into_iter()
+                .map(|s| s.collect::<Result<Vec<_>, _>>().unwrap())
+                .collect();
+            assert_eq!(&got, expected, "{shards} shards, limit {limit}");
+        }
     }
 
     #[test]

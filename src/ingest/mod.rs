@@ -100,6 +100,33 @@ pub struct Summary {
     pub peak_rss: Option<u64>,
 }
 
+/// Threads deduplicating boards while games stream in, for `threads`
+/// parsing threads: as many, up to 4. One thread inserting every board
+/// into a table of gigabytes (a cache miss each, and fresh memory the first
+/// time round) would cap ingest at a few million boards a second whatever
+/// the cores; shards split that work by hash. Each shard still reads every
+/// batch (and hashes every key to find its own), hence the cap.
+fn dedup_shards(threads: usize) -> usize {
+    threads.clamp(1, 4)
+}
+
+/// Every board key batch goes to every dedup shard (each takes its keys).
+struct KeySink {
+    shards: Vec<Sender<Arc<KeyBatch>>>,
+}
+
+impl KeySink {
+    fn send(&self, batch: KeyBatch) -> Result<(), IngestError> {
+        let batch = Arc::new(batch);
+        for shard in &self.shards {
+            shard
+                .send(Arc::clone(&batch))
+                .map_err(|_| IngestError::Internal("board aggregator stopped early".into()))?;
+        }
+        Ok(())
+    }
+}
+
 /// Peak resident set size of this process (VmHWM), where /proc tells it.
 pub(crate) fn peak_rss() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -298,7 +325,12 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
             None => None,
         },
     };
-    let aggregator = Aggregator::new(splits.len(), config.memory_limit, &txn.scratch("boards")?);
+    let aggregators = Aggregator::sharded(
+        splits.len(),
+        config.memory_limit,
+        &txn.scratch("boards")?,
+        dedup_shards(config.threads),
+    );
     let shared: Vec<InputShared> = config
         .inputs
         .iter()
@@ -313,7 +345,11 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
         let (block_tx, block_rx) = bounded::<Block>(threads);
         let (result_tx, result_rx) = bounded::<BlockResult>(threads);
         let (token_tx, token_rx) = bounded::<()>(threads * 4);
-        let (key_tx, key_rx) = bounded::<KeyBatch>(4);
+        let (key_txs, key_rxs): (Vec<_>, Vec<_>) = aggregators
+            .iter()
+            .map(|_| bounded::<Arc<KeyBatch>>(4))
+            .unzip();
+        let keys = KeySink { shards: key_txs };
         // Buffers go back for reuse: block bytes to the reader, key vectors
         // to the workers (saves a page fault per 4 KiB of input).
         let (recycle_tx, recycle_rx) = bounded::<Vec<u8>>(threads * 4);
@@ -369,26 +405,42 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
             });
         }
         drop((block_rx, result_tx, recycle_tx));
-        let aggregating = spawn_named(
-            scope,
-            "cb-dedup",
-            move || -> Result<Aggregator, IngestError> {
-                let mut aggregator = aggregator;
-                for batch in key_rx {
-                    aggregator.add(&batch)?;
-                    let _ = keys_back_tx.try_send(batch.keys);
-                }
-                Ok(aggregator)
-            },
-        );
-        let mut result = collector.collect(result_rx, &token_rx, &key_tx, stop, &bar, shared);
+        let aggregating: Vec<_> = aggregators
+            .into_iter()
+            .zip(key_rxs)
+            .enumerate()
+            .map(|(i, (mut aggregator, key_rx))| {
+                let keys_back_tx = keys_back_tx.clone();
+                spawn_named(
+                    scope,
+                    &format!("cb-dedup-{i}"),
+                    move || -> Result<Aggregator, IngestError> {
+                        for batch in key_rx {
+                            aggregator.add(&batch)?;
+                            // The last shard done with a batch recycles it.
+                            if let Some(batch) = Arc::into_inner(batch) {
+                                let _ = keys_back_tx.try_send(batch.keys);
+                            }
+                        }
+                        Ok(aggregator)
+                    },
+                )
+            })
+            .collect();
+        drop(keys_back_tx);
+        let mut result = collector.collect(result_rx, &token_rx, &keys, stop, &bar, shared);
         if result.is_ok() && fatal.lock().map_or(true, |f| f.is_none()) {
-            result = collector.replay_sample(&key_tx);
+            result = collector.replay_sample(&keys);
         }
-        drop(key_tx);
-        let aggregated = aggregating
-            .join()
-            .unwrap_or_else(|_| Err(IngestError::Internal("aggregator panicked".into())));
+        drop(keys);
+        let aggregated: Result<Vec<Aggregator>, IngestError> = aggregating
+            .into_iter()
+            .map(|shard| {
+                shard
+                    .join()
+                    .unwrap_or_else(|_| Err(IngestError::Internal("aggregator panicked".into())))
+            })
+            .collect();
         (result, aggregated)
     });
     if let Some(e) = fatal.lock().ok().and_then(|mut f| f.take()) {
@@ -396,9 +448,9 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     }
     // The aggregator's error is the cause when both failed (the collector
     // then only saw its channel close).
-    let aggregator = aggregated?;
+    let aggregators = aggregated?;
     collected?;
-    let spilled = aggregator.spilled();
+    let spilled = aggregators.iter().any(Aggregator::spilled);
     let mut phases = vec![("stream", clock.elapsed().as_secs_f64())];
     let mut lap = Instant::now();
     let mut mark = |name: &'static str, phases: &mut Vec<(&'static str, f64)>| {
@@ -410,7 +462,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     }
 
     // Boards and legal moves, split by split.
-    let streams = aggregator.finish(config.threads)?;
+    let streams = boards::finish(aggregators, config.threads)?;
     mark("dedup", &mut phases);
     let done = Arc::new(AtomicU64::new(0));
     let mut totals = Vec::with_capacity(splits.len());
@@ -622,7 +674,7 @@ impl Collector<'_> {
         &mut self,
         results: Receiver<BlockResult>,
         tokens: &Receiver<()>,
-        keys: &Sender<KeyBatch>,
+        keys: &KeySink,
         stop: &AtomicBool,
         bar: &ProgressBar,
         shared: &[InputShared],
@@ -666,7 +718,7 @@ impl Collector<'_> {
         outcome
     }
 
-    fn process(&mut self, r: BlockResult, keys: &Sender<KeyBatch>) -> Result<(), IngestError> {
+    fn process(&mut self, r: BlockResult, keys: &KeySink) -> Result<(), IngestError> {
         let input = r.input;
         let source = self.config.inputs[input].display.as_str();
         let reject_split = usize::from(self.input_splits[input]);
@@ -765,18 +817,14 @@ impl Collector<'_> {
                 keys: key_vec,
                 games: batch_games,
             };
-            if keys.send(batch).is_err() {
-                return Err(IngestError::Internal(
-                    "board aggregator stopped early".into(),
-                ));
-            }
+            keys.send(batch)?;
         }
         Ok(())
     }
 
     /// With `--sample-games`: writes the drawn games and feeds their boards,
     /// in game order.
-    fn replay_sample(&mut self, keys: &Sender<KeyBatch>) -> Result<(), IngestError> {
+    fn replay_sample(&mut self, keys: &KeySink) -> Result<(), IngestError> {
         let Some(reservoir) = self.reservoir.take() else {
             return Ok(());
         };
@@ -810,13 +858,11 @@ impl Collector<'_> {
                 boards,
             });
             if batch.keys.len() >= 1 << 16 {
-                keys.send(std::mem::take(&mut batch))
-                    .map_err(|_| IngestError::Internal("board aggregator stopped early".into()))?;
+                keys.send(std::mem::take(&mut batch))?;
             }
         }
         if !batch.games.is_empty() {
-            keys.send(batch)
-                .map_err(|_| IngestError::Internal("board aggregator stopped early".into()))?;
+            keys.send(batch)?;
         }
         for (c, offered) in self.counts.iter_mut().zip(&self.offered) {
             c.not_sampled = offered - c.games;

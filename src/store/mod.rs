@@ -3,6 +3,7 @@
 
 pub(crate) mod chunks;
 pub(crate) mod commit;
+pub(crate) mod direct;
 pub(crate) mod legal_moves;
 pub(crate) mod manifest;
 pub(crate) mod schema;

@@ -107,6 +107,15 @@ fn output_does_not_depend_on_memory_limit_or_threads() {
     let three = tempfile::tempdir().unwrap();
     ingest(three.path(), &[path, "-j", "3"]);
     assert!(snapshot(three.path()) == expected, "3-thread run differs");
+    // 4 threads: boards deduplicated by 4 shards, each spilling its own
+    // partitions.
+    let four = tempfile::tempdir().unwrap();
+    let summary = ingest(four.path(), &[path, "-j", "4", "--memory-limit", "1MiB"]);
+    assert_eq!(summary["spilled"], true);
+    assert!(
+        snapshot(four.path()) == expected,
+        "4-shard spilled run differs"
+    );
 }
 
 #[test]

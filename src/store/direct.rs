@@ -1,0 +1,217 @@
+//! Sequential files written around the page cache (`O_DIRECT` on Linux).
+//!
+//! Scratch files that are written once and read back once (ingest's spilled
+//! boards) gain nothing from the page cache, and filling it costs a copy
+//! into memory the kernel must first find: on a virtual machine whose host
+//! backs guest memory on first touch (this project's machines), writing
+//! 2 GB through the page cache took 4.1 s where `O_DIRECT` wrote it in
+//! 0.95 s. [`DirectWriter`] gathers whole 4 KiB blocks in an aligned buffer
+//! and writes them straight to the disk; the unaligned tail goes through the
+//! page cache in [`DirectWriter::finish`]. Where the file system refuses
+//! `O_DIRECT` (tmpfs, some network file systems) it writes as any file.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::{self, Write},
+    path::Path,
+};
+
+/// Alignment of `O_DIRECT` buffers, offsets and lengths (the largest
+/// logical block size of common disks).
+const ALIGN: usize = 4096;
+
+#[derive(Clone, Copy)]
+#[repr(C, align(4096))]
+struct Block([u8; ALIGN]);
+
+/// Appends to a new file through an aligned buffer of whole blocks (see
+/// the module). Bytes are on their way to the disk once written, except the
+/// last partial block, which [`DirectWriter::finish`] writes: dropping the
+/// writer without it loses that tail.
+pub(crate) struct DirectWriter {
+    file: File,
+    blocks: Vec<Block>,
+    /// Bytes buffered at the start of `blocks`.
+    len: usize,
+    direct: bool,
+}
+
+impl DirectWriter {
+    /// Creates (or truncates) `path` with a buffer of about `buffer` bytes
+    /// (whole blocks, at least one).
+    pub(crate) fn create(path: &Path, buffer: usize) -> io::Result<DirectWriter> {
+        let (file, direct) = open(path)?;
+        Ok(DirectWriter {
+            file,
+            blocks: vec![Block([0; ALIGN]); buffer.div_ceil(ALIGN).max(1)],
+            len: 0,
+            direct,
+        })
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        self.blocks.as_flattened_mut_bytes()
+    }
+
+    /// Writes the whole blocks buffered; the partial one stays, moved to the
+    /// start of the buffer.
+    fn write_blocks(&mut self) -> io::Result<()> {
+        let whole = self.len / ALIGN * ALIGN;
+        if whole == 0 {
+            return Ok(());
+        }
+        let len = self.len;
+        let mut file = &self.file;
+        let data = &self.blocks.as_flattened_bytes()[..whole];
+        match file.write_all(data) {
+            // The file system took the flag but not these writes.
+            Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                self.direct = false;
+                set_direct(&self.file, false)?;
+                (&self.file).write_all(&self.blocks.as_flattened_bytes()[..whole])?;
+            }
+            other => other?,
+        }
+        self.bytes().copy_within(whole..len, 0);
+        self.len = len - whole;
+        Ok(())
+    }
+
+    /// Writes the rest (the last partial block through the page cache) and
+    /// closes the file.
+    pub(crate) fn finish(mut self) -> io::Result<()> {
+        self.write_blocks()?;
+        if self.len > 0 {
+            if self.direct {
+                set_direct(&self.file, false)?;
+            }
+            let tail = self.len;
+            (&self.file).write_all(&self.blocks.as_flattened_bytes()[..tail])?;
+        }
+        Ok(())
+    }
+}
+
+impl Write for DirectWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let capacity = self.blocks.len() * ALIGN;
+        let n = data.len().min(capacity - self.len);
+        let at = self.len;
+        self.bytes()[at..at + n].copy_from_slice(&data[..n]);
+        self.len += n;
+        if self.len == capacity {
+            self.write_blocks()?;
+        }
+        Ok(n)
+    }
+
+    /// Writes the whole blocks buffered (the partial last one waits for
+    /// [`DirectWriter::finish`]).
+    fn flush(&mut self) -> io::Result<()> {
+        self.write_blocks()
+    }
+}
+
+/// Views whole blocks as bytes.
+trait AsBytes {
+    fn as_flattened_bytes(&self) -> &[u8];
+    fn as_flattened_mut_bytes(&mut self) -> &mut [u8];
+}
+
+impl AsBytes for Vec<Block> {
+    fn as_flattened_bytes(&self) -> &[u8] {
+        // SAFETY: `Block` is `repr(C)` around `[u8; ALIGN]` (size ALIGN, no
+        // padding), so `len` blocks are `len * ALIGN` initialized bytes.
+        unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<u8>(), self.len() * ALIGN) }
+    }
+
+    fn as_flattened_mut_bytes(&mut self) -> &mut [u8] {
+        // SAFETY: as above, borrowed mutably.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.as_mut_ptr().cast::<u8>(), self.len() * ALIGN)
+        }
+    }
+}
+
+/// Opens `path` for writing with `O_DIRECT` where the system takes it.
+#[cfg(target_os = "linux")]
+fn open(path: &Path) -> io::Result<(File, bool)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    match options.clone().custom_flags(libc::O_DIRECT).open(path) {
+        Ok(file) => Ok((file, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((options.open(path)?, false)),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open(path: &Path) -> io::Result<(File, bool)> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
+    Ok((file, false))
+}
+
+#[cfg(target_os = "linux")]
+fn set_direct(file: &File, on: bool) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on our own open descriptor, reading then setting its
+    // status flags.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let flags = if on {
+            flags | libc::O_DIRECT
+        } else {
+            flags & !libc::O_DIRECT
+        };
+        if libc::fcntl(fd, libc::F_SETFL, flags) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_direct(_: &File, _: bool) -> io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Odd sizes across block and buffer boundaries read back exactly, on
+    /// a disk (`O_DIRECT`) and on tmpfs (which refuses it) alike.
+    #[test]
+    fn writes_read_back_exactly() {
+        let disk = tempfile::tempdir().unwrap();
+        let mut dirs = vec![disk.path().to_owned()];
+        if Path::new("/dev/shm").is_dir() {
+            dirs.push("/dev/shm".into());
+        }
+        for dir in dirs {
+            let path = dir.join(format!("direct-{}.bin", std::process::id()));
+            let mut expected = Vec::new();
+            let mut w = DirectWriter::create(&path, 3 * ALIGN).unwrap();
+            for i in 0..2000u32 {
+                let chunk: Vec<u8> = (0..(i * 37) % 9001).map(|j| (i ^ j) as u8).collect();
+                w.write_all(&chunk).unwrap();
+                expected.extend_from_slice(&chunk);
+                if i % 500 == 0 {
+                    w.flush().unwrap();
+                }
+            }
+            w.finish().unwrap();
+            assert_eq!(std::fs::read(&path).unwrap(), expected, "{}", dir.display());
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+}

@@ -61,16 +61,21 @@ impl DirectWriter {
             return Ok(());
         }
         let len = self.len;
-        let mut file = &self.file;
         let data = &self.blocks.as_flattened_bytes()[..whole];
-        match file.write_all(data) {
-            // The file system took the flag but not these writes.
-            Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
-                self.direct = false;
-                set_direct(&self.file, false)?;
-                (&self.file).write_all(&self.blocks.as_flattened_bytes()[..whole])?;
+        let mut done = 0;
+        while done < whole {
+            match (&self.file).write(&data[done..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // The file system took the flag but not this write (or a
+                // short write left the offset unaligned): go on without it.
+                Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                    self.direct = false;
+                    set_direct(&self.file, false)?;
+                }
+                Err(e) => return Err(e),
             }
-            other => other?,
         }
         self.bytes().copy_within(whole..len, 0);
         self.len = len - whole;

@@ -23,7 +23,9 @@ con = duckdb.connect()
 con.execute("SET VARIABLE run_dir = '{run}'")
 con.execute(open('{sql}/views.sql').read())
 rows = [r[:5] for r in con.execute(open('{sql}/table_a1.sql').read()).fetchall()]
-overlap = con.execute(con.extract_statements(open('{sql}/overlap.sql').read())[0]).fetchone()[2]
+marked, first = con.extract_statements(open('{sql}/overlap.sql').read())[:2]
+con.execute(marked)
+overlap = con.execute(first).fetchone()[2]
 types = con.execute("DESCRIBE SELECT * FROM read_parquet('{run}/boards/*/*.parquet', hive_partitioning = true)").fetchall()
 print(json.dumps({{"rows": rows, "overlap": overlap, "types": {{t[0]: t[1] for t in types}}}}))
 "#,

@@ -1119,6 +1119,14 @@ mod tests {
         batch
     }
 
+    /// The boards of `b` counted by one aggregator with room for all.
+    fn in_memory(dir: &Path, b: &KeyBatch) -> Vec<Vec<Entry>> {
+        let mut one = Aggregator::new(2, 1 << 30, dir);
+        one.add(b).unwrap();
+        assert!(!one.spilled());
+        collect(one)
+    }
+
     fn collect(agg: Aggregator) -> Vec<Vec<Entry>> {
         agg.finish(3)
             .unwrap()
@@ -1165,17 +1173,13 @@ mod tests {
     fn shards_give_the_same_boards_in_the_same_order() {
         let tmp = tempfile::tempdir().unwrap();
         let b = batch(3000);
-        let mut one = Aggregator::new(2, 1 << 30, &tmp.path().join("one"));
-        one.add(&b).unwrap();
-        let expected = collect(one);
+        let expected = in_memory(&tmp.path().join("one"), &b);
         // In memory; all spilling (many generations); 48 shards of 1,024
         // entries each: the 16 with two partitions (of 64) spill, most of
         // the others, with one, do not (one split only).
         let mut one_split = batch(3000);
         one_split.games.iter_mut().for_each(|g| g.split = 0);
-        let mut one = Aggregator::new(2, 1 << 30, &tmp.path().join("one-split"));
-        one.add(&one_split).unwrap();
-        let expected_one_split = collect(one);
+        let expected_one_split = in_memory(&tmp.path().join("one-split"), &one_split);
         for (shards, limit, spills) in [
             (3, 1 << 30, Some(false)),
             (2, 2048 * BYTES_PER_ENTRY, Some(true)),
@@ -1212,10 +1216,7 @@ mod tests {
     fn spilling_gives_the_same_boards_in_the_same_order() {
         let tmp = tempfile::tempdir().unwrap();
         let b = batch(3000);
-        let mut big = Aggregator::new(2, 1 << 30, &tmp.path().join("big"));
-        big.add(&b).unwrap();
-        assert!(!big.spilled());
-        let expected = collect(big);
+        let expected = in_memory(&tmp.path().join("big"), &b);
         // 1024 entries per generation: many spills and recursive splits.
         let mut small = Aggregator::new(2, 1024 * BYTES_PER_ENTRY, &tmp.path().join("small"));
         small.add(&b).unwrap();

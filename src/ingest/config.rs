@@ -199,7 +199,8 @@ pub struct IngestConfig {
     pub test_fraction: Option<f64>,
     pub test_split: String,
     pub limits: Limits,
-    /// Worker threads parsing and playing games.
+    /// Worker threads parsing and playing games; as many threads, up to 4,
+    /// deduplicate boards.
     pub threads: usize,
     /// Memory for board deduplication before it spills to disk.
     pub memory_limit: u64,
@@ -292,7 +293,8 @@ pub struct IngestOptions {
     /// Reject, without parsing, games longer than this (at least 4KiB).
     #[arg(long, value_name = "SIZE", default_value = "32MiB", help_heading = "Limits")]
     pub max_game_bytes: ByteSize,
-    /// Worker threads [default: the number of cores].
+    /// Worker threads parsing games, and (up to 4 of them) deduplicating
+    /// boards [default: the number of cores].
     #[arg(short = 'j', long, value_name = "N", help_heading = "Resources")]
     pub threads: Option<usize>,
     /// Memory for board deduplication before it spills to disk (at least

@@ -386,6 +386,13 @@ impl BoardSet {
     fn spill(&mut self) -> Result<(), IngestError> {
         fs::create_dir_all(&self.dir).map_err(|e| spill_err(&self.dir, e))?;
         if self.files.is_empty() {
+            if self.generations > 0 {
+                // A new file would truncate the partitions written so far.
+                return Err(IngestError::Internal(format!(
+                    "spilling boards to {} after its partition files were closed",
+                    self.dir.display()
+                )));
+            }
             self.files = (0..PARTITIONS).map(|_| None).collect();
         }
         let mut bytes = Vec::with_capacity(ENTRY_BYTES);

@@ -6,10 +6,11 @@
 //!                                   v
 //!            collector (input order: game numbers, games + rejects tables,
 //!                       --max-games, --sample-games)
-//!                                   │ board keys, game order
+//!                                   │ board keys, game order (to every shard)
 //!                                   v
-//!            aggregator (distinct boards, first occurrence, spills past
-//!                        --memory-limit) ──> finalize (boards + legal_moves)
+//!            aggregators (one per hash shard, up to 4 threads: distinct
+//!                         boards, first occurrence, spill past their share
+//!                         of --memory-limit) ──> finalize (boards + legal_moves)
 //! ```
 //! Everything is written into a staging directory and committed atomically
 //! with the manifest (see [`crate::store::commit`]).

@@ -49,10 +49,6 @@ impl DirectWriter {
         })
     }
 
-    fn bytes(&mut self) -> &mut [u8] {
-        self.blocks.as_flattened_mut_bytes()
-    }
-
     /// Writes the whole blocks buffered; the partial one stays, moved to the
     /// start of the buffer.
     fn write_blocks(&mut self) -> io::Result<()> {
@@ -61,7 +57,7 @@ impl DirectWriter {
             return Ok(());
         }
         let len = self.len;
-        let data = &self.blocks.as_flattened_bytes()[..whole];
+        let data = &bytes(&self.blocks)[..whole];
         let mut done = 0;
         while done < whole {
             match (&self.file).write(&data[done..]) {
@@ -77,7 +73,7 @@ impl DirectWriter {
                 Err(e) => return Err(e),
             }
         }
-        self.bytes().copy_within(whole..len, 0);
+        bytes_mut(&mut self.blocks).copy_within(whole..len, 0);
         self.len = len - whole;
         Ok(())
     }
@@ -91,7 +87,7 @@ impl DirectWriter {
                 set_direct(&self.file, false)?;
             }
             let tail = self.len;
-            (&self.file).write_all(&self.blocks.as_flattened_bytes()[..tail])?;
+            (&self.file).write_all(&bytes(&self.blocks)[..tail])?;
         }
         Ok(())
     }
@@ -102,7 +98,7 @@ impl Write for DirectWriter {
         let capacity = self.blocks.len() * ALIGN;
         let n = data.len().min(capacity - self.len);
         let at = self.len;
-        self.bytes()[at..at + n].copy_from_slice(&data[..n]);
+        bytes_mut(&mut self.blocks)[at..at + n].copy_from_slice(&data[..n]);
         self.len += n;
         if self.len == capacity {
             self.write_blocks()?;
@@ -117,25 +113,19 @@ impl Write for DirectWriter {
     }
 }
 
-/// Views whole blocks as bytes.
-trait AsBytes {
-    fn as_flattened_bytes(&self) -> &[u8];
-    fn as_flattened_mut_bytes(&mut self) -> &mut [u8];
+/// Whole blocks as bytes.
+fn bytes(blocks: &[Block]) -> &[u8] {
+    // SAFETY: `Block` is `repr(C)` around `[u8; ALIGN]` (size ALIGN, no
+    // padding), so `len` blocks are `len * ALIGN` initialized bytes.
+    unsafe {
+        std::slice::from_raw_parts(blocks.as_ptr().cast::<u8>(), std::mem::size_of_val(blocks))
+    }
 }
 
-impl AsBytes for Vec<Block> {
-    fn as_flattened_bytes(&self) -> &[u8] {
-        // SAFETY: `Block` is `repr(C)` around `[u8; ALIGN]` (size ALIGN, no
-        // padding), so `len` blocks are `len * ALIGN` initialized bytes.
-        unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<u8>(), self.len() * ALIGN) }
-    }
-
-    fn as_flattened_mut_bytes(&mut self) -> &mut [u8] {
-        // SAFETY: as above, borrowed mutably.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.as_mut_ptr().cast::<u8>(), self.len() * ALIGN)
-        }
-    }
+fn bytes_mut(blocks: &mut [Block]) -> &mut [u8] {
+    let len = std::mem::size_of_val(blocks);
+    // SAFETY: as in `bytes`, borrowed mutably.
+    unsafe { std::slice::from_raw_parts_mut(blocks.as_mut_ptr().cast::<u8>(), len) }
 }
 
 /// Opens `path` for writing with `O_DIRECT` where the system takes it.

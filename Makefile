@@ -17,7 +17,7 @@ FUZZ_CASES  ?= 20000
 
 .PHONY: all build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-scale \
-        test-slurm test-demo test-published jax-deps parity parity-paired check-cuda stockfish doc clean
+        test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-cuda gpu-bundle stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -199,6 +199,17 @@ parity-paired: $(RUN)/annotate/.done | $(DUCKDB_LIB)
 ## The CUDA build compiles (no GPU needed; it needs one to run).
 check-cuda: | $(DUCKDB_LIB)
 	$(CARGO) check --locked --features cuda --all-targets
+
+## On a machine with an NVIDIA GPU and Rust: the CUDA test (one training
+## step on CUDA against the CPU, tests/cuda.rs).
+test-cuda: | $(DUCKDB_LIB)
+	$(CARGO) test --release --locked --features cuda --test cuda -- --nocapture --test-threads=1
+
+## For a GPU machine without Rust (issue 16): the CUDA binaries, the
+## annotated demo run, searchless_chess's src/ and two wheels, packed into
+## .gpu/ for bench/gpu.sh (needs SEARCHLESS_CHESS=checkout).
+gpu-bundle: $(RUN)/annotate/.done | $(DUCKDB_LIB)
+	scripts/gpu-bundle $(SEARCHLESS_CHESS) $(RUN)
 
 ## A real single-node Slurm cluster (slurm-wlm, munge; needs root): a 4-task
 ## job array must equal an unsharded run. Not part of `make test`, see README.

@@ -85,7 +85,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--precision", default="f32", choices=["f32", "bf16", "amp-bf16"])
+    ap.add_argument("--precision", default="f32", choices=["f32", "tf32", "bf16", "amp-bf16"])
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     args = ap.parse_args()
@@ -97,6 +97,10 @@ def main():
     model = Predictor(layers, d, heads, args.seq_len, args.buckets).to(dev)
     if args.precision == "bf16":
         model = model.to(torch.bfloat16)
+    # tf32: f32 parameters and activations, matrix products on TF32 tensor
+    # cores (what burn-cuda and JAX do with f32 by default on this GPU).
+    torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
     ema = [p.detach().clone() for p in model.parameters()]
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, eps=1e-8)
     step_model = torch.compile(model) if args.compile else model

@@ -10,8 +10,11 @@
 //! - [`checkpoint`], [`run`]: writing checkpoints, exact resume, logs, the
 //!   loop;
 //! - [`config`]: the `[train]` table, validated;
-//! - [`throughput`]: the step alone, timed (benchmarks).
+//! - [`throughput`]: the step alone, timed (benchmarks);
+//! - [`agreement`]: one step on two backends from the same weights (the
+//!   CUDA test).
 
+pub mod agreement;
 pub(crate) mod checkpoint;
 pub mod config;
 pub mod data;

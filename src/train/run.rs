@@ -71,6 +71,8 @@ pub enum TrainError {
         diffs.join("\n  ")
     )]
     Incompatible { dir: PathBuf, diffs: Vec<String> },
+    #[error("comparing backends: {0}")]
+    Backend(String),
     #[error("the loss became {value} at step {step}: lower the learning rate or check the data")]
     Diverged { step: u64, value: f64 },
     #[error(

@@ -64,7 +64,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             }
         }
         Command::Stats(a) => {
-            let stats = stats::compute(&a.run)
+            let stats = stats::compute(&a.run, a.memory_limit.0)
                 .with_context(|| format!("reading run {}", a.run.display()))?;
             emit(&stats, json)?;
         }

@@ -26,6 +26,11 @@ pub struct StatsOptions {
     /// A run directory written by `chessbench ingest`.
     #[arg(value_name = "RUN_DIR", value_hint = clap::ValueHint::DirPath)]
     pub run: PathBuf,
+    /// Memory for the test-in-train overlap: the test split's FEN hashes
+    /// take 24 bytes per test board; past this, they are split into passes
+    /// that fit, each reading train's boards again.
+    #[arg(long, value_name = "SIZE", default_value = crate::options::MEMORY_LIMIT)]
+    pub memory_limit: crate::options::ByteSize,
 }
 
 /// Failures reading a run's tables.
@@ -66,6 +71,9 @@ pub struct RunStats {
     /// Fraction of distinct test boards that are also train boards; null
     /// unless both a `train` and a `test` split exist.
     pub test_in_train: Option<f64>,
+    /// Passes over train that fraction took (more than 1 when the test
+    /// split's hashes did not fit `--memory-limit` at once).
+    pub overlap_passes: Option<u64>,
 }
 
 /// Rows and bytes of a table partition.
@@ -167,34 +175,42 @@ fn for_fen_hashes(path: &Path, mut f: impl FnMut(&[u128])) -> Result<(), StatsEr
     })
 }
 
-/// A set of 128-bit FEN hashes: open addressing on the hash's low bits (the
-/// hashes are uniform already), lookups in batches that prefetch their
-/// slots first, so a set far bigger than the CPU caches (2.6M test boards at
-/// 10^6 games) costs about one overlapped miss per probe rather than a chain
-/// of them. Read-only while probed, so threads share it.
+/// A set of 128-bit FEN hashes: open addressing (linear probing, at most
+/// 2/3 full, any number of slots: the home slot is the low word scaled to
+/// the table), lookups in batches that prefetch their slots first, so a set
+/// far bigger than the CPU caches (26.5M test boards at 10^7 games) costs
+/// about one overlapped miss per probe rather than a chain of them.
+/// Read-only while probed, so threads share it. [`SLOT_BYTES_PER_MEMBER`]
+/// bytes per member.
 struct HashSet128 {
     /// 0 marks an empty slot; the hash 0 itself is `zero`.
     slots: Vec<u128>,
-    mask: usize,
     len: usize,
     zero: bool,
 }
 
-/// Which members of a [`HashSet128`] one prober found.
+/// Which members of a [`HashSet128`] one prober found: a bit per slot.
 struct Found {
-    slots: Vec<bool>,
+    slots: Vec<u64>,
     zero: bool,
 }
 
 /// Probes prefetched ahead in [`HashSet128::probe`].
 const LOOKAHEAD: usize = 16;
 
+/// Slots per member (load factor 2/3: an unsuccessful probe, the common case
+/// when train is probed, reads 5 slots on average, 80 bytes).
+const SLOTS_PER_MEMBER: (usize, usize) = (3, 2);
+
+/// Bytes a [`HashSet128`] takes per member: 16-byte slots at
+/// [`SLOTS_PER_MEMBER`].
+const SLOT_BYTES_PER_MEMBER: usize = 16 * SLOTS_PER_MEMBER.0 / SLOTS_PER_MEMBER.1;
+
 impl HashSet128 {
     fn with_capacity(n: usize) -> HashSet128 {
-        let slots = (2 * n).next_power_of_two().max(16);
+        let slots = (n * SLOTS_PER_MEMBER.0 / SLOTS_PER_MEMBER.1 + 1).max(16);
         HashSet128 {
             slots: vec![0; slots],
-            mask: slots - 1,
             len: 0,
             zero: false,
         }
@@ -204,12 +220,21 @@ impl HashSet128 {
         self.len + usize::from(self.zero)
     }
 
+    /// Where `h`'s probe sequence starts: its low word scaled to the table.
+    #[inline]
+    fn home(&self, h: u128) -> usize {
+        ((u128::from(h as u64) * self.slots.len() as u128) >> 64) as usize
+    }
+
     /// The slot holding `h`, or the empty slot where it goes.
     #[inline]
     fn slot(&self, h: u128) -> usize {
-        let mut i = h as usize & self.mask;
+        let mut i = self.home(h);
         while self.slots[i] != 0 && self.slots[i] != h {
-            i = (i + 1) & self.mask;
+            i += 1;
+            if i == self.slots.len() {
+                i = 0;
+            }
         }
         i
     }
@@ -219,10 +244,11 @@ impl HashSet128 {
             self.zero = true;
             return;
         }
-        if 2 * (self.len + 1) > self.slots.len() {
+        // At most 2/3 full.
+        if (self.len + 1) * SLOTS_PER_MEMBER.0 > self.slots.len() * SLOTS_PER_MEMBER.1 {
             let old = std::mem::take(&mut self.slots);
             let zero = self.zero;
-            *self = HashSet128::with_capacity(old.len());
+            *self = HashSet128::with_capacity(2 * self.len.max(8));
             self.zero = zero;
             old.into_iter()
                 .filter(|&h| h != 0)
@@ -237,7 +263,7 @@ impl HashSet128 {
 
     fn found(&self) -> Found {
         Found {
-            slots: vec![false; self.slots.len()],
+            slots: vec![0; self.slots.len().div_ceil(64)],
             zero: false,
         }
     }
@@ -246,7 +272,7 @@ impl HashSet128 {
     fn probe(&self, hashes: &[u128], found: &mut Found) {
         for chunk in hashes.chunks(LOOKAHEAD) {
             for &h in chunk {
-                prefetch(self.slots.as_ptr().wrapping_add(h as usize & self.mask));
+                prefetch(self.slots.as_ptr().wrapping_add(self.home(h)));
             }
             for &h in chunk {
                 if h == 0 {
@@ -255,7 +281,7 @@ impl HashSet128 {
                 }
                 let i = self.slot(h);
                 if self.slots[i] == h {
-                    found.slots[i] = true;
+                    found.slots[i / 64] |= 1 << (i % 64);
                 }
             }
         }
@@ -264,10 +290,15 @@ impl HashSet128 {
     /// Members found by any of `found`.
     fn count_found(&self, found: &[Found]) -> usize {
         let zero = found.iter().any(|f| f.zero);
-        let slots = (0..self.slots.len())
-            .filter(|&i| found.iter().any(|f| f.slots[i]))
-            .count();
-        slots + usize::from(zero)
+        let slots: u32 = (0..self.slots.len().div_ceil(64))
+            .map(|w| {
+                found
+                    .iter()
+                    .fold(0u64, |acc, f| acc | f.slots[w])
+                    .count_ones()
+            })
+            .sum();
+        slots as usize + usize::from(zero)
     }
 }
 
@@ -283,53 +314,104 @@ fn prefetch<T>(ptr: *const T) {
     let _ = ptr;
 }
 
+/// Memory [`overlap`] keeps for what is not its test set: the Parquet
+/// readers' buffers and a batch of hashes per thread.
+const OVERLAP_READERS_BYTES: u64 = 128 << 20;
+
+/// How many passes [`overlap`] makes so that one pass's set of `test_boards`
+/// hashes (and `threads` probers' found-bits) stays within `memory_limit`.
+fn overlap_passes(test_boards: u64, threads: usize, memory_limit: u64) -> u64 {
+    let per_member = SLOT_BYTES_PER_MEMBER as f64
+        + threads as f64 * SLOTS_PER_MEMBER.0 as f64 / SLOTS_PER_MEMBER.1 as f64 / 8.0;
+    let budget = memory_limit
+        .saturating_sub(OVERLAP_READERS_BYTES)
+        .max(memory_limit / 2)
+        .max(1);
+    ((test_boards as f64 * per_member / budget as f64).ceil() as u64).max(1)
+}
+
+/// Which of `passes` passes a hash belongs to (its high word scaled).
+#[inline]
+fn pass_of(h: u128, passes: u64) -> u64 {
+    ((u128::from((h >> 64) as u64) * u128::from(passes)) >> 64) as u64
+}
+
 /// Fraction of `test` boards that occur in `train`: a set of 128-bit FEN
 /// hashes of the test split (the small one in the paper's setup), probed
-/// with train's (collision odds below 1e-20 at ChessBench scale).
-pub(crate) fn overlap(run: &Path, train: &str, test: &str) -> Result<Option<f64>, StatsError> {
+/// with train's (collision odds below 1e-20 at ChessBench scale). The set
+/// takes [`SLOT_BYTES_PER_MEMBER`] bytes per test board; when that passes
+/// `memory_limit`, the hashes are split by value into passes that each fit,
+/// and train is read once per pass.
+/// Returns the fraction (None without test boards) and the passes made.
+pub(crate) fn overlap(
+    run: &Path,
+    train: &str,
+    test: &str,
+    memory_limit: u64,
+) -> Result<(Option<f64>, u64), StatsError> {
     let test_dir = partition(run, Table::Boards, test);
     let (rows, _) = rows_and_bytes(&test_dir)?;
-    let mut test_set = HashSet128::with_capacity(rows as usize);
-    for path in parquet_files(&test_dir)? {
-        for_fen_hashes(&path, |hashes| {
-            hashes.iter().for_each(|&h| test_set.insert(h));
-        })?;
-    }
-    if test_set.len() == 0 {
-        return Ok(None);
-    }
+    let test_files = parquet_files(&test_dir)?;
     // Train's files are probed by one thread per core.
     let files = parquet_files(&partition(run, Table::Boards, train))?;
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(files.len())
         .max(1);
-    let next = AtomicUsize::new(0);
-    let set = &test_set;
-    let found = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| -> Result<Found, StatsError> {
-                    let mut found = set.found();
-                    while let Some(path) = files.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        for_fen_hashes(path, |hashes| set.probe(hashes, &mut found))?;
-                    }
-                    Ok(found)
+    let passes = overlap_passes(rows, threads, memory_limit);
+    let (mut members, mut found_members) = (0usize, 0usize);
+    for pass in 0..passes {
+        let mine = |h: &u128| passes == 1 || pass_of(*h, passes) == pass;
+        let mut test_set = HashSet128::with_capacity((rows / passes) as usize + 1);
+        for path in &test_files {
+            for_fen_hashes(path, |hashes| {
+                hashes
+                    .iter()
+                    .filter(|h| mine(h))
+                    .for_each(|&h| test_set.insert(h));
+            })?;
+        }
+        if test_set.len() == 0 {
+            continue;
+        }
+        let next = AtomicUsize::new(0);
+        let set = &test_set;
+        let found = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| -> Result<Found, StatsError> {
+                        let mut found = set.found();
+                        let mut own = Vec::new();
+                        while let Some(path) = files.get(next.fetch_add(1, Ordering::Relaxed)) {
+                            for_fen_hashes(path, |hashes| {
+                                if passes == 1 {
+                                    set.probe(hashes, &mut found);
+                                } else {
+                                    own.clear();
+                                    own.extend(hashes.iter().filter(|h| mine(h)));
+                                    set.probe(&own, &mut found);
+                                }
+                            })?;
+                        }
+                        Ok(found)
+                    })
                 })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect::<Result<Vec<Found>, StatsError>>()
-    })?;
-    Ok(Some(
-        test_set.count_found(&found) as f64 / test_set.len() as f64,
-    ))
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect::<Result<Vec<Found>, StatsError>>()
+        })?;
+        members += test_set.len();
+        found_members += test_set.count_found(&found);
+    }
+    let fraction = (members > 0).then(|| found_members as f64 / members as f64);
+    Ok((fraction, passes))
 }
 
-/// Computes Table A1 for a run directory.
-pub fn compute(run: &Path) -> Result<RunStats, StatsError> {
+/// Computes Table A1 for a run directory within `memory_limit` bytes (the
+/// test-in-train overlap is the only part whose memory grows with the run).
+pub fn compute(run: &Path, memory_limit: u64) -> Result<RunStats, StatsError> {
     let run = RunDir::read(run)?;
     let mut stats = RunStats::default();
     for split in splits(&run)? {
@@ -367,7 +449,9 @@ pub fn compute(run: &Path) -> Result<RunStats, StatsError> {
         stats.splits.insert(split, s);
     }
     if stats.splits.contains_key("train") && stats.splits.contains_key("test") {
-        stats.test_in_train = overlap(&run, "train", "test")?;
+        let (fraction, passes) = overlap(&run, "train", "test", memory_limit)?;
+        stats.test_in_train = fraction;
+        stats.overlap_passes = Some(passes);
     }
     Ok(stats)
 }
@@ -501,5 +585,34 @@ mod tests {
         set.probe(&fifths, &mut b);
         let expected = (0..1000).filter(|i| i % 5 == 0 || i % 3 == 1).count();
         assert_eq!(set.count_found(&[a, b]), expected);
+        // Never more than 2/3 full.
+        assert!(
+            3 * set.len <= 2 * set.slots.len(),
+            "{} in {}",
+            set.len,
+            set.slots.len()
+        );
+    }
+
+    #[test]
+    fn overlap_passes_fit_the_budget() {
+        // 24 bytes a board plus 1.5 bits per prober: 26.5M test boards (10^7
+        // games) fit 2 GiB in one pass, 100M do not.
+        assert_eq!(overlap_passes(26_500_000, 2, 2 << 30), 1);
+        assert_eq!(overlap_passes(100_000_000, 2, 2 << 30), 2);
+        assert_eq!(overlap_passes(0, 2, 2 << 30), 1);
+        // Small budgets keep half for the set.
+        assert_eq!(overlap_passes(92_459, 1, 1536 << 10), 3);
+        // Every hash falls in exactly one pass, and passes split evenly.
+        let mut counts = [0u32; 3];
+        for i in 0..30_000u128 {
+            counts
+                [pass_of(i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835), 3) as usize] +=
+                1;
+        }
+        assert!(
+            counts.iter().all(|&c| (9_000..11_000).contains(&c)),
+            "{counts:?}"
+        );
     }
 }

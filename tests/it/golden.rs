@@ -241,4 +241,10 @@ fn demo_pipeline_config_runs() {
     let shared = test.iter().filter(|f| train.contains(*f)).count();
     assert_eq!(overlap, shared as f64 / test.len() as f64);
     assert!(shared > 0);
+    assert_eq!(stats["overlap_passes"], 1);
+    // A budget the test split's hashes (92,459 x 24 bytes) do not fit: the
+    // same fraction in 3 passes over train.
+    let small = stats_json_with(&out, &["--memory-limit", "1536KiB"]);
+    assert_eq!(small["overlap_passes"], 3, "{small}");
+    assert_eq!(small["test_in_train"].as_f64().unwrap(), overlap);
 }

@@ -39,8 +39,14 @@ pub fn run(args: &[&str]) -> Output {
 
 /// Runs `chessbench stats` (which takes no --no-progress).
 pub fn stats_json(run_dir: &Path) -> serde_json::Value {
+    stats_json_with(run_dir, &[])
+}
+
+/// Runs `chessbench stats --json ARGS RUN_DIR`.
+pub fn stats_json_with(run_dir: &Path, args: &[&str]) -> serde_json::Value {
     let out = Command::new(BIN)
         .args(["stats", "--json"])
+        .args(args)
         .arg(run_dir)
         .output()
         .expect("run chessbench stats");

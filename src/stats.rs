@@ -27,7 +27,7 @@ pub struct StatsOptions {
     #[arg(value_name = "RUN_DIR", value_hint = clap::ValueHint::DirPath)]
     pub run: PathBuf,
     /// Memory for the test-in-train overlap: the test split's FEN hashes
-    /// take 24 bytes per test board; past this, they are split into passes
+    /// take about 25 bytes per test board; past this, they are split into passes
     /// that fit, each reading train's boards again.
     #[arg(long, value_name = "SIZE", default_value = crate::options::MEMORY_LIMIT)]
     pub memory_limit: crate::options::ByteSize,
@@ -302,6 +302,91 @@ impl HashSet128 {
     }
 }
 
+/// A blocked Bloom filter over the same 128-bit hashes (Putze, Sanders and
+/// Singler 2007): each member sets [`BLOOM_PROBES`] bits of one 64-byte
+/// block, so asking costs one cache line. In front of [`HashSet128`] it
+/// answers most train probes (train boards that are not test boards, the
+/// vast majority) from a table ~15x smaller, which stays closer to the
+/// caches; a false positive (about 1%) only costs the exact lookup.
+struct Bloom {
+    blocks: Vec<[u64; 8]>,
+}
+
+/// Bits of [`Bloom`] per member.
+const BLOOM_BITS_PER_MEMBER: usize = 10;
+
+/// Bits a member sets in its block (9 bits of the hash's low word each).
+const BLOOM_PROBES: usize = 6;
+
+impl Bloom {
+    fn with_capacity(n: usize) -> Bloom {
+        Bloom {
+            blocks: vec![[0; 8]; (n * BLOOM_BITS_PER_MEMBER).div_ceil(512).max(1)],
+        }
+    }
+
+    /// The block of `h`: the high word's low half, scaled (its high half
+    /// chooses the pass, [`pass_of`]; the low word chooses the bits and
+    /// [`HashSet128`]'s slot).
+    #[inline]
+    fn block(&self, h: u128) -> usize {
+        let x = ((h >> 64) as u64).rotate_left(32);
+        ((u128::from(x) * self.blocks.len() as u128) >> 64) as usize
+    }
+
+    #[inline]
+    fn bits(h: u128) -> impl Iterator<Item = usize> {
+        let lo = h as u64;
+        (0..BLOOM_PROBES).map(move |j| ((lo >> (9 * j)) & 511) as usize)
+    }
+
+    fn insert(&mut self, h: u128) {
+        let b = self.block(h);
+        for bit in Bloom::bits(h) {
+            self.blocks[b][bit / 64] |= 1 << (bit % 64);
+        }
+    }
+
+    #[inline]
+    fn may_contain(&self, h: u128) -> bool {
+        let block = &self.blocks[self.block(h)];
+        Bloom::bits(h).all(|bit| block[bit / 64] & (1 << (bit % 64)) != 0)
+    }
+}
+
+/// The test split's hashes (one pass's): the exact set and its filter.
+struct TestSet {
+    set: HashSet128,
+    bloom: Bloom,
+}
+
+impl TestSet {
+    fn with_capacity(n: usize) -> TestSet {
+        TestSet {
+            set: HashSet128::with_capacity(n),
+            bloom: Bloom::with_capacity(n),
+        }
+    }
+
+    fn insert(&mut self, h: u128) {
+        self.set.insert(h);
+        self.bloom.insert(h);
+    }
+
+    /// Marks in `found` every member among `hashes`: the filter first (its
+    /// blocks prefetched a chunk ahead), the exact set for what passes it.
+    fn probe(&self, hashes: &[u128], found: &mut Found, maybe: &mut Vec<u128>) {
+        maybe.clear();
+        for chunk in hashes.chunks(LOOKAHEAD) {
+            for &h in chunk {
+                prefetch(self.bloom.blocks.as_ptr().wrapping_add(self.bloom.block(h)));
+            }
+            maybe.extend(chunk.iter().filter(|&&h| self.bloom.may_contain(h)));
+        }
+        self.set.probe(maybe, found);
+    }
+}
+
 #[inline]
 fn prefetch<T>(ptr: *const T) {
     #[cfg(target_arch = "x86_64")]
@@ -322,6 +407,7 @@ const OVERLAP_READERS_BYTES: u64 = 128 << 20;
 /// hashes (and `threads` probers' found-bits) stays within `memory_limit`.
 fn overlap_passes(test_boards: u64, threads: usize, memory_limit: u64) -> u64 {
     let per_member = SLOT_BYTES_PER_MEMBER as f64
+        + BLOOM_BITS_PER_MEMBER as f64 / 8.0
         + threads as f64 * SLOTS_PER_MEMBER.0 as f64 / SLOTS_PER_MEMBER.1 as f64 / 8.0;
     let budget = memory_limit
         .saturating_sub(OVERLAP_READERS_BYTES)
@@ -339,7 +425,8 @@ fn pass_of(h: u128, passes: u64) -> u64 {
 /// Fraction of `test` boards that occur in `train`: a set of 128-bit FEN
 /// hashes of the test split (the small one in the paper's setup), probed
 /// with train's (collision odds below 1e-20 at ChessBench scale). The set
-/// takes [`SLOT_BYTES_PER_MEMBER`] bytes per test board; when that passes
+/// takes [`SLOT_BYTES_PER_MEMBER`] bytes per test board and its Bloom filter
+/// [`BLOOM_BITS_PER_MEMBER`] bits; when that passes
 /// `memory_limit`, the hashes are split by value into passes that each fit,
 /// and train is read once per pass.
 /// Returns the fraction (None without test boards) and the passes made.
@@ -362,7 +449,7 @@ pub(crate) fn overlap(
     let (mut members, mut found_members) = (0usize, 0usize);
     for pass in 0..passes {
         let mine = |h: &u128| passes == 1 || pass_of(*h, passes) == pass;
-        let mut test_set = HashSet128::with_capacity((rows / passes) as usize + 1);
+        let mut test_set = TestSet::with_capacity((rows / passes) as usize + 1);
         for path in &test_files {
             for_fen_hashes(path, |hashes| {
                 hashes
@@ -371,7 +458,7 @@ pub(crate) fn overlap(
                     .for_each(|&h| test_set.insert(h));
             })?;
         }
-        if test_set.len() == 0 {
+        if test_set.set.len() == 0 {
             continue;
         }
         let next = AtomicUsize::new(0);
@@ -380,16 +467,16 @@ pub(crate) fn overlap(
             let workers: Vec<_> = (0..threads)
                 .map(|_| {
                     scope.spawn(|| -> Result<Found, StatsError> {
-                        let mut found = set.found();
-                        let mut own = Vec::new();
+                        let mut found = set.set.found();
+                        let (mut own, mut maybe) = (Vec::new(), Vec::new());
                         while let Some(path) = files.get(next.fetch_add(1, Ordering::Relaxed)) {
                             for_fen_hashes(path, |hashes| {
                                 if passes == 1 {
-                                    set.probe(hashes, &mut found);
+                                    set.probe(hashes, &mut found, &mut maybe);
                                 } else {
                                     own.clear();
                                     own.extend(hashes.iter().filter(|h| mine(h)));
-                                    set.probe(&own, &mut found);
+                                    set.probe(&own, &mut found, &mut maybe);
                                 }
                             })?;
                         }
@@ -402,8 +489,8 @@ pub(crate) fn overlap(
                 .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
                 .collect::<Result<Vec<Found>, StatsError>>()
         })?;
-        members += test_set.len();
-        found_members += test_set.count_found(&found);
+        members += test_set.set.len();
+        found_members += test_set.set.count_found(&found);
     }
     let fraction = (members > 0).then(|| found_members as f64 / members as f64);
     Ok((fraction, passes))
@@ -595,6 +682,26 @@ mod tests {
     }
 
     #[test]
+    fn bloom_filter_never_misses_a_member_and_rarely_admits_a_stranger() {
+        let member = |i: u128| i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
+        let mut test = TestSet::with_capacity(10_000);
+        (0..10_000u128).for_each(|i| test.insert(member(i)));
+        assert!((0..10_000u128).all(|i| test.bloom.may_contain(member(i))));
+        let strangers = (10_000..110_000u128)
+            .filter(|&i| test.bloom.may_contain(member(i)))
+            .count();
+        assert!(
+            strangers < 3_000,
+            "{strangers} of 100,000 strangers admitted"
+        );
+        // Through the filter, the exact set still finds exactly the members.
+        let (mut found, mut maybe) = (test.set.found(), Vec::new());
+        let probes: Vec<u128> = (5_000..15_000u128).map(member).collect();
+        test.probe(&probes, &mut found, &mut maybe);
+        assert_eq!(test.set.count_found(&[found]), 5_000);
+    }
+
+    #[test]
     fn overlap_passes_fit_the_budget() {
         // 24 bytes a board plus 1.5 bits per prober: 26.5M test boards (10^7
         // games) fit 2 GiB in one pass, 100M do not.
@@ -602,7 +709,8 @@ mod tests {
         assert_eq!(overlap_passes(100_000_000, 2, 2 << 30), 2);
         assert_eq!(overlap_passes(0, 2, 2 << 30), 1);
         // Small budgets keep half for the set.
-        assert_eq!(overlap_passes(92_459, 1, 1536 << 10), 3);
+        assert_eq!(overlap_passes(92_459, 1, 1200 << 10), 4);
+        assert_eq!(overlap_passes(92_459, 2, 1200 << 10), 4);
         // Every hash falls in exactly one pass, and passes split evenly.
         let mut counts = [0u32; 3];
         for i in 0..30_000u128 {

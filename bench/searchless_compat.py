@@ -58,16 +58,32 @@ def load(checkout: str) -> Path:
     return root
 
 
-def transformer_config(*, layers: int, d_model: int, heads: int, outputs: int, seed: int):
+def transformer_config(
+    *,
+    layers: int,
+    d_model: int,
+    heads: int,
+    outputs: int,
+    seed: int,
+    vocab_size: int | None = None,
+    max_sequence_length: int | None = None,
+):
     """Their train.py's predictor config (learned positions, no causal mask,
-    final LayerNorm) at the given shape."""
-    from searchless_chess.src import tokenizer, transformer, utils
+    final LayerNorm) at the given shape. The vocabulary (1968 actions) and
+    the sequence length (79) come from their tokenizer and utils, which need
+    python-chess, unless given."""
+    from searchless_chess.src import transformer
 
+    if vocab_size is None or max_sequence_length is None:
+        from searchless_chess.src import tokenizer, utils
+
+        vocab_size = vocab_size or utils.NUM_ACTIONS
+        max_sequence_length = max_sequence_length or tokenizer.SEQUENCE_LENGTH + 2
     return transformer.TransformerConfig(
-        vocab_size=utils.NUM_ACTIONS,
+        vocab_size=vocab_size,
         output_size=outputs,
         pos_encodings=transformer.PositionalEncodings.LEARNED,
-        max_sequence_length=tokenizer.SEQUENCE_LENGTH + 2,
+        max_sequence_length=max_sequence_length,
         num_heads=heads,
         num_layers=layers,
         embedding_dim=d_model,

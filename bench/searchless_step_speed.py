@@ -102,18 +102,11 @@ def main() -> None:
     from searchless_chess.src import training_utils, transformer
 
     layers, d, heads = PRESETS[args.preset]
-    config = transformer.TransformerConfig(
-        vocab_size=NUM_ACTIONS,
-        output_size=args.buckets,
-        pos_encodings=transformer.PositionalEncodings.LEARNED,
-        max_sequence_length=SEQ_LEN,
-        num_heads=heads,
-        num_layers=layers,
-        embedding_dim=d,
-        apply_post_ln=True,
-        apply_qk_layernorm=False,
-        use_causal_mask=False,
-        seed=0,
+    # Their vocabulary and sequence length given, so python-chess (which
+    # their tokenizer needs) is not.
+    config = searchless_compat.transformer_config(
+        layers=layers, d_model=d, heads=heads, outputs=args.buckets, seed=0,
+        vocab_size=NUM_ACTIONS, max_sequence_length=SEQ_LEN,
     )
     predictor = transformer.build_transformer_predictor(config)
     params = predictor.initial_params(

@@ -18,7 +18,7 @@ use serde::Serialize;
 use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_128;
 
-use crate::store::{RunDir, StoreError, Table, open_parquet, parquet_files};
+use crate::store::{RunDir, StoreError, Table, cache::prefetch, open_parquet, parquet_files};
 
 /// `chessbench stats`'s options (command line only).
 #[derive(Debug, Clone, clap::Args)]
@@ -385,18 +385,6 @@ impl TestSet {
         }
         self.set.probe(maybe, found);
     }
-}
-
-#[inline]
-fn prefetch<T>(ptr: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it never faults, even for addresses
-    // outside any allocation.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(ptr.cast::<i8>(), std::arch::x86_64::_MM_HINT_T0);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = ptr;
 }
 
 /// Memory [`overlap`] keeps for what is not its test set: the Parquet

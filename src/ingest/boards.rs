@@ -34,7 +34,7 @@ use std::sync::{
 use super::IngestError;
 use crate::{
     chess::{BoardKey, board_key::KEY_BYTES},
-    store::direct::DirectWriter,
+    store::{cache::prefetch, direct::DirectWriter},
 };
 
 /// Bytes of one entry on disk.
@@ -237,18 +237,6 @@ fn advise_huge_pages<T>(data: *const T, len: usize) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (data, len);
-}
-
-#[inline]
-fn prefetch<T>(ptr: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it never faults, even for addresses
-    // outside any allocation.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(ptr.cast::<i8>(), std::arch::x86_64::_MM_HINT_T0);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = ptr;
 }
 
 /// The distinct boards of one split.

@@ -1,6 +1,7 @@
 //! Storage: table schemas, Parquet writers with explicit properties, run
 //! directories with atomic commits, and the run manifest.
 
+pub(crate) mod cache;
 pub(crate) mod chunks;
 pub(crate) mod commit;
 pub(crate) mod direct;

@@ -28,27 +28,32 @@ use crate::{
 };
 
 /// One batch of random records of `shape`'s size (token ids below the
-/// vocabulary, targets below the outputs, win probabilities in [0, 1)).
+/// vocabulary, targets below the outputs, win probabilities in [0, 1)):
+/// what the step benchmark ([`super::throughput`]) and this comparison feed
+/// the model.
 #[derive(Debug, Clone)]
-struct Batch {
-    tokens: Vec<i32>,
-    targets: Vec<i32>,
-    win: Vec<f32>,
+pub(crate) struct Batch {
+    pub(crate) tokens: Vec<i32>,
+    pub(crate) targets: Vec<i32>,
+    pub(crate) win: Vec<f32>,
 }
 
 impl Batch {
-    fn random(shape: &ModelShape, n: usize, seed: u64) -> Batch {
-        let mut rng = SplitMix64::new(seed);
+    /// `n` records drawn from `rng`.
+    pub(crate) fn random(shape: &ModelShape, n: usize, rng: &mut SplitMix64) -> Batch {
+        let tokens = (0..n * shape.seq_len)
+            .map(|_| rng.below(shape.vocab as u64) as i32)
+            .collect();
+        let targets = (0..n)
+            .map(|_| rng.below(shape.outputs as u64) as i32)
+            .collect();
+        let win = (0..n)
+            .map(|_| rng.below(1 << 20) as f32 / (1 << 20) as f32)
+            .collect();
         Batch {
-            tokens: (0..n * shape.seq_len)
-                .map(|_| rng.below(shape.vocab as u64) as i32)
-                .collect(),
-            targets: (0..n)
-                .map(|_| rng.below(shape.outputs as u64) as i32)
-                .collect(),
-            win: (0..n)
-                .map(|_| rng.below(1 << 20) as f32 / (1 << 20) as f32)
-                .collect(),
+            tokens,
+            targets,
+            win,
         }
     }
 }
@@ -184,7 +189,11 @@ pub fn compare_backends<R: AutodiffBackend, B: AutodiffBackend>(
         .map_err(record_error)?;
     let record = recorder.load(bytes, device).map_err(record_error)?;
     let model = Predictor::<B>::new(shape, device).load_record(record);
-    let batch = Batch::random(shape, batch.max(1), seed ^ 0x9e37_79b9);
+    let batch = Batch::random(
+        shape,
+        batch.max(1),
+        &mut SplitMix64::new(seed ^ 0x9e37_79b9),
+    );
     let want = pass::<R>(&reference, shape, loss, &batch, reference_device)?;
     let got = pass::<B>(&model, shape, loss, &batch, device)?;
     if want.grads.len() != got.grads.len() {

@@ -19,6 +19,7 @@ use burn::{
 use serde::Serialize;
 
 use super::{
+    agreement::Batch,
     ema,
     loss::{self, Loss, ValueSupport},
     optim::{clip_global_norm, scalar},
@@ -180,20 +181,7 @@ fn run<B: AutodiffBackend>(bench: &StepBench, device: B::Device) -> Result<StepT
     let mut optim = AdamConfig::new().init::<B, Predictor<B>>();
     // Four fixed random batches, uploaded per step like real ones.
     let mut rng = SplitMix64::new(42);
-    let batches: Vec<(Vec<i32>, Vec<i32>, Vec<f32>)> = (0..4)
-        .map(|_| {
-            let tokens = (0..n * shape.seq_len)
-                .map(|_| rng.below(shape.vocab as u64) as i32)
-                .collect();
-            let targets = (0..n)
-                .map(|_| rng.below(shape.outputs as u64) as i32)
-                .collect();
-            let win = (0..n)
-                .map(|_| (rng.below(1 << 20) as f32) / (1 << 20) as f32)
-                .collect();
-            (tokens, targets, win)
-        })
-        .collect();
+    let batches: Vec<Batch> = (0..4).map(|_| Batch::random(&shape, n, &mut rng)).collect();
     let mut phases = [0.0f64; 6];
     let mut last_loss = None;
     let mut start = Instant::now();
@@ -211,10 +199,11 @@ fn run<B: AutodiffBackend>(bench: &StepBench, device: B::Device) -> Result<StepT
                 *t = Instant::now();
             }
         };
-        let (tokens, targets, win) = &batches[i % 4];
-        let x = tokens_tensor::<B>(tokens, shape.seq_len, &device);
-        let y = Tensor::<B, 1, Int>::from_data(TensorData::new(targets.clone(), [n]), &device);
-        let w = Tensor::<B, 1>::from_data(TensorData::new(win.clone(), [n]), &device);
+        let batch = &batches[i % 4];
+        let x = tokens_tensor::<B>(&batch.tokens, shape.seq_len, &device);
+        let y =
+            Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets.clone(), [n]), &device);
+        let w = Tensor::<B, 1>::from_data(TensorData::new(batch.win.clone(), [n]), &device);
         mark(0, &mut t);
         let loss = loss::batch_loss(bench.loss, model.forward(x), y, w, &support);
         mark(1, &mut t);

@@ -198,7 +198,8 @@ impl BoardKey {
     }
 
     /// The FEN as a new string.
-    pub fn fen(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn fen(&self) -> String {
         let mut s = String::with_capacity(90);
         self.write_fen(&mut s);
         s

@@ -46,8 +46,11 @@ pub(crate) const BYTES_PER_ENTRY: u64 = ENTRY_SIZE + 16;
 const ENTRY_SIZE: u64 = std::mem::size_of::<Entry>() as u64;
 /// What the rest of ingest (input blocks, parsers, the collector, spill
 /// buffers) may hold beside the tables: the tables get `--memory-limit`
-/// less this, and at least a quarter of the limit.
-const PIPELINE_RESERVE: u64 = 256 << 20;
+/// less this, and at least a quarter of the limit. Measured beside a full
+/// table (2 GiB limit): ~110 MB at 10^6 generated games, ~260 MB at 10^7
+/// (both splits spilling); the key batches in flight carry each key's hash
+/// too (8 of 48 bytes a board).
+const PIPELINE_RESERVE: u64 = 320 << 20;
 /// Buffer of the partition files of a split while spilling (shared by the
 /// shards): each file's is written with `O_DIRECT` when full, so it should
 /// not be small.
@@ -267,7 +270,8 @@ const RING: usize = 32;
 const _: () = assert!(RING > SLOT_AHEAD && SLOT_AHEAD > ENTRY_AHEAD);
 
 /// Inserts `items` into a table in order: an item whose key is in it is
-/// `merge`d into its entry, any other becomes `make(i, item)`. A software
+/// `merge`d into its entry, any other becomes `make(i, item)`; `hash(i,
+/// item)` is item i's key's [`BoardKey::hash64`]. A software
 /// pipeline: the home slot of item i + SLOT_AHEAD and the entry of item
 /// i + ENTRY_AHEAD are prefetched while item i is looked up, across the
 /// whole slice, so lookups overlap instead of each waiting on memory.
@@ -276,6 +280,7 @@ fn upsert<T>(
     index: &mut Index,
     entries: &mut Vec<Entry>,
     items: &[T],
+    hash: impl Fn(usize, &T) -> u64,
     key: impl Fn(&T) -> &BoardKey,
     mut merge: impl FnMut(&mut Entry, &T),
     mut make: impl FnMut(usize, &T) -> Entry,
@@ -289,7 +294,7 @@ fn upsert<T>(
         }
     };
     for (i, item) in items.iter().enumerate().take(SLOT_AHEAD) {
-        let hash = key(item).hash64();
+        let hash = hash(i, item);
         ring[i % RING] = hash;
         index.prefetch_slot(hash);
     }
@@ -298,7 +303,7 @@ fn upsert<T>(
     }
     for (i, item) in items.iter().enumerate() {
         if let Some(ahead) = items.get(i + SLOT_AHEAD) {
-            let hash = key(ahead).hash64();
+            let hash = hash(i + SLOT_AHEAD, ahead);
             ring[(i + SLOT_AHEAD) % RING] = hash;
             index.prefetch_slot(hash);
         }
@@ -325,12 +330,14 @@ impl BoardSet {
 
     /// Inserts `keys`, the occurrence of `keys[i]` being `firsts[i]`; the
     /// caller made room for all of them.
-    fn insert_all(&mut self, keys: &[BoardKey], firsts: &[u64]) {
+    fn insert_all(&mut self, keys: &[BoardKey], hashes: &[u64], firsts: &[u64]) {
         debug_assert_eq!(keys.len(), firsts.len());
+        debug_assert_eq!(keys.len(), hashes.len());
         upsert(
             &mut self.index,
             &mut self.entries,
             keys,
+            |i, _| hashes[i],
             |key| key,
             |entry, _| entry.count += 1,
             |i, key| Entry {
@@ -468,8 +475,8 @@ impl Shard {
     pub(crate) const MAX: usize = PARTITIONS;
 
     #[inline]
-    fn owns(&self, key: &BoardKey) -> bool {
-        self.of == 1 || partition_of(key.hash64()) % self.of == self.index
+    fn owns(&self, hash: u64) -> bool {
+        self.of == 1 || partition_of(hash) % self.of == self.index
     }
 }
 
@@ -489,7 +496,7 @@ pub(crate) struct Aggregator {
     /// First occurrences of the run being inserted (reused).
     firsts: Vec<u64>,
     /// The run's keys when only some of a batch's are this shard's (reused).
-    keys: Vec<BoardKey>,
+    keys: Keys,
 }
 
 /// One accepted game's boards inside a [`KeyBatch`].
@@ -503,8 +510,59 @@ pub(crate) struct BatchGame {
 /// Boards of consecutive accepted games, in game order.
 #[derive(Debug, Default)]
 pub(crate) struct KeyBatch {
-    pub keys: Vec<BoardKey>,
+    pub keys: Keys,
     pub games: Vec<BatchGame>,
+}
+
+/// Board keys with their [`BoardKey::hash64`], hashed once where the keys
+/// are made (on the parsing threads): every dedup shard reads every key's
+/// hash to find its own, and the table needs it again to insert.
+#[derive(Debug, Default)]
+pub struct Keys {
+    keys: Vec<BoardKey>,
+    hashes: Vec<u64>,
+}
+
+impl Keys {
+    #[inline]
+    pub(crate) fn push(&mut self, key: BoardKey) {
+        self.hashes.push(key.hash64());
+        self.keys.push(key);
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The keys, in the order pushed.
+    pub fn keys(&self) -> &[BoardKey] {
+        &self.keys
+    }
+
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.keys.truncate(len);
+        self.hashes.truncate(len);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.truncate(0);
+    }
+
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.keys.reserve(n);
+        self.hashes.reserve(n);
+    }
+
+    /// Keys `range` with their hashes.
+    fn slice(&self, range: std::ops::Range<usize>) -> Option<(&[BoardKey], &[u64])> {
+        Some((self.keys.get(range.clone())?, self.hashes.get(range)?))
+    }
 }
 
 impl Aggregator {
@@ -554,7 +612,7 @@ impl Aggregator {
             max_entries: max_entries as usize,
             shard,
             firsts: Vec::new(),
-            keys: Vec::new(),
+            keys: Keys::default(),
         }
     }
 
@@ -612,27 +670,23 @@ impl Aggregator {
     /// is fastest on long runs).
     pub(crate) fn add(&mut self, batch: &KeyBatch) -> Result<(), IngestError> {
         let piece = self.max_entries / 2;
-        let whole = self.shard.of == 1;
         let mut firsts = std::mem::take(&mut self.firsts);
         let mut keys = std::mem::take(&mut self.keys);
         firsts.clear();
         keys.clear();
+        // The run being gathered: its split and, for a shard that owns every
+        // key, where it starts in the batch (the run is then a slice of it).
         let (mut run_split, mut run_start, mut at) = (0usize, 0usize, 0usize);
         for game in &batch.games {
             let s = usize::from(game.split);
             let n = game.boards as usize;
-            let Some(game_keys) = batch.keys.get(at..at + n) else {
+            let Some((game_keys, game_hashes)) = batch.keys.slice(at..at + n) else {
                 return Err(IngestError::Internal(
                     "key batch holds fewer boards than its games".into(),
                 ));
             };
             if !firsts.is_empty() && (s != run_split || firsts.len() + n > piece) {
-                let run = if whole {
-                    &batch.keys[run_start..at]
-                } else {
-                    &keys
-                };
-                self.insert_run(run_split, run, &firsts)?;
+                self.insert_run(run_split, &batch.keys, run_start..at, &keys, &firsts)?;
                 firsts.clear();
                 keys.clear();
             }
@@ -642,26 +696,23 @@ impl Aggregator {
             let first = first_seen(game.game_no, 0);
             if n > piece {
                 // A game longer than half a generation goes in pieces.
-                for (p, chunk) in game_keys.chunks(piece).enumerate() {
-                    let ply = first + (p * piece) as u64;
-                    self.take_keys(chunk, ply, &mut keys, &mut firsts);
-                    let run = if whole { chunk } else { &keys };
-                    self.insert_run(s, run, &firsts)?;
+                for p in 0..n.div_ceil(piece) {
+                    let range = p * piece..n.min((p + 1) * piece);
+                    let ply = first + range.start as u64;
+                    let (chunk, hashes) = (&game_keys[range.clone()], &game_hashes[range.clone()]);
+                    self.take_keys(chunk, hashes, ply, &mut keys, &mut firsts);
+                    let range = at + range.start..at + range.end;
+                    self.insert_run(s, &batch.keys, range, &keys, &firsts)?;
                     firsts.clear();
                     keys.clear();
                 }
             } else {
-                self.take_keys(game_keys, first, &mut keys, &mut firsts);
+                self.take_keys(game_keys, game_hashes, first, &mut keys, &mut firsts);
             }
             at += n;
         }
         if !firsts.is_empty() {
-            let run = if whole {
-                &batch.keys[run_start..at]
-            } else {
-                &keys
-            };
-            self.insert_run(run_split, run, &firsts)?;
+            self.insert_run(run_split, &batch.keys, run_start..at, &keys, &firsts)?;
         }
         self.firsts = firsts;
         self.keys = keys;
@@ -676,30 +727,43 @@ impl Aggregator {
     fn take_keys(
         &self,
         game_keys: &[BoardKey],
+        hashes: &[u64],
         first: u64,
-        keys: &mut Vec<BoardKey>,
+        keys: &mut Keys,
         firsts: &mut Vec<u64>,
     ) {
         if self.shard.of == 1 {
             firsts.extend((0..game_keys.len() as u64).map(|j| first + j));
             return;
         }
-        for (j, key) in game_keys.iter().enumerate() {
-            if self.shard.owns(key) {
-                keys.push(*key);
+        for (j, (key, &hash)) in game_keys.iter().zip(hashes).enumerate() {
+            if self.shard.owns(hash) {
+                keys.keys.push(*key);
+                keys.hashes.push(hash);
                 firsts.push(first + j as u64);
             }
         }
     }
 
+    /// Inserts a run into split `s`: `batch`'s keys `range` when this shard
+    /// owns every key, else the keys [`Aggregator::take_keys`] gathered.
     fn insert_run(
         &mut self,
         s: usize,
-        keys: &[BoardKey],
+        batch: &Keys,
+        range: std::ops::Range<usize>,
+        taken: &Keys,
         firsts: &[u64],
     ) -> Result<(), IngestError> {
+        let (keys, hashes) = if self.shard.of == 1 {
+            batch.slice(range).ok_or_else(|| {
+                IngestError::Internal("key batch holds fewer boards than its games".into())
+            })?
+        } else {
+            (&taken.keys[..], &taken.hashes[..])
+        };
         self.make_room(s, keys.len())?;
-        self.sets[s].insert_all(keys, firsts);
+        self.sets[s].insert_all(keys, hashes, firsts);
         Ok(())
     }
 
@@ -910,6 +974,7 @@ fn dedup_in_memory(path: &Path, len: usize, slots: usize) -> Result<Vec<Entry>, 
             &mut index,
             &mut entries,
             &batch,
+            |_, e| e.key.hash64(),
             |e| &e.key,
             |entry, e| entry.count += e.count,
             |_, e| *e,
@@ -1162,6 +1227,20 @@ mod tests {
         assert_eq!(out, vec![entry]);
         reader.next_batch(&mut buf, &mut out).unwrap();
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn keys_carry_the_hash_of_each_key_through_truncation() {
+        let b = batch(20);
+        let mut keys = Keys::default();
+        for &k in b.keys.keys() {
+            keys.push(k);
+        }
+        keys.truncate(keys.len() - 3);
+        let (ks, hs) = keys.slice(0..keys.len()).unwrap();
+        assert_eq!(ks, &b.keys.keys()[..keys.len()]);
+        assert!(ks.iter().zip(hs).all(|(k, &h)| k.hash64() == h));
+        assert!(keys.slice(0..keys.len() + 1).is_none());
     }
 
     #[test]

@@ -43,7 +43,7 @@ use indicatif::ProgressBar;
 use thiserror::Error;
 
 use self::{
-    boards::{Aggregator, BatchGame, KeyBatch},
+    boards::{Aggregator, BatchGame, KeyBatch, Keys},
     chunker::{Block, Chunker},
     config::{ConfigError, IngestConfig, Source},
     finalize::{BoardTotals, write_split},
@@ -53,7 +53,6 @@ use self::{
     worker::{BlockResult, Emit, Verdict, WorkerSettings, process_block, replay},
 };
 use crate::{
-    chess::BoardKey,
     store::{
         RunDir, StoreError, Table,
         manifest::{IngestRecord, InputRecord, SplitCounts, SplitManifest},
@@ -106,7 +105,8 @@ pub struct Summary {
 /// into a table of gigabytes (a cache miss each, and fresh memory the first
 /// time round) would cap ingest at a few million boards a second whatever
 /// the cores; shards split that work by hash. Each shard still reads every
-/// batch (and hashes every key to find its own), hence the cap.
+/// batch (every key's hash, computed once by the parsers, to find its own),
+/// hence the cap.
 fn dedup_shards(threads: usize) -> usize {
     threads.clamp(1, 4)
 }
@@ -354,7 +354,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
         // Buffers go back for reuse: block bytes to the reader, key vectors
         // to the workers (saves a page fault per 4 KiB of input).
         let (recycle_tx, recycle_rx) = bounded::<Vec<u8>>(threads * 4);
-        let (keys_back_tx, keys_back_rx) = bounded::<Vec<BoardKey>>(threads * 4);
+        let (keys_back_tx, keys_back_rx) = bounded::<Keys>(threads * 4);
         let (stop, fatal, shared, settings) = (&stop, &fatal, &shared, &settings);
 
         spawn_named(scope, "cb-read", move || {

@@ -8,6 +8,7 @@ use pgn_reader::{Outcome, Reader};
 use shakmaty::{CastlingMode, Chess, Move, Position, Role, Square, uci::UciMove};
 use xxhash_rust::xxh3::xxh3_64;
 
+use super::boards::Keys;
 use super::{
     chunker::{Block, BlockKind, count_newlines, game_starts, next_game_start},
     config::{GameFilter, Limits, Speed},
@@ -119,7 +120,7 @@ pub struct BlockResult {
     pub input: usize,
     pub games: Vec<GameRecord>,
     /// Board keys of accepted games, concatenated in game order.
-    pub keys: Vec<BoardKey>,
+    pub keys: Keys,
     /// Encoded moves of accepted games (with [`Emit::Moves`]).
     pub moves: Vec<u16>,
     /// Bytes of input the block covers and newlines in them.
@@ -257,7 +258,7 @@ pub fn process_block(
     block: &Block,
     settings: &WorkerSettings,
     visitor: &mut GameVisitor,
-    mut keys: Vec<BoardKey>,
+    mut keys: Keys,
 ) -> BlockResult {
     keys.clear();
     let mut out = BlockResult {
@@ -510,7 +511,7 @@ fn key_of(pos: &Chess) -> BoardKey {
 
 /// Replays encoded moves from the start position, pushing every board key.
 /// Fails only if the moves are not a legal game (a corrupt spool).
-pub(crate) fn replay(moves: &[u16], keys: &mut Vec<BoardKey>) -> Result<(), String> {
+pub(crate) fn replay(moves: &[u16], keys: &mut Keys) -> Result<(), String> {
     let mut pos = Chess::default();
     keys.push(key_of(&pos));
     for (ply, &code) in moves.iter().enumerate() {
@@ -552,7 +553,7 @@ mod tests {
 
     fn run_with(s: &WorkerSettings, pgn: &[u8], last: bool, error: Option<&str>) -> BlockResult {
         let mut v = GameVisitor::new(s.filter.clone(), s.limits);
-        process_block(&block(pgn, last, error), s, &mut v, Vec::new())
+        process_block(&block(pgn, last, error), s, &mut v, Keys::default())
     }
 
     fn run(pgn: &[u8], last: bool, error: Option<&str>) -> BlockResult {

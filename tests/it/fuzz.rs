@@ -37,7 +37,7 @@ fn verdicts(data: &[u8], block_bytes: usize) -> (Vec<(u64, &'static str)>, usize
         .expect("in-memory reads cannot fail")
     {
         seq += 1;
-        let result = process_block(&block, &settings, &mut visitor, Vec::new());
+        let result = process_block(&block, &settings, &mut visitor, Default::default());
         let mut emitted = 0usize;
         for g in &result.games {
             let reason = match &g.verdict {
@@ -53,7 +53,7 @@ fn verdicts(data: &[u8], block_bytes: usize) -> (Vec<(u64, &'static str)>, usize
             out.push((base + g.offset, reason));
         }
         assert_eq!(emitted, result.keys.len(), "keys of accepted games only");
-        for key in &result.keys {
+        for key in result.keys.keys() {
             key.to_position()
                 .expect("every emitted board is a legal position");
         }

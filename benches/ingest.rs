@@ -6,8 +6,9 @@
 //! - pgn-reader's `parallel_validate` example, built from the crate's own
 //!   source: parse and validate every move, nothing written.
 //!
-//! Target (issue 2): ingest (parse, play, dedup, write) >= 0.5x the speed of
-//! parallel_validate; legal_moves <= 3 bytes per record.
+//! Targets: ingest (parse, play, dedup, write) >= 0.8x the speed of
+//! parallel_validate on `.pgn.zst` (issue 14; issue 2 asked 0.5x);
+//! legal_moves <= 3 bytes per record (issue 2).
 //!
 //! Commands run interleaved, `ROUNDS` times each; the median counts.
 //! Environment: CHESSBENCH_BENCH_REPEAT (default 40) copies of the shared
@@ -18,6 +19,9 @@ use std::{
     process::{Command, Stdio},
     time::Instant,
 };
+
+/// Ingest's speed against parallel_validate that issue 14 asks for.
+const SPEED_TARGET: f64 = 0.8;
 
 mod support;
 
@@ -244,8 +248,8 @@ fn main() {
     println!("\n### targets");
     for (name, r) in &ratios {
         println!(
-            "- {name}: {r:.2}x parallel_validate (target >= 0.5x): {}",
-            if *r >= 0.5 { "met" } else { "NOT MET" }
+            "- {name}: {r:.2}x parallel_validate (target >= {SPEED_TARGET}x): {}",
+            if *r >= SPEED_TARGET { "met" } else { "NOT MET" }
         );
     }
     println!(

@@ -202,7 +202,7 @@ pub struct IngestConfig {
     /// Worker threads parsing and playing games; as many threads, up to 4,
     /// deduplicate boards.
     pub threads: usize,
-    /// Memory for board deduplication before it spills to disk.
+    /// Memory of the ingest; board deduplication spills to disk past it.
     pub memory_limit: u64,
     /// Show a progress bar (when stderr is a terminal).
     pub progress: bool,
@@ -297,8 +297,10 @@ pub struct IngestOptions {
     /// boards [default: the number of cores].
     #[arg(short = 'j', long, value_name = "N", help_heading = "Resources")]
     pub threads: Option<usize>,
-    /// Memory for board deduplication before it spills to disk (at least
-    /// 1MiB).
+    /// Memory of the ingest (at least 1MiB): the board deduplication tables
+    /// get this less 320MiB (at least a quarter of it), the rest is for the
+    /// blocks being parsed, the boards in flight and the spill buffers; past
+    /// it, boards spill to the run directory.
     #[arg(long, value_name = "SIZE", default_value = MEMORY_LIMIT, help_heading = "Resources")]
     pub memory_limit: ByteSize,
 }

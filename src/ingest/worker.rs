@@ -8,8 +8,8 @@ use pgn_reader::{Outcome, Reader};
 use shakmaty::{CastlingMode, Chess, Move, Position, Role, Square, uci::UciMove};
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::boards::Keys;
 use super::{
+    boards::Keys,
     chunker::{Block, BlockKind, count_newlines, game_starts, next_game_start},
     config::{GameFilter, Limits, Speed},
     game::{

@@ -1,18 +1,23 @@
-//! Sequential files written around the page cache (`O_DIRECT` on Linux).
+//! Sequential files written and read around the page cache (`O_DIRECT` on
+//! Linux).
 //!
 //! Scratch files that are written once and read back once (ingest's spilled
 //! boards) gain nothing from the page cache, and filling it costs a copy
 //! into memory the kernel must first find: on a virtual machine whose host
 //! backs guest memory on first touch (this project's machines), writing
 //! 2 GB through the page cache took 4.1 s where `O_DIRECT` wrote it in
-//! 0.95 s. [`DirectWriter`] gathers whole 4 KiB blocks in an aligned buffer
-//! and writes them straight to the disk; the unaligned tail goes through the
-//! page cache in [`DirectWriter::finish`]. Where the file system refuses
-//! `O_DIRECT` (tmpfs, some network file systems) it writes as any file.
+//! 0.95 s, and reading 2 GB cold took 3.97 s (515 MB/s) through it against
+//! 1.51 s (1.4 GB/s) in 1 MiB direct reads. [`DirectWriter`] gathers whole
+//! 4 KiB blocks in an aligned buffer and writes them straight to the disk;
+//! the unaligned tail goes through the page cache in
+//! [`DirectWriter::finish`]. [`DirectReader`] reads whole buffers of blocks
+//! straight from the disk (the kernel writes back a cached tail before a
+//! direct read covers it). Where the file system refuses `O_DIRECT` (tmpfs,
+//! some network file systems) both work as with any file.
 
 use std::{
     fs::{File, OpenOptions},
-    io::{self, Write},
+    io::{self, Read, Write},
     path::Path,
 };
 
@@ -113,6 +118,76 @@ impl Write for DirectWriter {
     }
 }
 
+/// Reads a file from its start through an aligned buffer of whole blocks
+/// (see the module): each refill is one read of the whole buffer at an
+/// offset that is a multiple of it, so only the end of the file gives a
+/// short read.
+pub(crate) struct DirectReader {
+    file: File,
+    blocks: Vec<Block>,
+    /// Unread bytes are `blocks[at..len]`.
+    at: usize,
+    len: usize,
+    direct: bool,
+    eof: bool,
+}
+
+impl DirectReader {
+    /// Opens `path` with a buffer of about `buffer` bytes (whole blocks, at
+    /// least one).
+    pub(crate) fn open(path: &Path, buffer: usize) -> io::Result<DirectReader> {
+        let (file, direct) = open_read(path)?;
+        Ok(DirectReader {
+            file,
+            blocks: vec![Block([0; ALIGN]); buffer.div_ceil(ALIGN).max(1)],
+            at: 0,
+            len: 0,
+            direct,
+            eof: false,
+        })
+    }
+
+    /// Refills the buffer; leaves it empty at the end of the file.
+    fn fill(&mut self) -> io::Result<()> {
+        let capacity = self.blocks.len() * ALIGN;
+        let mut len = 0;
+        while len < capacity {
+            match (&self.file).read(&mut bytes_mut(&mut self.blocks)[len..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // The file system took the flag but not this read (or a
+                // short read left the offset unaligned): go on without it.
+                Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                    self.direct = false;
+                    set_direct(&self.file, false)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        (self.at, self.len) = (0, len);
+        Ok(())
+    }
+}
+
+impl Read for DirectReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.at == self.len {
+            if self.eof || out.is_empty() {
+                return Ok(0);
+            }
+            self.fill()?;
+        }
+        let n = out.len().min(self.len - self.at);
+        out[..n].copy_from_slice(&bytes(&self.blocks)[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
 /// Whole blocks as bytes.
 fn bytes(blocks: &[Block]) -> &[u8] {
     // SAFETY: `Block` is `repr(C)` around `[u8; ALIGN]` (size ALIGN, no
@@ -139,6 +214,24 @@ fn open(path: &Path) -> io::Result<(File, bool)> {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((options.open(path)?, false)),
         Err(e) => Err(e),
     }
+}
+
+/// Opens `path` for reading with `O_DIRECT` where the system takes it.
+#[cfg(target_os = "linux")]
+fn open_read(path: &Path) -> io::Result<(File, bool)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = OpenOptions::new();
+    options.read(true);
+    match options.clone().custom_flags(libc::O_DIRECT).open(path) {
+        Ok(file) => Ok((file, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((options.open(path)?, false)),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_read(path: &Path) -> io::Result<(File, bool)> {
+    Ok((File::open(path)?, false))
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -206,6 +299,26 @@ mod tests {
             }
             w.finish().unwrap();
             assert_eq!(std::fs::read(&path).unwrap(), expected, "{}", dir.display());
+            // Read back directly, in odd pieces, with buffers smaller and
+            // larger than the file.
+            for buffer in [ALIGN, 5 * ALIGN, expected.len() + ALIGN] {
+                let mut r = DirectReader::open(&path, buffer).unwrap();
+                let mut got = Vec::new();
+                let mut piece = vec![0u8; 777];
+                loop {
+                    let n = r.read(&mut piece).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&piece[..n]);
+                }
+                assert_eq!(r.read(&mut piece).unwrap(), 0, "stays at the end");
+                assert!(
+                    got == expected,
+                    "{} with a {buffer}-byte buffer",
+                    dir.display()
+                );
+            }
             std::fs::remove_file(&path).unwrap();
         }
     }

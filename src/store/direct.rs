@@ -48,7 +48,7 @@ impl DirectWriter {
         let (file, direct) = open(path)?;
         Ok(DirectWriter {
             file,
-            blocks: vec![Block([0; ALIGN]); buffer.div_ceil(ALIGN).max(1)],
+            blocks: blocks(buffer),
             len: 0,
             direct,
         })
@@ -68,14 +68,7 @@ impl DirectWriter {
             match (&self.file).write(&data[done..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // The file system took the flag but not this write (or a
-                // short write left the offset unaligned): go on without it.
-                Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
-                    self.direct = false;
-                    set_direct(&self.file, false)?;
-                }
-                Err(e) => return Err(e),
+                Err(e) => retry_or_fail(&self.file, &mut self.direct, e)?,
             }
         }
         bytes_mut(&mut self.blocks).copy_within(whole..len, 0);
@@ -139,7 +132,7 @@ impl DirectReader {
         let (file, direct) = open_read(path)?;
         Ok(DirectReader {
             file,
-            blocks: vec![Block([0; ALIGN]); buffer.div_ceil(ALIGN).max(1)],
+            blocks: blocks(buffer),
             at: 0,
             len: 0,
             direct,
@@ -158,14 +151,7 @@ impl DirectReader {
                     break;
                 }
                 Ok(n) => len += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // The file system took the flag but not this read (or a
-                // short read left the offset unaligned): go on without it.
-                Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
-                    self.direct = false;
-                    set_direct(&self.file, false)?;
-                }
-                Err(e) => return Err(e),
+                Err(e) => retry_or_fail(&self.file, &mut self.direct, e)?,
             }
         }
         (self.at, self.len) = (0, len);
@@ -188,6 +174,26 @@ impl Read for DirectReader {
     }
 }
 
+/// After a failed read or write: `Ok` to try again (interrupted; or
+/// `EINVAL` with `O_DIRECT` on, which is then turned off: the file system
+/// took the flag but not this transfer, or a short one left the offset
+/// unaligned), else the error.
+fn retry_or_fail(file: &File, direct: &mut bool, e: io::Error) -> io::Result<()> {
+    if e.kind() == io::ErrorKind::Interrupted {
+        return Ok(());
+    }
+    if *direct && e.raw_os_error() == Some(libc::EINVAL) {
+        *direct = false;
+        return set_direct(file, false);
+    }
+    Err(e)
+}
+
+/// A zeroed buffer of about `bytes` bytes: whole blocks, at least one.
+fn blocks(bytes: usize) -> Vec<Block> {
+    vec![Block([0; ALIGN]); bytes.div_ceil(ALIGN).max(1)]
+}
+
 /// Whole blocks as bytes.
 fn bytes(blocks: &[Block]) -> &[u8] {
     // SAFETY: `Block` is `repr(C)` around `[u8; ALIGN]` (size ALIGN, no
@@ -203,25 +209,22 @@ fn bytes_mut(blocks: &mut [Block]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(blocks.as_mut_ptr().cast::<u8>(), len) }
 }
 
-/// Opens `path` for writing with `O_DIRECT` where the system takes it.
-#[cfg(target_os = "linux")]
+/// Opens `path` for writing (a new or truncated file) with `O_DIRECT` where
+/// the system takes it; whether it did.
 fn open(path: &Path) -> io::Result<(File, bool)> {
-    use std::os::unix::fs::OpenOptionsExt;
     let mut options = OpenOptions::new();
     options.write(true).create(true).truncate(true);
-    match options.clone().custom_flags(libc::O_DIRECT).open(path) {
-        Ok(file) => Ok((file, true)),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((options.open(path)?, false)),
-        Err(e) => Err(e),
-    }
+    open_direct(&options, path)
 }
 
 /// Opens `path` for reading with `O_DIRECT` where the system takes it.
-#[cfg(target_os = "linux")]
 fn open_read(path: &Path) -> io::Result<(File, bool)> {
+    open_direct(OpenOptions::new().read(true), path)
+}
+
+#[cfg(target_os = "linux")]
+fn open_direct(options: &OpenOptions, path: &Path) -> io::Result<(File, bool)> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut options = OpenOptions::new();
-    options.read(true);
     match options.clone().custom_flags(libc::O_DIRECT).open(path) {
         Ok(file) => Ok((file, true)),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((options.open(path)?, false)),
@@ -230,18 +233,8 @@ fn open_read(path: &Path) -> io::Result<(File, bool)> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn open_read(path: &Path) -> io::Result<(File, bool)> {
-    Ok((File::open(path)?, false))
-}
-
-#[cfg(not(target_os = "linux"))]
-fn open(path: &Path) -> io::Result<(File, bool)> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)?;
-    Ok((file, false))
+fn open_direct(options: &OpenOptions, path: &Path) -> io::Result<(File, bool)> {
+    Ok((options.open(path)?, false))
 }
 
 #[cfg(target_os = "linux")]

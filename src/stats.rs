@@ -404,6 +404,18 @@ fn overlap_passes(test_boards: u64, threads: usize, memory_limit: u64) -> u64 {
     ((test_boards as f64 * per_member / budget as f64).ceil() as u64).max(1)
 }
 
+/// Members to size one pass's set for: all `test_boards` in one pass; with
+/// more, an even share plus 6 standard deviations of the binomial spread
+/// (so a pass with more than its share does not double its set while it
+/// fills: the passes were counted to fit the budget).
+fn pass_capacity(test_boards: u64, passes: u64) -> usize {
+    if passes <= 1 {
+        return test_boards as usize;
+    }
+    let share = test_boards / passes;
+    (share + 6 * (share as f64).sqrt().ceil() as u64 + 64) as usize
+}
+
 /// Which of `passes` passes a hash belongs to (its high word scaled).
 #[inline]
 fn pass_of(h: u128, passes: u64) -> u64 {
@@ -437,7 +449,7 @@ pub(crate) fn overlap(
     let (mut members, mut found_members) = (0usize, 0usize);
     for pass in 0..passes {
         let mine = |h: &u128| passes == 1 || pass_of(*h, passes) == pass;
-        let mut test_set = TestSet::with_capacity((rows / passes) as usize + 1);
+        let mut test_set = TestSet::with_capacity(pass_capacity(rows, passes));
         for path in &test_files {
             for_fen_hashes(path, |hashes| {
                 hashes
@@ -687,6 +699,21 @@ mod tests {
         let probes: Vec<u128> = (5_000..15_000u128).map(member).collect();
         test.probe(&probes, &mut found, &mut maybe);
         assert_eq!(test.set.count_found(&[found]), 5_000);
+    }
+
+    #[test]
+    fn a_pass_with_more_than_its_share_fits_its_set() {
+        let h = |i: u128| i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
+        for (n, passes) in [(30_000u64, 3u64), (92_459, 4), (1_000, 7)] {
+            let mut counts = vec![0usize; passes as usize];
+            (0..u128::from(n)).for_each(|i| counts[pass_of(h(i), passes) as usize] += 1);
+            let most = counts.iter().max().copied().unwrap_or(0);
+            assert!(
+                most <= pass_capacity(n, passes),
+                "{n} in {passes}: {counts:?}"
+            );
+        }
+        assert_eq!(pass_capacity(1_000, 1), 1_000);
     }
 
     #[test]

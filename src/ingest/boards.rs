@@ -907,21 +907,38 @@ enum ReadMode {
     Direct,
 }
 
+/// An [`EntryReader`]'s file, opened as its [`ReadMode`] says (an enum
+/// rather than a `dyn Read`: the run merge reads one entry at a time).
+enum Source {
+    Cached(BufReader<File>),
+    Direct(DirectReader),
+}
+
+impl Read for Source {
+    #[inline]
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Source::Cached(r) => r.read(out),
+            Source::Direct(r) => r.read(out),
+        }
+    }
+}
+
 /// Reads entries from a spill or run file.
 struct EntryReader {
-    reader: Box<dyn Read + Send>,
+    reader: Source,
     path: PathBuf,
 }
 
 impl EntryReader {
     fn open(path: &Path, mode: ReadMode) -> Result<EntryReader, IngestError> {
-        let reader: Box<dyn Read + Send> = match mode {
-            ReadMode::Cached => Box::new(BufReader::with_capacity(
+        let reader = match mode {
+            ReadMode::Cached => Source::Cached(BufReader::with_capacity(
                 1 << 20,
                 File::open(path).map_err(|e| spill_err(path, e))?,
             )),
             ReadMode::Direct => {
-                Box::new(DirectReader::open(path, 1 << 20).map_err(|e| spill_err(path, e))?)
+                Source::Direct(DirectReader::open(path, 1 << 20).map_err(|e| spill_err(path, e))?)
             }
         };
         Ok(EntryReader {

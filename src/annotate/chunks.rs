@@ -90,22 +90,29 @@ pub(crate) fn commit_chunk(
             Outcome::Failed(f) => fail.push(*board_id, f),
         }
     }
-    let mut tables = Vec::new();
     let batches = [
         (Table::StateValues, sv.len(), sv.finish()),
         (Table::ActionValues, av.len(), av.finish()),
         (Table::Failures, fail.len(), fail.finish()),
     ];
     let counts = [batches[0].1, batches[1].1, batches[2].1];
-    for (table, rows, columns) in batches {
+    let mut tables = Vec::new();
+    let written = batches.into_iter().try_for_each(|(table, rows, columns)| {
         if rows == 0 && table != Table::StateValues {
-            continue;
+            return Ok(());
         }
         let batch = RecordBatch::try_new(table.schema(), columns).map_err(|e| {
             StoreError::Corrupt(run.join(partition_dir(table, split)), e.to_string())
         })?;
         chunks::write_table(run, split, chunk, table, &batch)?;
         tables.push(table);
+        Ok(())
+    });
+    if let Err(e) = written {
+        // Before the commit point: nothing of this chunk stays (on a full
+        // disk its files' room is freed; a resume annotates it again).
+        chunks::discard(run, split, chunk);
+        return Err(e);
     }
     let entry = ChunkEntry {
         chunk,

@@ -80,6 +80,15 @@ pub enum AnnotateError {
         path.display()
     )]
     ShardBusy { path: PathBuf, shard: String },
+    #[error(
+        "split {split}, chunk {chunk} (boards from {first_board}): {source}; the chunks committed before it are kept: run the same command again to resume"
+    )]
+    Commit {
+        split: String,
+        chunk: u64,
+        first_board: u64,
+        source: StoreError,
+    },
     #[error("{0}")]
     Thread(String),
     #[error(
@@ -378,7 +387,13 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
                     engine: &engine,
                     shard: &shard_name,
                 },
-            )?;
+            )
+            .map_err(|source| AnnotateError::Commit {
+                split: names[finished.split].clone(),
+                chunk: finished.chunk,
+                first_board: finished.first_board,
+                source,
+            })?;
             let s = &mut summaries[finished.split].1;
             s.chunks_committed += 1;
             s.boards_annotated += entry.state_values;

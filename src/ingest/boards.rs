@@ -53,7 +53,7 @@ const ENTRY_SIZE: u64 = std::mem::size_of::<Entry>() as u64;
 /// table (2 GiB limit): ~110 MB at 10^6 generated games, ~260 MB at 10^7
 /// (both splits spilling); the key batches in flight carry each key's hash
 /// too (8 of 48 bytes a board).
-const PIPELINE_RESERVE: u64 = 320 << 20;
+pub(crate) const PIPELINE_RESERVE: u64 = 320 << 20;
 /// Buffer of the partition files of a split while spilling (shared by the
 /// shards): each file's is written with `O_DIRECT` when full, so it should
 /// not be small.

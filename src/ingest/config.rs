@@ -594,6 +594,24 @@ mod tests {
     }
 
     #[test]
+    fn help_and_readme_state_the_reserve_the_code_keeps() {
+        let reserve = format!("{}MiB", super::super::boards::PIPELINE_RESERVE >> 20);
+        let cmd = <IngestOptions as clap::Args>::augment_args(clap::Command::new("ingest"));
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == "memory_limit")
+            .unwrap();
+        let help = arg.get_help().unwrap().to_string();
+        assert!(help.contains(&format!("less {reserve}")), "{help}");
+        let readme = include_str!("../../README.md");
+        let spaced = reserve.replace("MiB", " MiB");
+        assert!(
+            readme.contains(&format!("less {spaced}")),
+            "the README states the reserve as {spaced}"
+        );
+    }
+
+    #[test]
     fn split_names_are_checked() {
         assert!(check_split("train").is_ok());
         assert!(check_split("test-2023_01").is_ok());

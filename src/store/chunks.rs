@@ -199,6 +199,16 @@ pub(crate) fn remove_split(run: &Path, split: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Deletes the temporary files of a chunk that failed before its commit
+/// point (a full disk, say), so that nothing of it is left taking room; the
+/// next annotate would delete them too ([`recover`]). Best effort: a file
+/// that cannot be removed is left for that.
+pub(crate) fn discard(run: &Path, split: &str, chunk: u64) {
+    for table in Table::ANNOTATE {
+        let _ = fs::remove_file(data_path(run, table, split, chunk, true));
+    }
+}
+
 /// Step 1: writes one table's rows of a chunk under the temporary name
 /// (fsynced); [`commit`] publishes it.
 pub(crate) fn write_table(
@@ -217,7 +227,8 @@ pub(crate) fn write_table(
 }
 
 /// Steps 2 and 3: writes the chunk's entry atomically (the commit point),
-/// then renames the files [`write_table`] wrote for `tables`.
+/// then renames the files [`write_table`] wrote for `tables`. If the entry
+/// cannot be written the chunk's files are [`discard`]ed.
 pub(crate) fn commit(
     run: &Path,
     split: &str,
@@ -229,7 +240,10 @@ pub(crate) fn commit(
     fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
     let bytes = serde_json::to_vec_pretty(entry)
         .map_err(|e| StoreError::Corrupt(dir.clone(), e.to_string()))?;
-    write_atomic(&entry_path(run, split, chunk), &bytes)?;
+    if let Err(e) = write_atomic(&entry_path(run, split, chunk), &bytes) {
+        discard(run, split, chunk);
+        return Err(e);
+    }
     for &table in tables {
         let to = data_path(run, table, split, chunk, false);
         fs::rename(data_path(run, table, split, chunk, true), &to)

@@ -90,6 +90,26 @@ pub(crate) fn open_columns(
 }
 
 /// Seconds since the Unix epoch (timestamps in manifests and entries).
+/// Bytes an unprivileged process may still write on the file system
+/// holding `path` (or its parent directory, if `path` is gone); `None` where
+/// the system cannot say.
+pub(crate) fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = if path.exists() { path } else { path.parent()? };
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: a NUL-terminated path and a buffer statvfs fills on success.
+    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled the buffer.
+    let st = unsafe { st.assume_init() };
+    // u64 on Linux, narrower elsewhere (macOS).
+    #[allow(clippy::useless_conversion)]
+    let (blocks, size) = (u64::from(st.f_bavail), u64::from(st.f_frsize));
+    Some(blocks.saturating_mul(size))
+}
+
 pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -109,5 +129,21 @@ impl StoreError {
             path: path.to_owned(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_bytes_of_a_directory_and_of_a_file_not_yet_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let free = free_bytes(dir.path()).expect("statvfs of a temporary directory");
+        assert!(free > 0);
+        // A path that does not exist is measured at its directory.
+        let later = free_bytes(&dir.path().join("not-yet.parquet")).unwrap();
+        assert!(later.abs_diff(free) < 1 << 30, "{free} vs {later}");
+        assert_eq!(free_bytes(Path::new("/no/such/dir/file")), None);
     }
 }

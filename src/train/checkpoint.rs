@@ -57,32 +57,10 @@ where
     ));
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    let rec = recorder();
-    let record_err = |path: PathBuf| {
-        move |e: burn::record::RecorderError| CheckpointError::Record {
-            path,
-            message: e.to_string(),
-        }
-    };
-    model
-        .clone()
-        .save_file(tmp.join("model"), &rec)
-        .map_err(record_err(tmp.join("model.mpk")))?;
-    ema.clone()
-        .save_file(tmp.join("ema"), &rec)
-        .map_err(record_err(tmp.join("ema.mpk")))?;
-    rec.record(optim.to_record(), tmp.join("optim"))
-        .map_err(record_err(tmp.join("optim.mpk")))?;
-    let json = serde_json::to_vec_pretty(state).map_err(|e| CheckpointError::State {
-        path: tmp.join(STATE),
-        message: e.to_string(),
-    })?;
-    fs::write(tmp.join(STATE), json).map_err(io(&tmp.join(STATE)))?;
-    for name in ["model.mpk", "ema.mpk", "optim.mpk", STATE] {
-        let p = tmp.join(name);
-        fs::File::open(&p)
-            .and_then(|f| f.sync_all())
-            .map_err(io(&p))?;
+    if let Err(e) = write_files(&tmp, state, model, ema, optim) {
+        // A full disk: give the room back, leave no half checkpoint.
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e);
     }
     if target.exists() {
         fs::remove_dir_all(&target).map_err(io(&target))?;
@@ -97,6 +75,58 @@ where
     }
     Ok(target)
 }
+
+/// Writes a checkpoint's files into `dir` and syncs them.
+fn write_files<B, O>(
+    dir: &Path,
+    state: &TrainState,
+    model: &Predictor<B>,
+    ema: &Predictor<B::InnerBackend>,
+    optim: &O,
+) -> Result<(), CheckpointError>
+where
+    B: AutodiffBackend,
+    O: Optimizer<Predictor<B>, B>,
+{
+    let rec = recorder();
+    model
+        .clone()
+        .save_file(dir.join("model"), &rec)
+        .map_err(|e| record_error(dir.join("model.mpk"), e))?;
+    ema.clone()
+        .save_file(dir.join("ema"), &rec)
+        .map_err(|e| record_error(dir.join("ema.mpk"), e))?;
+    rec.record(optim.to_record(), dir.join("optim"))
+        .map_err(|e| record_error(dir.join("optim.mpk"), e))?;
+    let json = serde_json::to_vec_pretty(state).map_err(|e| CheckpointError::State {
+        path: dir.join(STATE),
+        message: e.to_string(),
+    })?;
+    fs::write(dir.join(STATE), json).map_err(io(&dir.join(STATE)))?;
+    for name in ["model.mpk", "ema.mpk", "optim.mpk", STATE] {
+        let p = dir.join(name);
+        fs::File::open(&p)
+            .and_then(|f| f.sync_all())
+            .map_err(io(&p))?;
+    }
+    Ok(())
+}
+
+/// burn's recorder reports a failed write as a MessagePack error, without
+/// the I/O error under it; a full file system is the usual cause, so say so
+/// when it is one.
+fn record_error(path: PathBuf, e: burn::record::RecorderError) -> CheckpointError {
+    let mut message = e.to_string();
+    if let Some(free) = crate::store::free_bytes(&path)
+        && free < FULL_BELOW
+    {
+        message.push_str(&format!(" (its file system is full: {free} bytes free)"));
+    }
+    CheckpointError::Record { path, message }
+}
+
+/// Free space under which a failed write is put down to a full disk.
+const FULL_BELOW: u64 = 64 << 20;
 
 /// Loads the optimiser state into `optim`.
 pub(crate) fn load_optim<B, O>(

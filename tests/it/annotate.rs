@@ -410,6 +410,41 @@ fn sigkill_and_resume_lose_and_duplicate_nothing() {
 }
 
 #[test]
+fn a_full_disk_names_the_file_leaves_nothing_half_written_and_resumes() {
+    if !have_stockfish() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = fresh_run(&dir, "full");
+    let mut args = vec!["annotate", run.to_str().unwrap()];
+    args.extend_from_slice(&SMALL);
+    // No file may grow past 4 KiB: a chunk's action values cannot be written.
+    let o = crate::disk::run_with_file_limit(4096, &args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "annotate succeeded: {err}");
+    assert!(
+        err.contains("/split=train/chunk-0") && err.contains(".parquet.tmp: File too large"),
+        "the error names the file: {err}"
+    );
+    assert!(err.contains("run the same command again"), "{err}");
+    // Nothing of the failed chunk is left: no temporary file, no entry.
+    let mut left = Vec::new();
+    for table in ["state_values", "action_values", "failures", "annotate"] {
+        let part = run.join(table).join("split=train");
+        for e in std::fs::read_dir(&part).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("chunk-") {
+                left.push(format!("{table}/{name}"));
+            }
+        }
+    }
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // With room again, the same command completes the split as a clean run.
+    annotate(&run, &SMALL);
+    assert_same_as_clean(&run);
+}
+
+#[test]
 fn four_shards_equal_one_unsharded_run() {
     if !have_stockfish() {
         return;

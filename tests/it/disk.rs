@@ -16,7 +16,7 @@ use std::{
 use crate::util::{self, BIN, data_file};
 
 /// `chessbench ARGS` with every file it writes limited to `bytes`.
-fn run_with_file_limit(bytes: u64, args: &[&str]) -> Output {
+pub(crate) fn run_with_file_limit(bytes: u64, args: &[&str]) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.args(args).arg("--no-progress");
     // SAFETY: between fork and exec only async-signal-safe calls (signal,

@@ -283,6 +283,14 @@ fn loader_memory_does_not_grow_with_the_split() {
 }
 
 fn train(name: &str, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(crate::util::BIN)
+        .args(train_args(name, extra))
+        .arg("--no-progress")
+        .output()
+        .unwrap()
+}
+
+fn train_args<'a>(name: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "train",
         "--run",
@@ -303,13 +311,9 @@ fn train(name: &str, extra: &[&str]) -> std::process::Output {
         "256",
         "--seed",
         "11",
-        "--no-progress",
     ];
     args.extend_from_slice(extra);
-    std::process::Command::new(crate::util::BIN)
-        .args(&args)
-        .output()
-        .unwrap()
+    args
 }
 
 /// `metrics.csv` rows as (step, samples, loss, grad_norm).
@@ -391,6 +395,36 @@ fn a_killed_run_resumes_on_the_exact_loss_trajectory() {
     let eval = std::fs::read_to_string(annotated().join("train/resume_a/eval.csv")).unwrap();
     let last = eval.lines().last().unwrap();
     assert!(last.starts_with("14,test,256,"), "{eval}");
+}
+
+#[test]
+fn a_full_disk_leaves_no_half_checkpoint_and_a_rerun_trains() {
+    if !have_stockfish() {
+        return;
+    }
+    // No file may grow past 16 KiB: the first checkpoint cannot be written.
+    let args = train_args("full_disk", &["--steps", "8"]);
+    let o = crate::disk::run_with_file_limit(16 << 10, &args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "train succeeded: {err}");
+    assert!(
+        err.contains("/train/full_disk/checkpoints/.step-000000006.") && err.contains(".mpk"),
+        "the error names the file: {err}"
+    );
+    let ckpts = annotated().join("train/full_disk/checkpoints");
+    let left: Vec<_> = std::fs::read_dir(&ckpts)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left in {}: {left:?}", ckpts.display());
+    // With room again it trains from the start, to the same trajectory as a
+    // run that never failed.
+    let ok = |o: &std::process::Output| {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr))
+    };
+    ok(&train("full_disk", &["--steps", "8"]));
+    ok(&train("full_disk_clean", &["--steps", "8"]));
+    assert_eq!(trajectory("full_disk"), trajectory("full_disk_clean"));
 }
 
 #[test]

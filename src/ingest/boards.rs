@@ -776,7 +776,7 @@ impl Aggregator {
     }
 
     #[cfg(test)]
-    fn finish(self, threads: usize) -> Result<Vec<BoardStream>, IngestError> {
+    fn finish(self, threads: usize) -> Result<Vec<SplitBoards>, IngestError> {
         finish(vec![self], threads)
     }
 }
@@ -790,7 +790,7 @@ impl Aggregator {
 pub(crate) fn finish(
     shards: Vec<Aggregator>,
     threads: usize,
-) -> Result<Vec<BoardStream>, IngestError> {
+) -> Result<Vec<SplitBoards>, IngestError> {
     let threads = threads.max(1);
     let max_entries: usize = shards.iter().map(|a| a.max_entries).sum();
     let splits = shards.first().map_or(0, |a| a.sets.len());
@@ -824,18 +824,20 @@ pub(crate) fn finish(
     let per_thread = (max_entries / threads).max(1024);
     let paths: Vec<&Path> = jobs.iter().map(|(_, p)| p.as_path()).collect();
     let mut runs = dedup_partitions(&paths, per_thread, threads)?.into_iter();
-    let mut streams = Vec::with_capacity(in_memory.len());
+    let mut out = Vec::with_capacity(in_memory.len());
     for (s, tables) in in_memory.into_iter().enumerate() {
-        streams.push(match tables {
-            Some(tables) => BoardStream::Memory(MemoryMerge::new(tables)),
+        out.push(match tables {
+            Some(tables) => SplitBoards::Memory(tables),
             None => {
                 let n = jobs.iter().filter(|(js, _)| *js == s).count();
-                let mine: Vec<PathBuf> = runs.by_ref().take(n).collect();
-                BoardStream::Merged(MergeRuns::new(&mine, ReadMode::Direct)?)
+                SplitBoards::Runs {
+                    paths: runs.by_ref().take(n).collect(),
+                    buffer: run_buffer(max_entries as u64 * BYTES_PER_ENTRY, n),
+                }
             }
         });
     }
-    Ok(streams)
+    Ok(out)
 }
 
 /// Runs [`dedup_partition`] on every path, `threads` at a time; the runs
@@ -900,11 +902,22 @@ enum ReadMode {
     /// reader's work: the dedup phase, whose threads each read one
     /// partition and work on it.
     Cached,
-    /// Around it ([`DirectReader`]): the merge of the run files while the
-    /// boards are written, where reading through the page cache cost ~7%
-    /// of ingest's CPU in the kernel (10^6 games: system time 16.6 -> 8.1
-    /// s) and the reading thread is not the one the others wait on.
-    Direct,
+    /// Around it ([`DirectReader`]), in reads of this many bytes: the merge
+    /// of the run files while the boards are written, where reading through
+    /// the page cache cost ~7% of ingest's CPU in the kernel (10^6 games:
+    /// system time 16.6 -> 8.1 s) and the reading thread is not the one the
+    /// others wait on.
+    Direct(usize),
+}
+
+/// The read buffer of each run file in a split's merge ([`ReadMode::Direct`]):
+/// 1 MiB, whole reads the disk streams well, unless the memory limit is
+/// small: the runs share an eighth of the tables' memory (`table_bytes`), at
+/// least 64 KiB each.
+fn run_buffer(table_bytes: u64, runs: usize) -> usize {
+    const STEP: u64 = 64 << 10;
+    let share = table_bytes / 8 / runs.max(1) as u64;
+    (share.clamp(STEP, 1 << 20) / STEP * STEP) as usize
 }
 
 /// An [`EntryReader`]'s file, opened as its [`ReadMode`] says (an enum
@@ -937,8 +950,8 @@ impl EntryReader {
                 1 << 20,
                 File::open(path).map_err(|e| spill_err(path, e))?,
             )),
-            ReadMode::Direct => {
-                Source::Direct(DirectReader::open(path, 1 << 20).map_err(|e| spill_err(path, e))?)
+            ReadMode::Direct(buffer) => {
+                Source::Direct(DirectReader::open(path, buffer).map_err(|e| spill_err(path, e))?)
             }
         };
         Ok(EntryReader {
@@ -1173,6 +1186,31 @@ impl Iterator for MemoryMerge {
     }
 }
 
+/// A split's distinct boards, deduplicated, before they are read: the
+/// shards' tables, or run files. Run files are opened only when their split
+/// is written ([`SplitBoards::open`]), so the read buffers of one split's
+/// runs are in memory at a time.
+pub(crate) enum SplitBoards {
+    Memory(Vec<Vec<Entry>>),
+    /// Run files, each read `buffer` bytes at a time ([`run_buffer`]).
+    Runs {
+        paths: Vec<PathBuf>,
+        buffer: usize,
+    },
+}
+
+impl SplitBoards {
+    /// The boards in order of first occurrence.
+    pub(crate) fn open(self) -> Result<BoardStream, IngestError> {
+        Ok(match self {
+            SplitBoards::Memory(tables) => BoardStream::Memory(MemoryMerge::new(tables)),
+            SplitBoards::Runs { paths, buffer } => {
+                BoardStream::Merged(MergeRuns::new(&paths, ReadMode::Direct(buffer))?)
+            }
+        })
+    }
+}
+
 /// A split's distinct boards, in order of first occurrence.
 pub(crate) enum BoardStream {
     Memory(MemoryMerge),
@@ -1233,8 +1271,20 @@ mod tests {
         agg.finish(3)
             .unwrap()
             .into_iter()
-            .map(|s| s.collect::<Result<Vec<_>, _>>().unwrap())
+            .map(|s| s.open().unwrap().collect::<Result<Vec<_>, _>>().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn run_buffers_are_1mib_unless_the_limit_is_small() {
+        // 2 GiB of tables, 64 runs: whole 1 MiB reads.
+        assert_eq!(run_buffer(2 << 30, 64), 1 << 20);
+        // 64 MiB: an eighth shared by 64 runs is 128 KiB each.
+        assert_eq!(run_buffer(64 << 20, 64), 128 << 10);
+        // Tiny limits still read 64 KiB at a time; shares round down to it.
+        assert_eq!(run_buffer(4 << 20, 64), 64 << 10);
+        assert_eq!(run_buffer(100 << 20, 64), 192 << 10);
+        assert_eq!(run_buffer(1 << 40, 0), 1 << 20);
     }
 
     #[test]
@@ -1246,7 +1296,7 @@ mod tests {
             first: 3,
             count: 2,
         };
-        for mode in [ReadMode::Cached, ReadMode::Direct] {
+        for mode in [ReadMode::Cached, ReadMode::Direct(64 << 10)] {
             let mut bytes = Vec::new();
             entry.write(&mut bytes);
             entry.write(&mut bytes);
@@ -1324,7 +1374,7 @@ mod tests {
             let got: Vec<Vec<Entry>> = finish(aggregators, 2)
                 .unwrap()
                 .into_iter()
-                .map(|s| s.collect::<Result<Vec<_>, _>>().unwrap())
+                .map(|s| s.open().unwrap().collect::<Result<Vec<_>, _>>().unwrap())
                 .collect();
             assert_eq!(&got, expected, "{shards} shards, limit {limit}");
         }

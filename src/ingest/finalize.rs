@@ -1,9 +1,9 @@
 //! Writes a split's distinct boards as `boards` and `legal_moves` parts.
 //!
 //! Board ids are assigned here, densely, in order of first occurrence. Part N
-//! of both tables covers board ids [N * 2^20, (N + 1) * 2^20); parts are
-//! written in parallel, one per thread, so the layout does not depend on the
-//! thread count.
+//! of both tables covers board ids [N * 2^20, (N + 1) * 2^20); a part's
+//! boards are rendered in jobs on every thread and written in order, so the
+//! layout does not depend on the thread count.
 
 use std::{
     path::Path,
@@ -55,13 +55,25 @@ impl std::ops::AddAssign for BoardTotals {
     }
 }
 
-/// Boards rendered per job (a part's jobs run in parallel, and are written
-/// in order).
+/// Boards rendered per job: the unit the boards are read, rendered and
+/// written in (a part is `BOARDS_PER_PART / JOB_BOARDS` jobs, rendered in
+/// parallel and written in order).
 const JOB_BOARDS: usize = 16 * 1024;
 
+/// Jobs of one part.
+const JOBS_PER_PART: usize = (BOARDS_PER_PART as usize) / JOB_BOARDS;
+
+/// Jobs the board reader may have read ahead of the renderers.
+const READ_AHEAD_JOBS: usize = JOBS_PER_PART / 4;
+
+/// A job's boards, or why the stream of boards broke off.
+type Job = Result<Vec<Entry>, IngestError>;
+
 /// Writes all parts of one split. `done` counts boards written (progress).
-/// A thread reads the next part's boards from `stream` (a k-way merge of
-/// run files when deduplication spilled) while the current part renders.
+/// A thread reads the boards from `stream` (a k-way merge of run files when
+/// deduplication spilled) a job at a time, ahead of the renderers; job
+/// buffers go back to it, so the boards in memory are a few jobs' (about
+/// 1 MB each), not whole parts.
 pub(crate) fn write_split(
     stream: BoardStream,
     boards_dir: &Path,
@@ -69,59 +81,58 @@ pub(crate) fn write_split(
     threads: usize,
     done: &Arc<AtomicU64>,
 ) -> Result<BoardTotals, IngestError> {
+    let threads = threads.max(1);
     std::thread::scope(|scope| {
-        let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<Entry>, IngestError>>(0);
-        // Part buffers (2^20 entries, 56 MB) go back to the reader: a fresh
-        // one per part would be mapped and faulted in anew each time.
-        let (back_tx, back_rx) = crossbeam_channel::bounded::<Vec<Entry>>(2);
+        // The reader may run a quarter of a part (16 MB) ahead of the
+        // renderers, riding out the moments the others have the cores.
+        let (tx, rx) = crossbeam_channel::bounded::<Job>(READ_AHEAD_JOBS);
+        let (back_tx, back_rx) =
+            crossbeam_channel::bounded::<Vec<Entry>>(READ_AHEAD_JOBS + threads * 2 + 2);
         let reader = spawn_named(scope, "cb-boards-read", move || {
             let mut stream = stream;
-            let mut first = true;
             loop {
-                let mut chunk = back_rx
+                let mut job = back_rx
                     .try_recv()
-                    .unwrap_or_else(|_| Vec::with_capacity(BOARDS_PER_PART as usize));
-                chunk.clear();
+                    .unwrap_or_else(|_| Vec::with_capacity(JOB_BOARDS));
+                job.clear();
                 for entry in stream.by_ref() {
                     match entry {
-                        Ok(e) => chunk.push(e),
+                        Ok(e) => job.push(e),
                         Err(e) => {
                             let _ = tx.send(Err(e));
                             return;
                         }
                     }
-                    if chunk.len() as u64 == BOARDS_PER_PART {
+                    if job.len() == JOB_BOARDS {
                         break;
                     }
                 }
-                // An empty split still gets part 0 (empty files).
-                if chunk.is_empty() && !first {
-                    return;
-                }
-                first = false;
-                let last = (chunk.len() as u64) < BOARDS_PER_PART;
-                if tx.send(Ok(chunk)).is_err() || last {
+                let last = job.len() < JOB_BOARDS;
+                if job.is_empty() || tx.send(Ok(job)).is_err() || last {
                     return;
                 }
             }
         });
+        let mut jobs = rx.into_iter().peekable();
         let mut totals = BoardTotals::default();
         let mut result = Ok(());
-        for (part, chunk) in rx.iter().enumerate() {
-            let written = chunk.and_then(|c| {
-                let t = write_part(part as u64, &c, boards_dir, moves_dir, threads, done)?;
-                let _ = back_tx.try_send(c);
-                Ok(t)
-            });
-            match written {
+        // An empty split still gets part 0 (empty files).
+        for part in 0.. {
+            let part_jobs = jobs.by_ref().take(JOBS_PER_PART);
+            match write_part(
+                part, part_jobs, &back_tx, boards_dir, moves_dir, threads, done,
+            ) {
                 Ok(t) => totals += t,
                 Err(e) => {
                     result = Err(e);
                     break;
                 }
             }
+            if jobs.peek().is_none() {
+                break;
+            }
         }
-        drop(rx); // stops the reader if a part failed
+        drop(jobs); // the receiver: stops the reader if a part failed
         if reader.join().is_err() && result.is_ok() {
             result = Err(IngestError::Internal("board reader thread panicked".into()));
         }
@@ -189,10 +200,13 @@ fn ordered_writer(
     Ok(())
 }
 
-/// Renders and writes part `part`: boards with ids part * 2^20 + i.
+/// Renders and writes part `part` from its jobs (boards with ids
+/// part * 2^20 + i, every job but the split's last one full), handing each
+/// job's buffer back through `back` once rendered.
 fn write_part(
     part: u64,
-    entries: &[Entry],
+    jobs: impl Iterator<Item = Job>,
+    back: &crossbeam_channel::Sender<Vec<Entry>>,
     boards_dir: &Path,
     moves_dir: &Path,
     threads: usize,
@@ -200,9 +214,8 @@ fn write_part(
 ) -> Result<BoardTotals, IngestError> {
     let name = part_file_name(part);
     let base = part * BOARDS_PER_PART;
-    let threads = threads.max(1);
     std::thread::scope(|scope| {
-        let (job_tx, job_rx) = crossbeam_channel::bounded::<(usize, &[Entry])>(threads * 2);
+        let (job_tx, job_rx) = crossbeam_channel::bounded::<(usize, Vec<Entry>)>(threads);
         let (b_tx, b_rx) = crossbeam_channel::bounded::<(usize, RecordBatch)>(threads * 2);
         let (m_tx, m_rx) = crossbeam_channel::bounded::<(usize, MovesChunk)>(threads * 2);
         let boards_path = boards_dir.join(&name);
@@ -221,11 +234,12 @@ fn write_part(
                     &format!("cb-render-{r}"),
                     move || -> Result<BoardTotals, IngestError> {
                         let mut totals = BoardTotals::default();
-                        for (i, slice) in job_rx {
+                        for (i, job) in job_rx {
                             let first_id = base + (i * JOB_BOARDS) as u64;
-                            let (boards, moves, t) = render(first_id, slice)?;
+                            let (boards, moves, t) = render(first_id, &job)?;
                             totals += t;
-                            done.fetch_add(slice.len() as u64, Ordering::Relaxed);
+                            done.fetch_add(job.len() as u64, Ordering::Relaxed);
+                            let _ = back.try_send(job);
                             if b_tx.send((i, boards)).is_err() || m_tx.send((i, moves)).is_err() {
                                 break; // a writer failed; its error is reported below
                             }
@@ -236,14 +250,22 @@ fn write_part(
             })
             .collect();
         drop((job_rx, b_tx, m_tx));
-        for job in entries.chunks(JOB_BOARDS).enumerate() {
-            if job_tx.send(job).is_err() {
-                break;
+        let mut first_err = None;
+        for (i, job) in jobs.enumerate() {
+            match job {
+                Ok(job) => {
+                    if job_tx.send((i, job)).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    first_err = Some(e);
+                    break;
+                }
             }
         }
         drop(job_tx);
         let mut totals = BoardTotals::default();
-        let mut first_err = None;
         let panicked = || IngestError::Internal("board writer thread panicked".into());
         for r in renderers {
             match r.join().unwrap_or_else(|_| Err(panicked())) {

@@ -452,6 +452,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     let aggregators = aggregated?;
     collected?;
     let spilled = aggregators.iter().any(Aggregator::spilled);
+    release_free_memory();
     let mut phases = vec![("stream", clock.elapsed().as_secs_f64())];
     let mut lap = Instant::now();
     let mut mark = |name: &'static str, phases: &mut Vec<(&'static str, f64)>| {
@@ -463,7 +464,8 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     }
 
     // Boards and legal moves, split by split.
-    let streams = boards::finish(aggregators, config.threads)?;
+    let split_boards = boards::finish(aggregators, config.threads)?;
+    release_free_memory();
     mark("dedup", &mut phases);
     let done = Arc::new(AtomicU64::new(0));
     let mut totals = Vec::with_capacity(splits.len());
@@ -483,9 +485,9 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
             }
         });
         let result = (|| {
-            for (s, stream) in streams.into_iter().enumerate() {
+            for (s, boards) in split_boards.into_iter().enumerate() {
                 totals.push(write_split(
-                    stream,
+                    boards.open()?,
                     &txn.partition(Table::Boards, &splits[s])?,
                     &txn.partition(Table::LegalMoves, &splits[s])?,
                     config.threads.max(1),
@@ -869,5 +871,17 @@ impl Collector<'_> {
             c.not_sampled = offered - c.games;
         }
         Ok(())
+    }
+}
+
+/// Hands the memory freed by the phase just ended back to the kernel
+/// (glibc keeps it in per-thread arenas otherwise: the parsing threads' key
+/// batches and blocks, the deduplication tables), so that the next phase's
+/// buffers come on top of what is live rather than of what was.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of glibc's heaps.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

@@ -54,10 +54,20 @@ const ENTRY_SIZE: u64 = std::mem::size_of::<Entry>() as u64;
 /// (both splits spilling); the key batches in flight carry each key's hash
 /// too (8 of 48 bytes a board).
 pub(crate) const PIPELINE_RESERVE: u64 = 320 << 20;
-/// Buffer of the partition files of a split while spilling (shared by the
-/// shards): each file's is written with `O_DIRECT` when full, so it should
-/// not be small.
-const SPILL_BUFFERS: usize = 16 << 20;
+/// Buffer of each partition file of a split while spilling, unless the
+/// memory limit is small ([`spill_buffer`]): written with `O_DIRECT` when
+/// full, so it should not be small. A split spilling has PARTITIONS files
+/// (each shard its own), so 32 MiB of buffers.
+const SPILL_BUFFER: usize = 512 << 10;
+
+/// The buffer of each partition file: [`SPILL_BUFFER`], or less when the
+/// memory limit is small: all splits' files together take at most an eighth
+/// of the limit, and each at least 64 KiB.
+fn spill_buffer(memory_limit: u64, splits: usize) -> usize {
+    const STEP: u64 = 64 << 10;
+    let share = memory_limit / 8 / (splits.max(1) * PARTITIONS) as u64;
+    (share.clamp(STEP, SPILL_BUFFER as u64) / STEP * STEP) as usize
+}
 const PARTITION_BITS: u32 = 6;
 const PARTITIONS: usize = 1 << PARTITION_BITS;
 
@@ -589,14 +599,22 @@ impl Aggregator {
             .saturating_sub(PIPELINE_RESERVE)
             .max(memory_limit / 4)
             / shards as u64;
+        let buffer = spill_buffer(memory_limit, splits);
         (0..shards)
             .map(|index| {
-                Aggregator::shard(splits, table_bytes, scratch, Shard { index, of: shards })
+                let shard = Shard { index, of: shards };
+                Aggregator::shard(splits, table_bytes, buffer, scratch, shard)
             })
             .collect()
     }
 
-    fn shard(splits: usize, table_bytes: u64, scratch: &Path, shard: Shard) -> Aggregator {
+    fn shard(
+        splits: usize,
+        table_bytes: u64,
+        spill_buffer: usize,
+        scratch: &Path,
+        shard: Shard,
+    ) -> Aggregator {
         let table_bytes = table_bytes.max(1024 * BYTES_PER_ENTRY);
         let max_entries = (table_bytes / BYTES_PER_ENTRY).clamp(1024, u64::from(u32::MAX - 1));
         Aggregator {
@@ -608,7 +626,7 @@ impl Aggregator {
                     dir: scratch.join(format!("split-{s}")),
                     generations: 0,
                     files: Vec::new(),
-                    spill_buffer: SPILL_BUFFERS / PARTITIONS * shard.of,
+                    spill_buffer,
                 })
                 .collect(),
             table_bytes,
@@ -1273,6 +1291,17 @@ mod tests {
             .into_iter()
             .map(|s| s.open().unwrap().collect::<Result<Vec<_>, _>>().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn spill_buffers_are_512kib_unless_the_limit_is_small() {
+        // The default 2 GiB, two splits: 128 files of 512 KiB (64 MiB).
+        assert_eq!(spill_buffer(2 << 30, 2), 512 << 10);
+        // 256 MiB: an eighth over 128 files, 256 KiB each.
+        assert_eq!(spill_buffer(256 << 20, 2), 256 << 10);
+        // Tiny limits: 64 KiB each, whatever the split count.
+        assert_eq!(spill_buffer(16 << 20, 2), 64 << 10);
+        assert_eq!(spill_buffer(1 << 20, 0), 64 << 10);
     }
 
     #[test]

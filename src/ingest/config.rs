@@ -300,8 +300,8 @@ pub struct IngestOptions {
     /// Memory of the ingest (at least 1MiB): the board deduplication tables
     /// get this less 320MiB (at least a quarter of it), the rest is for the
     /// blocks being parsed, the boards in flight and the spill buffers; past
-    /// it, boards spill to the run directory. Under ~512MiB only the tables
-    /// shrink: the rest takes ~150-250MB whatever the limit.
+    /// it, boards spill to the run directory. Under ~384MiB only the tables
+    /// shrink: the rest takes ~130-200MB whatever the limit.
     #[arg(long, value_name = "SIZE", default_value = MEMORY_LIMIT, help_heading = "Resources")]
     pub memory_limit: ByteSize,
 }

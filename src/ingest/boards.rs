@@ -60,16 +60,23 @@ pub(crate) const PIPELINE_RESERVE: u64 = 320 << 20;
 /// (each shard its own), so 32 MiB of buffers.
 const SPILL_BUFFER: usize = 512 << 10;
 
-/// The buffer of each partition file: [`SPILL_BUFFER`], or less when the
-/// memory limit is small: all splits' files together take at most an eighth
-/// of the limit, and each at least 64 KiB.
-fn spill_buffer(memory_limit: u64, splits: usize) -> usize {
-    const STEP: u64 = 64 << 10;
-    let share = memory_limit / 8 / (splits.max(1) * PARTITIONS) as u64;
-    (share.clamp(STEP, SPILL_BUFFER as u64) / STEP * STEP) as usize
-}
 const PARTITION_BITS: u32 = 6;
 const PARTITIONS: usize = 1 << PARTITION_BITS;
+
+/// The buffer of each partition file: [`SPILL_BUFFER`], or less when the
+/// memory limit is small: all splits' files together take at most an eighth
+/// of the limit.
+fn spill_buffer(memory_limit: u64, splits: usize) -> usize {
+    buffer_share(memory_limit, splits.max(1) * PARTITIONS, SPILL_BUFFER)
+}
+
+/// An eighth of `bytes` shared by `files` buffers, each a multiple of 64 KiB
+/// from 64 KiB to `max`: a file buffer's size when memory is short.
+fn buffer_share(bytes: u64, files: usize, max: usize) -> usize {
+    const STEP: u64 = 64 << 10;
+    let share = bytes / 8 / files.max(1) as u64;
+    (share.clamp(STEP, max as u64) / STEP * STEP) as usize
+}
 
 /// A distinct board being counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -933,9 +940,7 @@ enum ReadMode {
 /// small: the runs share an eighth of the tables' memory (`table_bytes`), at
 /// least 64 KiB each.
 fn run_buffer(table_bytes: u64, runs: usize) -> usize {
-    const STEP: u64 = 64 << 10;
-    let share = table_bytes / 8 / runs.max(1) as u64;
-    (share.clamp(STEP, 1 << 20) / STEP * STEP) as usize
+    buffer_share(table_bytes, runs, 1 << 20)
 }
 
 /// An [`EntryReader`]'s file, opened as its [`ReadMode`] says (an enum
@@ -1294,23 +1299,18 @@ mod tests {
     }
 
     #[test]
-    fn spill_buffers_are_512kib_unless_the_limit_is_small() {
-        // The default 2 GiB, two splits: 128 files of 512 KiB (64 MiB).
+    fn file_buffers_shrink_only_when_memory_is_short() {
+        // Spill files: 2 GiB, two splits: 128 files of 512 KiB (64 MiB);
+        // 256 MiB: an eighth over 128 files, 256 KiB each; tiny limits
+        // 64 KiB each, whatever the split count.
         assert_eq!(spill_buffer(2 << 30, 2), 512 << 10);
-        // 256 MiB: an eighth over 128 files, 256 KiB each.
         assert_eq!(spill_buffer(256 << 20, 2), 256 << 10);
-        // Tiny limits: 64 KiB each, whatever the split count.
         assert_eq!(spill_buffer(16 << 20, 2), 64 << 10);
         assert_eq!(spill_buffer(1 << 20, 0), 64 << 10);
-    }
-
-    #[test]
-    fn run_buffers_are_1mib_unless_the_limit_is_small() {
-        // 2 GiB of tables, 64 runs: whole 1 MiB reads.
+        // Run files: 2 GiB of tables over 64 runs: whole 1 MiB reads; 64 MiB:
+        // 128 KiB each; shares round down to 64 KiB multiples.
         assert_eq!(run_buffer(2 << 30, 64), 1 << 20);
-        // 64 MiB: an eighth shared by 64 runs is 128 KiB each.
         assert_eq!(run_buffer(64 << 20, 64), 128 << 10);
-        // Tiny limits still read 64 KiB at a time; shares round down to it.
         assert_eq!(run_buffer(4 << 20, 64), 64 << 10);
         assert_eq!(run_buffer(100 << 20, 64), 192 << 10);
         assert_eq!(run_buffer(1 << 40, 0), 1 << 20);

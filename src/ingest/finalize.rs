@@ -83,7 +83,7 @@ pub(crate) fn write_split(
 ) -> Result<BoardTotals, IngestError> {
     let threads = threads.max(1);
     std::thread::scope(|scope| {
-        // The reader may run a quarter of a part (16 MB) ahead of the
+        // The reader may run a quarter of a part (~15 MB) ahead of the
         // renderers, riding out the moments the others have the cores.
         let (tx, rx) = crossbeam_channel::bounded::<Job>(READ_AHEAD_JOBS);
         let (back_tx, back_rx) =

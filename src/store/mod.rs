@@ -89,7 +89,6 @@ pub(crate) fn open_columns(
     Ok(b.with_projection(mask))
 }
 
-/// Seconds since the Unix epoch (timestamps in manifests and entries).
 /// Bytes an unprivileged process may still write on the file system
 /// holding `path` (or its parent directory, if `path` is gone); `None` where
 /// the system cannot say.
@@ -110,6 +109,7 @@ pub(crate) fn free_bytes(path: &Path) -> Option<u64> {
     Some(blocks.saturating_mul(size))
 }
 
+/// Seconds since the Unix epoch (timestamps in manifests and entries).
 pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

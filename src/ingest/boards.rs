@@ -48,26 +48,73 @@ pub(crate) const BYTES_PER_ENTRY: u64 = ENTRY_SIZE + 16;
 /// Bytes of an [`Entry`] in memory.
 const ENTRY_SIZE: u64 = std::mem::size_of::<Entry>() as u64;
 /// What the rest of ingest (input blocks, parsers, the collector, spill
-/// buffers) may hold beside the tables: the tables get `--memory-limit`
-/// less this, and at least a quarter of the limit. Measured beside a full
-/// table (2 GiB limit): ~110 MB at 10^6 generated games, ~260 MB at 10^7
-/// (both splits spilling); the key batches in flight carry each key's hash
-/// too (8 of 48 bytes a board).
+/// buffers) may hold beside the tables under a large limit: the tables get
+/// at least `--memory-limit` less this ([`table_bytes`]). Measured beside a
+/// full table (2 GiB limit): ~110 MB at 10^6 generated games, ~260 MB at
+/// 10^7 (both splits spilling); the key batches in flight carry each key's
+/// hash too (8 of 48 bytes a board).
 pub(crate) const PIPELINE_RESERVE: u64 = 320 << 20;
+/// What ingest holds whatever the limit, file buffers aside: the binary's
+/// and DuckDB's text (~15 MB), the blocks being parsed and their key
+/// batches, the games being written, and once the tables are gone the
+/// boards phase's renderers and Parquet writers. Measured under small
+/// limits at 10^5 and 10^6 generated games: ~150-180 MB in each phase.
+pub(crate) const PIPELINE_FLOOR: u64 = 192 << 20;
 /// Buffer of each partition file of a split while spilling, unless the
-/// memory limit is small ([`spill_buffer`]): written with `O_DIRECT` when
-/// full, so it should not be small. A split spilling has PARTITIONS files
-/// (each shard its own), so 32 MiB of buffers.
+/// tables are small ([`spill_buffer`]): written with `O_DIRECT` when full,
+/// so it should not be small. A split spilling has PARTITIONS files (each
+/// shard its own), so 32 MiB of buffers.
 const SPILL_BUFFER: usize = 512 << 10;
 
 const PARTITION_BITS: u32 = 6;
 const PARTITIONS: usize = 1 << PARTITION_BITS;
 
+/// The deduplication tables' memory under `memory_limit` for `splits`
+/// splits: as much as leaves the rest of ingest room, [`PIPELINE_FLOOR`]
+/// and the spill buffers ([`spill_buffer`]: an eighth of the tables' memory,
+/// at least 64 KiB a file), and never less than the limit less
+/// [`PIPELINE_RESERVE`]. Under [`least_limit`] the tables get their minimum
+/// ([`min_table_bytes`]) and the limit is not honoured.
+pub(crate) fn table_bytes(memory_limit: u64, splits: usize) -> u64 {
+    fitted_table_bytes(memory_limit, splits)
+        .max(memory_limit.saturating_sub(PIPELINE_RESERVE))
+        .max(min_table_bytes(memory_limit))
+}
+
+/// The most the tables may take with the floor and the spill buffers
+/// beside them within `memory_limit`.
+fn fitted_table_bytes(memory_limit: u64, splits: usize) -> u64 {
+    let room = memory_limit.saturating_sub(PIPELINE_FLOOR);
+    (room / 9 * 8).min(room.saturating_sub(least_spill_buffers(splits)))
+}
+
+/// The spill buffers of `splits` splits at their smallest (64 KiB a file).
+fn least_spill_buffers(splits: usize) -> u64 {
+    (splits.max(1) * PARTITIONS) as u64 * (64 << 10)
+}
+
+/// The least the tables get: a quarter of the limit, at most
+/// [`MIN_TABLES`].
+fn min_table_bytes(memory_limit: u64) -> u64 {
+    (memory_limit / 4).min(MIN_TABLES)
+}
+
+/// The tables' memory below which a limit is not honoured.
+const MIN_TABLES: u64 = 16 << 20;
+
+/// The least `--memory-limit` ingest stays within for `splits` splits:
+/// [`PIPELINE_FLOOR`], [`MIN_TABLES`] and the spill buffers at their
+/// smallest (216 MiB for two splits). Under it the tables get their minimum
+/// and the process takes about this much whatever the limit.
+pub(crate) fn least_limit(splits: usize) -> u64 {
+    PIPELINE_FLOOR + (MIN_TABLES + least_spill_buffers(splits)).max(MIN_TABLES / 8 * 9)
+}
+
 /// The buffer of each partition file: [`SPILL_BUFFER`], or less when the
-/// memory limit is small: all splits' files together take at most an eighth
-/// of the limit.
-fn spill_buffer(memory_limit: u64, splits: usize) -> usize {
-    buffer_share(memory_limit, splits.max(1) * PARTITIONS, SPILL_BUFFER)
+/// tables are small: all splits' files together take at most an eighth of
+/// the tables' memory.
+fn spill_buffer(table_bytes: u64, splits: usize) -> usize {
+    buffer_share(table_bytes, splits.max(1) * PARTITIONS, SPILL_BUFFER)
 }
 
 /// An eighth of `bytes` shared by `files` buffers, each a multiple of 64 KiB
@@ -602,11 +649,9 @@ impl Aggregator {
         shards: usize,
     ) -> Vec<Aggregator> {
         let shards = shards.clamp(1, Shard::MAX);
-        let table_bytes = memory_limit
-            .saturating_sub(PIPELINE_RESERVE)
-            .max(memory_limit / 4)
-            / shards as u64;
-        let buffer = spill_buffer(memory_limit, splits);
+        let all_tables = table_bytes(memory_limit, splits);
+        let buffer = spill_buffer(all_tables, splits);
+        let table_bytes = all_tables / shards as u64;
         (0..shards)
             .map(|index| {
                 let shard = Shard { index, of: shards };
@@ -923,10 +968,10 @@ fn dedup_partitions(
 /// How an [`EntryReader`] reads its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ReadMode {
-    /// Through the page cache, whose readahead overlaps the disk with the
-    /// reader's work: the dedup phase, whose threads each read one
-    /// partition and work on it.
-    Cached,
+    /// Through the page cache, in a buffer of this many bytes, the page
+    /// cache's readahead overlapping the disk with the reader's work: the
+    /// dedup phase, whose threads each read one partition and work on it.
+    Cached(usize),
     /// Around it ([`DirectReader`]), in reads of this many bytes: the merge
     /// of the run files while the boards are written, where reading through
     /// the page cache cost ~7% of ingest's CPU in the kernel (10^6 games:
@@ -969,8 +1014,8 @@ struct EntryReader {
 impl EntryReader {
     fn open(path: &Path, mode: ReadMode) -> Result<EntryReader, IngestError> {
         let reader = match mode {
-            ReadMode::Cached => Source::Cached(BufReader::with_capacity(
-                1 << 20,
+            ReadMode::Cached(buffer) => Source::Cached(BufReader::with_capacity(
+                buffer,
                 File::open(path).map_err(|e| spill_err(path, e))?,
             )),
             ReadMode::Direct(buffer) => {
@@ -1040,7 +1085,7 @@ fn write_entries(path: &Path, entries: &[Entry]) -> Result<(), IngestError> {
 fn dedup_in_memory(path: &Path, len: usize, slots: usize) -> Result<Vec<Entry>, IngestError> {
     let mut entries: Vec<Entry> = Vec::with_capacity(len);
     let mut index = Index::with_slots(slots);
-    let mut reader = EntryReader::open(path, ReadMode::Cached)?;
+    let mut reader = EntryReader::open(path, ReadMode::Cached(1 << 20))?;
     let mut buf = vec![0u8; ENTRY_BYTES * 4096];
     let mut batch = Vec::with_capacity(4096);
     loop {
@@ -1082,7 +1127,7 @@ fn dedup_partition(
         let dir = path.with_extension("split");
         fs::create_dir_all(&dir).map_err(|e| spill_err(&dir, e))?;
         let mut writers: Vec<Option<DirectWriter>> = (0..PARTITIONS).map(|_| None).collect();
-        let mut reader = EntryReader::open(path, ReadMode::Cached)?;
+        let mut reader = EntryReader::open(path, ReadMode::Cached(1 << 20))?;
         let mut buf = Vec::with_capacity(ENTRY_BYTES);
         while let Some(e) = reader.next()? {
             let p = ((e.key.hash64() << bits_used) >> (64 - PARTITION_BITS)) as usize;
@@ -1109,7 +1154,11 @@ fn dedup_partition(
                 )?);
             }
         }
-        let mut merged = MergeRuns::new(&runs, ReadMode::Cached)?;
+        // Up to 64 sub-runs at once: their buffers share this thread's
+        // table memory, which is free again (1 MiB each took ~31 MB a
+        // thread at 10^6 games under 64MiB, beyond the budget).
+        let buffer = buffer_share(max_entries as u64 * BYTES_PER_ENTRY, runs.len(), 1 << 20);
+        let mut merged = MergeRuns::new(&runs, ReadMode::Cached(buffer))?;
         let mut w = DirectWriter::create(&run, 1 << 20).map_err(|e| spill_err(&run, e))?;
         let mut buf = Vec::with_capacity(ENTRY_BYTES);
         while let Some(e) = merged.next().transpose()? {
@@ -1299,10 +1348,42 @@ mod tests {
     }
 
     #[test]
+    fn the_tables_get_what_the_limit_leaves_beside_the_floor() {
+        const MIB: u64 = 1 << 20;
+        // The default limit: the limit less the reserve, as before.
+        assert_eq!(table_bytes(2048 * MIB, 2), 2048 * MIB - PIPELINE_RESERVE);
+        assert!(2048 * MIB >= least_limit(2));
+        // Limits that can be honoured: floor + tables + spill buffers fit.
+        for splits in [1, 2, 3] {
+            for limit in [216 * MIB, 256 * MIB, 384 * MIB, 512 * MIB, 1024 * MIB] {
+                let tables = table_bytes(limit, splits);
+                let buffers = (splits * PARTITIONS * spill_buffer(tables, splits)) as u64;
+                assert!(limit >= least_limit(splits) || splits == 3, "{limit}");
+                if limit >= least_limit(splits) {
+                    assert!(
+                        PIPELINE_FLOOR + tables + buffers <= limit,
+                        "{limit}: {tables} of tables, {buffers} of buffers"
+                    );
+                }
+                assert!(tables >= limit.saturating_sub(PIPELINE_RESERVE));
+            }
+        }
+        assert_eq!(table_bytes(256 * MIB, 2), 56 * MIB);
+        // Under the floor: a quarter of the limit, at most 16 MiB.
+        assert_eq!(least_limit(2), 216 * MIB);
+        assert_eq!(least_limit(1), 212 * MIB);
+        assert!(fitted_table_bytes(least_limit(2), 2) >= MIN_TABLES);
+        assert!(fitted_table_bytes(least_limit(2) - 1, 2) < MIN_TABLES);
+        assert_eq!(table_bytes(208 * MIB, 2), 16 * MIB);
+        assert_eq!(table_bytes(16 * MIB, 2), 4 * MIB);
+        assert_eq!(table_bytes(MIB, 1), MIB / 4);
+    }
+
+    #[test]
     fn file_buffers_shrink_only_when_memory_is_short() {
-        // Spill files: 2 GiB, two splits: 128 files of 512 KiB (64 MiB);
-        // 256 MiB: an eighth over 128 files, 256 KiB each; tiny limits
-        // 64 KiB each, whatever the split count.
+        // Spill files: 2 GiB of tables, two splits: 128 files of 512 KiB
+        // (64 MiB); 256 MiB: an eighth over 128 files, 256 KiB each; tiny
+        // tables 64 KiB each, whatever the split count.
         assert_eq!(spill_buffer(2 << 30, 2), 512 << 10);
         assert_eq!(spill_buffer(256 << 20, 2), 256 << 10);
         assert_eq!(spill_buffer(16 << 20, 2), 64 << 10);
@@ -1325,7 +1406,7 @@ mod tests {
             first: 3,
             count: 2,
         };
-        for mode in [ReadMode::Cached, ReadMode::Direct(64 << 10)] {
+        for mode in [ReadMode::Cached(64 << 10), ReadMode::Direct(64 << 10)] {
             let mut bytes = Vec::new();
             entry.write(&mut bytes);
             entry.write(&mut bytes);

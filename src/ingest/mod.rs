@@ -98,6 +98,11 @@ pub struct Summary {
     pub phases: Vec<(&'static str, f64)>,
     /// Peak resident memory of the process (Linux), bytes.
     pub peak_rss: Option<u64>,
+    /// `--memory-limit`, bytes.
+    pub memory_limit: u64,
+    /// The least limit ingest stays within for these splits (the rest of
+    /// the pipeline's floor and the smallest tables).
+    pub least_memory_limit: u64,
 }
 
 /// Threads deduplicating boards while games stream in, for `threads`
@@ -156,6 +161,8 @@ impl serde::Serialize for Summary {
             "pgn_bytes": self.pgn_bytes(),
             "spilled": self.spilled,
             "peak_rss_bytes": self.peak_rss,
+            "memory_limit": self.memory_limit,
+            "least_memory_limit": self.least_memory_limit,
             "phases": self.phases.iter().cloned().collect::<BTreeMap<_, _>>(),
             "inputs": self.inputs,
             "splits": self.splits.iter().cloned().collect::<BTreeMap<_, _>>(),
@@ -224,18 +231,34 @@ impl Report for Summary {
     }
 
     fn warnings(&self) -> Vec<String> {
-        self.inputs
-            .iter()
-            .filter_map(|input| {
-                input.error.as_ref().map(|e| {
-                    format!(
-                        "input {} ended early with a read error after {} games: {e} \
+        let mib = |b: u64| b.div_ceil(1 << 20);
+        let over = self.peak_rss.filter(|&peak| peak > self.memory_limit);
+        let memory = over.map(|peak| {
+            let why = if self.memory_limit < self.least_memory_limit {
+                format!(
+                    "that is under the least ingest keeps to ({} MiB: parsing, writing and \
+                     the smallest deduplication tables), so the tables got their minimum",
+                    mib(self.least_memory_limit)
+                )
+            } else {
+                "ingest means to stay within it: please report this with the input's size".into()
+            };
+            format!(
+                "peak memory {} MiB exceeded --memory-limit {} MiB: {why}",
+                mib(peak),
+                mib(self.memory_limit)
+            )
+        });
+        let inputs = self.inputs.iter().filter_map(|input| {
+            input.error.as_ref().map(|e| {
+                format!(
+                    "input {} ended early with a read error after {} games: {e} \
                          (a game cut off by it is in rejects as 'truncated')",
-                        input.source, input.games_read
-                    )
-                })
+                    input.source, input.games_read
+                )
             })
-            .collect()
+        });
+        memory.into_iter().chain(inputs).collect()
     }
 }
 
@@ -564,6 +587,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     }
     mark("commit", &mut phases);
     bar.finish_and_clear();
+    let least_memory_limit = boards::least_limit(splits.len());
     Ok(Summary {
         out: config.out.clone(),
         splits: splits.into_iter().zip(counts).collect(),
@@ -572,6 +596,8 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
         spilled,
         phases,
         peak_rss: peak_rss(),
+        memory_limit: config.memory_limit,
+        least_memory_limit,
     })
 }
 

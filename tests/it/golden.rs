@@ -101,9 +101,24 @@ fn output_does_not_depend_on_memory_limit_or_threads() {
     let expected = snapshot(base.path());
     // 1 MiB holds ~15k boards: dozens of spills, partitions merged from disk.
     let small = tempfile::tempdir().unwrap();
-    let summary = ingest(small.path(), &[path, "-j", "1", "--memory-limit", "1MiB"]);
+    let small_out = small.path().to_str().unwrap();
+    let args = ["ingest", "--json", "--out", small_out, path, "-j", "1"];
+    let o = run(&[&args[..], &["--memory-limit", "1MiB"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(summary["spilled"], true);
     assert!(snapshot(small.path()) == expected, "spilled run differs");
+    // 1 MiB is under what ingest needs whatever the limit, and it says so
+    // (one split: the floor, 16 MiB of tables, 64 spill files of 64 KiB).
+    assert_eq!(summary["memory_limit"], 1 << 20);
+    assert_eq!(summary["least_memory_limit"], 212 << 20);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(
+            "exceeded --memory-limit 1 MiB: that is under the least ingest keeps to (212 MiB"
+        ),
+        "{stderr}"
+    );
     let three = tempfile::tempdir().unwrap();
     ingest(three.path(), &[path, "-j", "3"]);
     assert!(snapshot(three.path()) == expected, "3-thread run differs");

@@ -1353,27 +1353,33 @@ mod tests {
         // The default limit: the limit less the reserve, as before.
         assert_eq!(table_bytes(2048 * MIB, 2), 2048 * MIB - PIPELINE_RESERVE);
         assert!(2048 * MIB >= least_limit(2));
-        // Limits that can be honoured: floor + tables + spill buffers fit.
+        // Limits that are kept: floor + tables + spill buffers fit.
         for splits in [1, 2, 3] {
-            for limit in [216 * MIB, 256 * MIB, 384 * MIB, 512 * MIB, 1024 * MIB] {
+            let least = least_limit(splits);
+            for limit in [
+                least,
+                least + 1,
+                256 * MIB,
+                384 * MIB,
+                512 * MIB,
+                1024 * MIB,
+            ] {
                 let tables = table_bytes(limit, splits);
                 let buffers = (splits * PARTITIONS * spill_buffer(tables, splits)) as u64;
-                assert!(limit >= least_limit(splits) || splits == 3, "{limit}");
-                if limit >= least_limit(splits) {
-                    assert!(
-                        PIPELINE_FLOOR + tables + buffers <= limit,
-                        "{limit}: {tables} of tables, {buffers} of buffers"
-                    );
-                }
+                assert!(
+                    PIPELINE_FLOOR + tables + buffers <= limit,
+                    "{limit}: {tables} of tables, {buffers} of buffers"
+                );
+                assert!(tables >= MIN_TABLES);
                 assert!(tables >= limit.saturating_sub(PIPELINE_RESERVE));
             }
+            // One byte less and the tables would be under their minimum.
+            assert!(fitted_table_bytes(least - 1, splits) < MIN_TABLES);
         }
         assert_eq!(table_bytes(256 * MIB, 2), 56 * MIB);
-        // Under the floor: a quarter of the limit, at most 16 MiB.
         assert_eq!(least_limit(2), 216 * MIB);
         assert_eq!(least_limit(1), 212 * MIB);
-        assert!(fitted_table_bytes(least_limit(2), 2) >= MIN_TABLES);
-        assert!(fitted_table_bytes(least_limit(2) - 1, 2) < MIN_TABLES);
+        // Under the least limit: a quarter of the limit, at most 16 MiB.
         assert_eq!(table_bytes(208 * MIB, 2), 16 * MIB);
         assert_eq!(table_bytes(16 * MIB, 2), 4 * MIB);
         assert_eq!(table_bytes(MIB, 1), MIB / 4);

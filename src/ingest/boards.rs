@@ -980,10 +980,10 @@ enum ReadMode {
     Direct(usize),
 }
 
-/// The read buffer of each run file in a split's merge ([`ReadMode::Direct`]):
-/// 1 MiB, whole reads the disk streams well, unless the memory limit is
-/// small: the runs share an eighth of the tables' memory (`table_bytes`), at
-/// least 64 KiB each.
+/// The read buffer of each run file in a merge (a split's, or a recursive
+/// split's in the dedup phase): 1 MiB, whole reads the disk streams well,
+/// unless the memory limit is small: the runs share an eighth of the
+/// tables' memory (`table_bytes`), at least 64 KiB each.
 fn run_buffer(table_bytes: u64, runs: usize) -> usize {
     buffer_share(table_bytes, runs, 1 << 20)
 }
@@ -1157,7 +1157,7 @@ fn dedup_partition(
         // Up to 64 sub-runs at once: their buffers share this thread's
         // table memory, which is free again (1 MiB each took ~31 MB a
         // thread at 10^6 games under 64MiB, beyond the budget).
-        let buffer = buffer_share(max_entries as u64 * BYTES_PER_ENTRY, runs.len(), 1 << 20);
+        let buffer = run_buffer(max_entries as u64 * BYTES_PER_ENTRY, runs.len());
         let mut merged = MergeRuns::new(&runs, ReadMode::Cached(buffer))?;
         let mut w = DirectWriter::create(&run, 1 << 20).map_err(|e| spill_err(&run, e))?;
         let mut buf = Vec::with_capacity(ENTRY_BYTES);

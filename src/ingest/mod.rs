@@ -253,7 +253,7 @@ impl Report for Summary {
             input.error.as_ref().map(|e| {
                 format!(
                     "input {} ended early with a read error after {} games: {e} \
-                         (a game cut off by it is in rejects as 'truncated')",
+                     (a game cut off by it is in rejects as 'truncated')",
                     input.source, input.games_read
                 )
             })

@@ -8,7 +8,10 @@
 //! - `eval.md`: the headline numbers as Markdown (the plots are drawn by
 //!   `notebooks/eval.ipynb`, which `make eval` executes next).
 //!
-//! Every file is written to a temporary name and renamed.
+//! Every file is written to a temporary name and renamed, and `eval.json`
+//! marks the report whole: an earlier one is removed before the first file
+//! is replaced and the new one written after the last, so a report with an
+//! `eval.json` never mixes two evaluations, even after a crash.
 
 use std::{
     fmt::Write as _,
@@ -34,7 +37,7 @@ use crate::{
     chess::RecordSet,
     model::{DeviceKind, Weights, tune_allocator},
     sql::Session,
-    store::commit::write_atomic,
+    store::commit::{remove_file_if_exists, write_atomic},
     uci::{
         EngineConfig,
         engine::default_engine_path,
@@ -599,6 +602,13 @@ fn write_report(
 ) -> Result<(), EvalError> {
     let out = &config.out;
     let json = serde_json::to_string_pretty(s)?;
+    // First: withdraw the marker of any earlier report, whose files the
+    // ones below replace one at a time.
+    let marker = out.join("eval.json");
+    remove_file_if_exists(&marker).map_err(|e| EvalError::Io {
+        path: marker.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
     let mut cal = String::from("predictor,lo,hi,moves,mean_predicted,mean_stockfish\n");
     for m in s.metrics.iter().chain(&s.oracle) {
         for c in &m.calibration {
@@ -661,7 +671,7 @@ fn write_report(
     write(&out.join("elo.csv"), &ec)?;
     write(&out.join("eval.md"), &markdown(s))?;
     // Last: eval.json marks the report complete (make's target).
-    write(&out.join("eval.json"), &json)
+    write(&marker, &json)
 }
 
 /// The report's Markdown.

@@ -79,6 +79,20 @@ fn sync_dir(dir: Option<&Path>) {
     }
 }
 
+/// Removes the file `path` if it exists, durably (the directory is synced):
+/// a stage that rewrites several files withdraws the one that marks them
+/// complete first, so a crash between them leaves no marker over a mix.
+pub(crate) fn remove_file_if_exists(path: &Path) -> Result<(), StoreError> {
+    match fs::remove_file(path) {
+        Ok(()) => {
+            sync_dir(path.parent());
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StoreError::io(path, e)),
+    }
+}
+
 pub(crate) fn remove_dir_if_exists(path: &Path) -> Result<(), StoreError> {
     match fs::remove_dir_all(path) {
         Ok(()) => Ok(()),

@@ -180,6 +180,62 @@ fn state_value_and_cloning_policies_evaluate() {
     }
 }
 
+/// A report rewritten over an earlier one that fails half-way (here a
+/// directory where `games.pgn` goes, after the CSVs were replaced) names the
+/// file and leaves no `eval.json`: the marker never stands over a mix of
+/// two evaluations.
+#[test]
+fn a_report_that_fails_half_way_withdraws_the_earlier_marker() {
+    if !have_stockfish() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    let args = [
+        "eval",
+        annotated().to_str().unwrap(),
+        "--checkpoint",
+        av_checkpoint().to_str().unwrap(),
+        "--boards",
+        "10",
+        "--only",
+        "metrics",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let o = run(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.join("eval.json").is_file());
+    std::fs::remove_file(out.join("games.pgn")).unwrap();
+    std::fs::create_dir_all(out.join("games.pgn").join("in-the-way")).unwrap();
+    let o = run(&args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("games.pgn"), "{err}");
+    assert!(
+        !out.join("eval.json").exists(),
+        "the earlier eval.json outlived a failed rewrite"
+    );
+    // The files written before the failure are whole (no temporary left).
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "calibration.csv",
+            "elo.csv",
+            "eval.md",
+            "games.csv",
+            "games.pgn",
+            "puzzles.csv",
+            "puzzles_by_rating.csv"
+        ]
+    );
+}
+
 #[test]
 fn eval_on_the_shared_lichess_puzzles() {
     if !have_stockfish() {

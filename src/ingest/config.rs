@@ -299,10 +299,10 @@ pub struct IngestOptions {
     pub threads: Option<usize>,
     /// Memory of the ingest (at least 1MiB); past it, boards spill to the
     /// run directory. The board deduplication tables get what the rest
-    /// leaves: this less 320MiB or, if more, this less 192MiB (the blocks
+    /// leaves: this less 320MiB or, if more, this less 208MiB (the blocks
     /// being parsed, the boards in flight, the writers) less the spill
     /// buffers (an eighth of the tables). Ingest stays within limits from
-    /// 216MiB (212MiB with one split); under that the tables get a quarter of
+    /// 232MiB (228MiB with one split); under that the tables get a quarter of
     /// it (at most 16MiB) and it takes ~140-220MB whatever the limit.
     #[arg(long, value_name = "SIZE", default_value = MEMORY_LIMIT, help_heading = "Resources")]
     pub memory_limit: ByteSize,

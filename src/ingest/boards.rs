@@ -8,8 +8,9 @@
 //! the table starts afresh ("generations"). At the end each partition is
 //! deduplicated on its own (the first occurrence of a key is in the earliest
 //! generation, and a partition file is ordered by first occurrence across
-//! generations), recursively split by further hash bits if it is still too
-//! big, and the partitions' outputs are merged by first occurrence. The result
+//! generations), split by further hash bits if it is still too big (into
+//! as many pieces as fit in one more pass, [`split_bits`]), and the
+//! partitions' outputs are merged by first occurrence. The result
 //! is the same stream of boards, byte for byte, whatever the memory limit.
 //!
 //! The work can be shared by several aggregators on their own threads
@@ -1110,9 +1111,50 @@ fn dedup_in_memory(path: &Path, len: usize, slots: usize) -> Result<Vec<Entry>, 
     }
 }
 
+/// The write buffer of each piece of a partition being split (written
+/// with `O_DIRECT` when full): the pieces' buffers together take at most a
+/// thread's table memory ([`split_bits`]), which is free while it splits.
+const SPLIT_BUFFER: usize = 64 << 10;
+/// The most pieces a partition is split into at once: each is an open
+/// file, on every dedup thread, and then a run read by the merge.
+const MOST_SPLIT_WAYS: u64 = 256;
+
+/// The index slots of a partition of `len` entries: load factor <= 1/2.
+fn index_slots(len: usize) -> usize {
+    (2 * len).next_power_of_two().max(16)
+}
+
+/// Whether a partition of `len` entries and its index fit the share of the
+/// limit that `max_entries` entries were given.
+fn fits_in_memory(len: usize, max_entries: usize) -> bool {
+    len as u64 * ENTRY_SIZE + index_slots(len) as u64 * 8 <= max_entries as u64 * BYTES_PER_ENTRY
+}
+
+/// The hash bits by which to split a partition of `len` entries that does
+/// not fit the table memory of `max_entries` entries: enough that each
+/// piece fits in one more pass (entries and an index at load factor 1/4,
+/// an eighth to spare for the hash's unevenness), as far as the pieces'
+/// write buffers fit that memory ([`SPLIT_BUFFER`] each, at least two
+/// pieces, at most [`MOST_SPLIT_WAYS`]). A piece still too big is split
+/// again. At 10^7 generated games under 232MiB a partition is ~90x a
+/// thread's tables: a fixed 64-way split left pieces just too big, split
+/// again 64 ways, reading and writing every entry twice more.
+fn split_bits(len: usize, max_entries: usize) -> u32 {
+    let tables = (max_entries as u64 * BYTES_PER_ENTRY).max(1);
+    let need = (len as u64 * (ENTRY_SIZE + 32)).div_ceil(tables);
+    let need = need + need / 8;
+    // Rounded up: a share of whole entries falls a few bytes short.
+    let most = tables
+        .div_ceil(SPLIT_BUFFER as u64)
+        .clamp(2, MOST_SPLIT_WAYS);
+    let most = 1u64 << most.ilog2();
+    need.next_power_of_two().clamp(2, most).ilog2()
+}
+
 /// Deduplicates one partition file into a run file ordered by first
 /// occurrence; splits it by further hash bits when it exceeds the memory
-/// limit. Returns the run's path and removes the partition file.
+/// limit, into as many pieces as one more pass needs ([`split_bits`]).
+/// Returns the run's path and removes the partition file.
 fn dedup_partition(
     path: &Path,
     bits_used: u32,
@@ -1120,48 +1162,58 @@ fn dedup_partition(
 ) -> Result<PathBuf, IngestError> {
     let len = fs::metadata(path).map_err(|e| spill_err(path, e))?.len() as usize / ENTRY_BYTES;
     let run = path.with_extension("run");
-    // The partition's entries and an index at load factor <= 1/2 must fit
-    // the share of the limit that `max_entries` entries were given.
-    let slots = (2 * len).next_power_of_two().max(16);
-    let fits = len as u64 * ENTRY_SIZE + slots as u64 * 8 <= max_entries as u64 * BYTES_PER_ENTRY;
-    if fits || bits_used + PARTITION_BITS > 64 {
-        let entries = dedup_in_memory(path, len, slots)?;
+    let bits = split_bits(len, max_entries).min(64 - bits_used);
+    if fits_in_memory(len, max_entries) || bits == 0 {
+        let entries = dedup_in_memory(path, len, index_slots(len))?;
         write_entries(&run, &entries)?;
     } else {
         // Too big for memory: split by the next hash bits, keeping order.
         let dir = path.with_extension("split");
         fs::create_dir_all(&dir).map_err(|e| spill_err(&dir, e))?;
-        let mut writers: Vec<Option<DirectWriter>> = (0..PARTITIONS).map(|_| None).collect();
+        let mut writers: Vec<Option<DirectWriter>> = (0..1usize << bits).map(|_| None).collect();
         let mut reader = EntryReader::open(path, ReadMode::Cached(1 << 20))?;
+        let (mut block, mut batch) = (vec![0u8; ENTRY_BYTES * 1024], Vec::with_capacity(1024));
         let mut buf = Vec::with_capacity(ENTRY_BYTES);
-        while let Some(e) = reader.next()? {
-            let p = ((e.key.hash64() << bits_used) >> (64 - PARTITION_BITS)) as usize;
-            let sub = partition_path(&dir, p);
-            if writers[p].is_none() {
-                let f = DirectWriter::create(&sub, 64 << 10).map_err(|err| spill_err(&sub, err))?;
-                writers[p] = Some(f);
+        loop {
+            reader.next_batch(&mut block, &mut batch)?;
+            if batch.is_empty() {
+                break;
             }
-            buf.clear();
-            e.write(&mut buf);
-            if let Some(w) = writers[p].as_mut() {
-                w.write_all(&buf).map_err(|err| spill_err(&sub, err))?;
+            for e in &batch {
+                let p = ((e.key.hash64() << bits_used) >> (64 - bits)) as usize;
+                let w = match &mut writers[p] {
+                    Some(w) => w,
+                    slot @ None => {
+                        let sub = partition_path(&dir, p);
+                        slot.insert(
+                            DirectWriter::create(&sub, SPLIT_BUFFER)
+                                .map_err(|err| spill_err(&sub, err))?,
+                        )
+                    }
+                };
+                buf.clear();
+                e.write(&mut buf);
+                w.write_all(&buf)
+                    .map_err(|err| spill_err(&partition_path(&dir, p), err))?;
             }
         }
-        let mut runs = Vec::new();
+        drop(reader);
+        // Every piece is closed, its buffer freed, before any is counted.
+        let mut pieces = Vec::new();
         for (p, w) in writers.into_iter().enumerate() {
             if let Some(w) = w {
                 let sub = partition_path(&dir, p);
                 w.finish().map_err(|e| spill_err(&sub, e))?;
-                runs.push(dedup_partition(
-                    &sub,
-                    bits_used + PARTITION_BITS,
-                    max_entries,
-                )?);
+                pieces.push(sub);
             }
         }
-        // Up to 64 sub-runs at once: their buffers share this thread's
-        // table memory, which is free again (1 MiB each took ~31 MB a
-        // thread at 10^6 games under 64MiB, beyond the budget).
+        let runs = pieces
+            .iter()
+            .map(|sub| dedup_partition(sub, bits_used + bits, max_entries))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Up to MOST_SPLIT_WAYS sub-runs at once: their buffers share this
+        // thread's table memory, which is free again (1 MiB each took
+        // ~31 MB a thread at 10^6 games under 64MiB, beyond the budget).
         let buffer = run_buffer(max_entries as u64 * BYTES_PER_ENTRY, runs.len());
         let mut merged = MergeRuns::new(&runs, ReadMode::Cached(buffer))?;
         let mut w = DirectWriter::create(&run, 1 << 20).map_err(|e| spill_err(&run, e))?;
@@ -1406,6 +1458,36 @@ mod tests {
         assert_eq!(run_buffer(4 << 20, 64), 64 << 10);
         assert_eq!(run_buffer(100 << 20, 64), 192 << 10);
         assert_eq!(run_buffer(1 << 40, 0), 1 << 20);
+    }
+
+    #[test]
+    fn a_partition_too_big_is_split_so_that_its_pieces_fit() {
+        const MIB: u64 = 1 << 20;
+        let entries = |tables: u64| (tables / BYTES_PER_ENTRY) as usize;
+        // Where the pieces' buffers allow it, every piece of the expected
+        // size, and 5% more, fits in one pass.
+        for tables in [8 * MIB, 20 * MIB, 64 * MIB] {
+            for len in [entries(tables) + 1, 470_000, 2_000_000, 10_000_000] {
+                let ways = 1usize << split_bits(len, entries(tables));
+                let piece = len.div_ceil(ways) * 21 / 20;
+                let fits = fits_in_memory(piece, entries(tables));
+                let capped = ways as u64 * SPLIT_BUFFER as u64 >= tables.min(MOST_SPLIT_WAYS << 16);
+                assert!(
+                    fits || capped,
+                    "{len} entries in {tables} bytes: {ways} ways"
+                );
+                assert!(ways >= 2);
+            }
+        }
+        // 10^6 generated games under 232MiB (8 MiB of tables a thread):
+        // partitions of ~470,000 entries, 8 pieces (64 before).
+        assert_eq!(split_bits(470_000, entries(8 * MIB)), 3);
+        // 10^7: ~10^7 entries, 128 pieces, all the buffers the tables allow
+        // (two 64-way passes before).
+        assert_eq!(split_bits(10_000_000, entries(8 * MIB)), 7);
+        // Tiny tables still halve; large ones open at most 256 files.
+        assert_eq!(split_bits(2_000, 1024), 1);
+        assert_eq!(split_bits(usize::MAX / 128, entries(1 << 30)), 8);
     }
 
     #[test]

@@ -1173,13 +1173,14 @@ fn dedup_partition(
         let mut writers: Vec<Option<DirectWriter>> = (0..1usize << bits).map(|_| None).collect();
         let mut reader = EntryReader::open(path, ReadMode::Cached(1 << 20))?;
         let (mut block, mut batch) = (vec![0u8; ENTRY_BYTES * 1024], Vec::with_capacity(1024));
-        let mut buf = Vec::with_capacity(ENTRY_BYTES);
         loop {
             reader.next_batch(&mut block, &mut batch)?;
             if batch.is_empty() {
                 break;
             }
-            for e in &batch {
+            // Each entry goes on as the bytes it was read from.
+            let bytes = block[..batch.len() * ENTRY_BYTES].chunks_exact(ENTRY_BYTES);
+            for (e, bytes) in batch.iter().zip(bytes) {
                 let p = ((e.key.hash64() << bits_used) >> (64 - bits)) as usize;
                 let w = match &mut writers[p] {
                     Some(w) => w,
@@ -1191,9 +1192,7 @@ fn dedup_partition(
                         )
                     }
                 };
-                buf.clear();
-                e.write(&mut buf);
-                w.write_all(&buf)
+                w.write_all(bytes)
                     .map_err(|err| spill_err(&partition_path(&dir, p), err))?;
             }
         }

@@ -609,20 +609,17 @@ mod tests {
             .unwrap();
         let help = arg.get_help().unwrap().to_string();
         let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
-        for said in [
+        let statements = [
             format!("less {reserve}"),
             format!("less {floor}"),
             format!("from {least} ({least_one} with one split)"),
-        ] {
-            assert!(help.contains(&said), "--help should say {said:?}: {help}");
+        ];
+        for said in &statements {
+            assert!(help.contains(said), "--help should say {said:?}: {help}");
         }
         let readme = include_str!("../../README.md");
         let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
-        for said in [
-            format!("less {reserve}"),
-            format!("less {floor}"),
-            format!("from {least} ({least_one} with one split)"),
-        ] {
+        for said in &statements {
             let spaced = said.replace("MiB", " MiB");
             assert!(readme.contains(&spaced), "the README should say {spaced:?}");
         }

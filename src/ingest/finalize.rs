@@ -25,7 +25,7 @@ use super::{
     spawn_named,
 };
 use crate::{
-    chess::{NUM_ACTIONS, vocabulary},
+    chess::vocabulary,
     store::{
         Table,
         legal_moves::LegalMovesWriter,
@@ -353,25 +353,17 @@ fn render(
             IngestError::Internal(format!("board {id} ({fen}) cannot be rebuilt: {err}"))
         })?;
         let legal = pos.legal_moves();
-        // Sort by action index through a bitset of the 1968 actions.
-        let mut seen = [0u64; NUM_ACTIONS.div_ceil(64)];
+        // In action order: the ~30 actions sorted where they are pushed.
+        let before = m.actions.len();
         for mv in &legal {
             let a = vocab.index_of_move(mv).ok_or_else(|| {
                 IngestError::Internal(format!(
                     "move {mv:?} of {fen} is not in the action vocabulary"
                 ))
             })?;
-            seen[usize::from(a / 64)] |= 1 << (a % 64);
+            m.actions.push(a);
         }
-        let before = m.actions.len();
-        for (w, &word) in seen.iter().enumerate() {
-            let mut bits = word;
-            while bits != 0 {
-                m.actions
-                    .push((w * 64) as u16 + bits.trailing_zeros() as u16);
-                bits &= bits - 1;
-            }
-        }
+        m.actions[before..].sort_unstable();
         let actions = &m.actions[before..];
         let terminal = match (actions.is_empty(), pos.is_check()) {
             (false, _) => "none",

@@ -62,7 +62,7 @@ use std::{
     time::Instant,
 };
 
-use arrow_array::{Array, StringArray, UInt16Array, UInt64Array};
+use arrow_array::{Array, RecordBatch, StringArray, UInt16Array, UInt64Array};
 use chessbench::{
     bag::{BagWriter, coder},
     chess::{RecordSet, vocabulary},
@@ -340,6 +340,11 @@ fn read_columns(path: &Path, columns: &[&str]) -> ParquetRecordBatchReader {
         .unwrap()
 }
 
+/// Column `i` of a batch as its concrete array type.
+fn column<T: 'static>(batch: &RecordBatch, i: usize) -> &T {
+    batch.column(i).as_any().downcast_ref::<T>().unwrap()
+}
+
 /// CPU seconds this thread has used.
 fn thread_cpu() -> f64 {
     // SAFETY: clock_gettime fills a plain struct.
@@ -375,11 +380,7 @@ fn floor_child(run: &Path) {
         for file in part_files(run, "boards", split) {
             for batch in read_columns(&file, &["fen"]) {
                 let batch = batch.unwrap();
-                let fens = batch
-                    .column(0)
-                    .as_any()
-                    .downcast_ref::<StringArray>()
-                    .unwrap();
+                let fens = column::<StringArray>(&batch, 0);
                 text.clear();
                 let positions: Vec<Chess> = (0..fens.len())
                     .map(|i| {
@@ -440,16 +441,8 @@ fn synth_bags(run: &Path, out: &Path, av_every: u64) -> [u64; 3] {
         let mut first = None;
         for batch in read_columns(boards, &["board_id", "fen"]) {
             let batch = batch.unwrap();
-            let ids = batch
-                .column(0)
-                .as_any()
-                .downcast_ref::<UInt64Array>()
-                .unwrap();
-            let f = batch
-                .column(1)
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .unwrap();
+            let ids = column::<UInt64Array>(&batch, 0);
+            let f = column::<StringArray>(&batch, 1);
             first.get_or_insert(ids.value(0));
             fens.extend((0..batch.num_rows()).map(|i| f.value(i).to_owned()));
         }
@@ -492,16 +485,8 @@ fn synth_bags(run: &Path, out: &Path, av_every: u64) -> [u64; 3] {
         let (mut current, mut actions) = (u64::MAX, Vec::new());
         for batch in read_columns(&moves, &["board_id", "action"]) {
             let batch = batch.unwrap();
-            let ids = batch
-                .column(0)
-                .as_any()
-                .downcast_ref::<UInt64Array>()
-                .unwrap();
-            let a = batch
-                .column(1)
-                .as_any()
-                .downcast_ref::<UInt16Array>()
-                .unwrap();
+            let ids = column::<UInt64Array>(&batch, 0);
+            let a = column::<UInt16Array>(&batch, 1);
             for i in 0..batch.num_rows() {
                 if ids.value(i) != current {
                     flush(current, &mut actions, &mut counts);

@@ -63,20 +63,10 @@ pub enum BoardKeyError {
     IllegalPosition,
 }
 
-const ROLE_CHARS: [u8; 7] = *b".pnbrqk";
-
-/// FEN character of a piece code: role code (bits 0-2, [`ROLE_CHARS`]) and
-/// white (bit 3); `.` for no piece.
-const PIECE_CHARS: [u8; 16] = {
-    let mut out = [b'.'; 16];
-    let mut code = 1;
-    while code < 7 {
-        out[code] = ROLE_CHARS[code];
-        out[code | 8] = ROLE_CHARS[code].to_ascii_uppercase();
-        code += 1;
-    }
-    out
-};
+/// FEN character of a piece code: the role code of the key's bit-planes
+/// (bits 0-2: pawn 1 .. king 6) and white (bit 3); codes that no piece has
+/// are never looked up.
+const PIECE_CHARS: [u8; 16] = *b".pnbrqk..PNBRQK.";
 
 /// Bit i of the index moved to bit 0 of byte i.
 const SPREAD: [u64; 256] = {
@@ -127,14 +117,21 @@ const RANK_TEMPLATES: [([u8; 8], u8); 256] = {
     out
 };
 
+/// The key's piece words of a board: white pieces, then the three bit-planes
+/// of the role code (see the module docs).
+#[inline]
+fn planes(board: &Board) -> [u64; 4] {
+    let b0 = board.pawns() | board.bishops() | board.queens();
+    let b1 = board.knights() | board.bishops() | board.kings();
+    let b2 = board.rooks() | board.queens() | board.kings();
+    [board.white().0, b0.0, b1.0, b2.0]
+}
+
 impl BoardKey {
     /// Keys a standard chess position.
     #[inline]
     pub(crate) fn from_position(pos: &Chess) -> Result<BoardKey, BoardKeyError> {
-        let board = pos.board();
-        let b0 = board.pawns() | board.bishops() | board.queens();
-        let b1 = board.knights() | board.bishops() | board.kings();
-        let b2 = board.rooks() | board.queens() | board.kings();
+        let [white, b0, b1, b2] = planes(pos.board());
         let halfmoves = pos.halfmoves();
         if halfmoves > MAX_HALFMOVES {
             return Err(BoardKeyError::HalfmoveOverflow(halfmoves));
@@ -150,7 +147,7 @@ impl BoardKey {
         }
         meta |= u64::from(halfmoves) << 9;
         meta |= u64::from(pos.fullmoves().get()) << 32;
-        Ok(BoardKey([board.white().0, b0.0, b1.0, b2.0, meta]))
+        Ok(BoardKey([white, b0, b1, b2, meta]))
     }
 
     /// Side to move.
@@ -409,20 +406,8 @@ mod tests {
     /// The key of an arbitrary placement (not a legal position: only the
     /// FEN's first field is meaningful), white to move, move 1.
     fn placement_key(board: &Board) -> BoardKey {
-        let mut w = [0u64, 0, 0, 0, 1 << 32];
-        for (sq, piece) in board.clone() {
-            let bit = 1u64 << u32::from(sq);
-            let code = piece.role as u64;
-            if piece.color.is_white() {
-                w[0] |= bit;
-            }
-            for (plane, word) in w[1..4].iter_mut().enumerate() {
-                if code >> plane & 1 == 1 {
-                    *word |= bit;
-                }
-            }
-        }
-        BoardKey(w)
+        let [white, b0, b1, b2] = planes(board);
+        BoardKey([white, b0, b1, b2, 1 << 32])
     }
 
     fn placement(key: &BoardKey) -> String {

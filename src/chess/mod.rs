@@ -5,6 +5,7 @@ pub mod actions;
 pub(crate) mod board_key;
 pub(crate) mod legal;
 pub(crate) mod records;
+pub(crate) mod san;
 pub mod tokens;
 pub mod value;
 

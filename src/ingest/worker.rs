@@ -17,7 +17,7 @@ use super::{
         parse_elo, parse_time, speed_of,
     },
 };
-use crate::chess::BoardKey;
+use crate::chess::{BoardKey, san};
 
 /// What workers emit for accepted games.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -468,7 +468,7 @@ fn judge(
         out.keys.push(key_of(&pos));
     }
     for (ply, san) in visitor.sans.iter().enumerate() {
-        match san.to_move(&pos) {
+        match san::to_move(*san, &pos) {
             Ok(m) => {
                 if settings.emit == Emit::Moves {
                     out.moves.push(encode_move(&m));

@@ -131,11 +131,22 @@ impl BoardKey {
     /// Keys a standard chess position.
     #[inline]
     pub(crate) fn from_position(pos: &Chess) -> Result<BoardKey, BoardKeyError> {
-        let [white, b0, b1, b2] = planes(pos.board());
         let halfmoves = pos.halfmoves();
         if halfmoves > MAX_HALFMOVES {
             return Err(BoardKeyError::HalfmoveOverflow(halfmoves));
         }
+        let mut key = BoardKey::placement(pos);
+        key.0[4] |= u64::from(halfmoves) << 9;
+        key.0[4] |= u64::from(pos.fullmoves().get()) << 32;
+        Ok(key)
+    }
+
+    /// The key of a position's placement, side to move, castling rights
+    /// and legal en passant file, with both clocks zero: all that decides
+    /// its legal moves.
+    #[inline]
+    pub(crate) fn placement(pos: &Chess) -> BoardKey {
+        let [white, b0, b1, b2] = planes(pos.board());
         let castles = pos.castles();
         let mut meta = u64::from(pos.turn() == Color::Black);
         meta |= u64::from(castles.has(Color::White, CastlingSide::KingSide)) << 1;
@@ -145,9 +156,7 @@ impl BoardKey {
         if let Some(ep) = pos.ep_square(EnPassantMode::Legal) {
             meta |= (u64::from(u32::from(ep.file())) + 1) << 5;
         }
-        meta |= u64::from(halfmoves) << 9;
-        meta |= u64::from(pos.fullmoves().get()) << 32;
-        Ok(BoardKey([white, b0, b1, b2, meta]))
+        BoardKey([white, b0, b1, b2, meta])
     }
 
     /// Side to move.

@@ -4,6 +4,7 @@
 pub mod actions;
 pub(crate) mod board_key;
 pub(crate) mod legal;
+pub(crate) mod movegen;
 pub(crate) mod records;
 pub(crate) mod san;
 pub mod tokens;
@@ -11,4 +12,5 @@ pub mod value;
 
 pub use actions::{ActionVocabulary, NUM_ACTIONS, vocabulary};
 pub(crate) use board_key::BoardKey;
+pub use movegen::legal_actions_of;
 pub use records::{RecordSet, push_sequence};

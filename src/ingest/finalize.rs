@@ -13,24 +13,22 @@ use std::{
     },
 };
 
-use arrow_array::{
-    ArrayRef, RecordBatch,
-    builder::{StringBuilder, UInt8Builder, UInt32Builder, UInt64Builder},
-};
-use shakmaty::Position;
-
 use super::{
     IngestError,
     boards::{BoardStream, Entry, split_first_seen},
     spawn_named,
 };
 use crate::{
-    chess::vocabulary,
+    chess::movegen,
     store::{
         Table,
         legal_moves::LegalMovesWriter,
         writer::{BOARDS_PER_PART, PartWriter, part_file_name},
     },
+};
+use arrow_array::{
+    ArrayRef, RecordBatch,
+    builder::{StringBuilder, UInt8Builder, UInt32Builder, UInt64Builder},
 };
 
 /// Record counts of a split (Table A1).
@@ -336,7 +334,6 @@ fn render(
     first_id: u64,
     entries: &[Entry],
 ) -> Result<(RecordBatch, MovesChunk, BoardTotals), IngestError> {
-    let vocab = vocabulary();
     let mut b = BoardColumns::new(entries.len());
     let mut m = MovesChunk {
         first_id,
@@ -349,23 +346,13 @@ fn render(
         let id = first_id + i as u64;
         fen.clear();
         e.key.write_fen(&mut fen);
-        let pos = e.key.to_position().map_err(|err| {
+        // The ~30 legal actions, in action order, straight from the key.
+        let before = m.actions.len();
+        let in_check = movegen::legal_actions(&e.key, &mut m.actions).map_err(|err| {
             IngestError::Internal(format!("board {id} ({fen}) cannot be rebuilt: {err}"))
         })?;
-        let legal = pos.legal_moves();
-        // In action order: the ~30 actions sorted where they are pushed.
-        let before = m.actions.len();
-        for mv in &legal {
-            let a = vocab.index_of_move(mv).ok_or_else(|| {
-                IngestError::Internal(format!(
-                    "move {mv:?} of {fen} is not in the action vocabulary"
-                ))
-            })?;
-            m.actions.push(a);
-        }
-        m.actions[before..].sort_unstable();
         let actions = &m.actions[before..];
-        let terminal = match (actions.is_empty(), pos.is_check()) {
+        let terminal = match (actions.is_empty(), in_check) {
             (false, _) => "none",
             (true, true) => "checkmate",
             (true, false) => "stalemate",

@@ -21,7 +21,7 @@
 
 use std::{
     cmp::Reverse,
-    collections::BinaryHeap,
+    collections::{BinaryHeap, binary_heap::PeekMut},
     fs::{self, File},
     io::{BufReader, Read, Write},
     path::{Path, PathBuf},
@@ -995,7 +995,7 @@ fn run_buffer(table_bytes: u64, runs: usize) -> usize {
 }
 
 /// An [`EntryReader`]'s file, opened as its [`ReadMode`] says (an enum
-/// rather than a `dyn Read`: the run merge reads one entry at a time).
+/// rather than a `dyn Read`: the run merge reads a few entries at a time).
 enum Source {
     Cached(BufReader<File>),
     Direct(DirectReader),
@@ -1032,15 +1032,6 @@ impl EntryReader {
             reader,
             path: path.to_owned(),
         })
-    }
-
-    fn next(&mut self) -> Result<Option<Entry>, IngestError> {
-        let mut bytes = [0u8; ENTRY_BYTES];
-        match self.reader.read_exact(&mut bytes) {
-            Ok(()) => Ok(Some(Entry::read(&bytes))),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
-            Err(e) => Err(spill_err(&self.path, e)),
-        }
     }
 
     /// Replaces `out` with the next entries, as many as `buf` holds (a
@@ -1230,32 +1221,45 @@ fn dedup_partition(
     Ok(run)
 }
 
+/// Entries a merge decodes at a time from each run (3.5 KiB a run, beside
+/// the run's read buffer).
+const MERGE_BATCH: usize = 64;
+
 /// K-way merge of run files by first occurrence.
 pub(crate) struct MergeRuns {
-    readers: Vec<EntryReader>,
+    runs: Vec<RunCursor>,
+    /// (first occurrence of the run's next entry, run), least on top.
     heads: BinaryHeap<Reverse<(u64, usize)>>,
-    pending: Vec<Option<Entry>>,
+    /// Bytes of one batch, shared by the runs (one refills at a time).
+    bytes: Vec<u8>,
+}
+
+/// A run's decoded entries not yet merged.
+struct RunCursor {
+    reader: EntryReader,
+    batch: Vec<Entry>,
+    at: usize,
 }
 
 impl MergeRuns {
     fn new(paths: &[PathBuf], mode: ReadMode) -> Result<MergeRuns, IngestError> {
-        let mut readers = Vec::with_capacity(paths.len());
-        let mut heads = BinaryHeap::new();
-        let mut pending = Vec::with_capacity(paths.len());
+        let mut bytes = vec![0u8; MERGE_BATCH * ENTRY_BYTES];
+        let mut runs = Vec::with_capacity(paths.len());
+        let mut heads = BinaryHeap::with_capacity(paths.len());
         for (i, path) in paths.iter().enumerate() {
-            let mut r = EntryReader::open(path, mode)?;
-            let head = r.next()?;
-            if let Some(e) = &head {
+            let mut reader = EntryReader::open(path, mode)?;
+            let mut batch = Vec::with_capacity(MERGE_BATCH);
+            reader.next_batch(&mut bytes, &mut batch)?;
+            if let Some(e) = batch.first() {
                 heads.push(Reverse((e.first, i)));
             }
-            pending.push(head);
-            readers.push(r);
+            runs.push(RunCursor {
+                reader,
+                batch,
+                at: 0,
+            });
         }
-        Ok(MergeRuns {
-            readers,
-            heads,
-            pending,
-        })
+        Ok(MergeRuns { runs, heads, bytes })
     }
 }
 
@@ -1263,15 +1267,26 @@ impl Iterator for MergeRuns {
     type Item = Result<Entry, IngestError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let Reverse((_, i)) = self.heads.pop()?;
-        let entry = self.pending[i].take()?;
-        match self.readers[i].next() {
-            Ok(Some(next)) => {
-                self.heads.push(Reverse((next.first, i)));
-                self.pending[i] = Some(next);
+        // The least head is replaced in place by its run's next entry (one
+        // sift instead of a pop and a push), or popped at the run's end.
+        let mut top = self.heads.peek_mut()?;
+        let Reverse((_, i)) = *top;
+        let run = &mut self.runs[i];
+        let entry = run.batch[run.at];
+        run.at += 1;
+        if run.at == run.batch.len() {
+            if let Err(e) = run.reader.next_batch(&mut self.bytes, &mut run.batch) {
+                // The run ends here (its entry is lost with the error).
+                PeekMut::pop(top);
+                return Some(Err(e));
             }
-            Ok(None) => {}
-            Err(e) => return Some(Err(e)),
+            run.at = 0;
+        }
+        match run.batch.get(run.at) {
+            Some(next) => *top = Reverse((next.first, i)),
+            None => {
+                PeekMut::pop(top);
+            }
         }
         Some(Ok(entry))
     }

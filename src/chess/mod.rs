@@ -5,6 +5,8 @@ pub mod actions;
 pub(crate) mod board_key;
 pub(crate) mod legal;
 pub(crate) mod movegen;
+#[cfg(test)]
+pub(crate) mod random_games;
 pub(crate) mod records;
 pub(crate) mod san;
 pub mod tokens;

@@ -306,6 +306,7 @@ fn king_destinations(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chess::random_games::game;
     use proptest::prelude::*;
     use shakmaty::{CastlingMode, EnPassantMode, Position, fen::Fen};
 
@@ -349,38 +350,6 @@ mod tests {
             .unwrap()
             .into_position(CastlingMode::Standard)
             .unwrap_or_else(|e| panic!("{fen}: {e}"))
-    }
-
-    /// Positions of a pseudo-random game from the start, picked by `seed`;
-    /// captures, checks and promotions favoured so games reach endgames.
-    fn game(seed: u64, plies: usize) -> Vec<Chess> {
-        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
-        let mut pos = Chess::default();
-        let mut out = vec![pos.clone()];
-        for _ in 0..plies {
-            let moves = pos.legal_moves();
-            if moves.is_empty() {
-                break;
-            }
-            let sharp: Vec<_> = moves
-                .iter()
-                .filter(|m| m.is_capture() || m.is_promotion() || m.is_en_passant())
-                .collect();
-            let m = if !sharp.is_empty() && next() % 3 == 0 {
-                *sharp[(next() % sharp.len() as u64) as usize]
-            } else {
-                moves[(next() % moves.len() as u64) as usize]
-            };
-            pos.play_unchecked(m);
-            out.push(pos.clone());
-        }
-        out
     }
 
     #[test]

@@ -161,27 +161,9 @@ fn pinned(board: &shakmaty::Board, enemy: Bitboard, king: Square) -> Bitboard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chess::random_games::game;
     use proptest::prelude::*;
     use shakmaty::{CastlingMode, File, Rank, fen::Fen};
-
-    /// Positions of a pseudo-random game from the start, picked by `seed`.
-    fn game(seed: u64, plies: usize) -> Vec<Chess> {
-        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut pos = Chess::default();
-        let mut out = vec![pos.clone()];
-        for _ in 0..plies {
-            let moves = pos.legal_moves();
-            if moves.is_empty() {
-                break;
-            }
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            pos.play_unchecked(moves[(rng % moves.len() as u64) as usize]);
-            out.push(pos.clone());
-        }
-        out
-    }
 
     fn same(san: San, pos: &Chess) {
         assert_eq!(

@@ -28,6 +28,8 @@ const NONE: u16 = u16::MAX;
 #[derive(Debug)]
 pub struct ActionVocabulary {
     uci: Vec<Box<str>>,
+    /// The same moves as [`UciMove`]s.
+    moves: Vec<UciMove>,
     /// Indexed by [`key`]: from (6 bits), to (6 bits), promotion code (3 bits).
     index: Vec<u16>,
 }
@@ -123,22 +125,32 @@ impl ActionVocabulary {
         }
         let mut index = vec![NONE; 1 << 15];
         let mut uci = Vec::with_capacity(moves.len());
+        let mut uci_moves = Vec::with_capacity(moves.len());
         for (i, &(from, to, promotion)) in moves.iter().enumerate() {
             index[key(from, to, promotion)] = i as u16;
-            let text = UciMove::Normal {
+            let m = UciMove::Normal {
                 from,
                 to,
                 promotion,
-            }
-            .to_string();
-            uci.push(text.into_boxed_str());
+            };
+            uci.push(m.to_string().into_boxed_str());
+            uci_moves.push(m);
         }
-        ActionVocabulary { uci, index }
+        ActionVocabulary {
+            uci,
+            moves: uci_moves,
+            index,
+        }
     }
 
     /// The UCI string of an action, e.g. `uci(0) == Some("a1b1")`.
     pub fn uci(&self, action: u16) -> Option<&str> {
         self.uci.get(usize::from(action)).map(|s| &**s)
+    }
+
+    /// The move of an action (castling as the king's two-square move).
+    pub(crate) fn uci_move(&self, action: u16) -> Option<UciMove> {
+        self.moves.get(usize::from(action)).copied()
     }
 
     /// All UCI strings in action order.

@@ -178,7 +178,8 @@ impl BoardKey {
         (self.0[4] >> 32) as u32
     }
 
-    fn ep_square(&self) -> Option<Square> {
+    /// The en passant square, recorded only when a legal capture exists.
+    pub(crate) fn ep_square(&self) -> Option<Square> {
         let file = ((self.0[4] >> 5) & 0xf) as u32;
         if file == 0 {
             return None;
@@ -264,18 +265,26 @@ impl BoardKey {
         s
     }
 
-    /// Rebuilds the position (for legal move generation).
-    pub fn to_position(self) -> Result<Chess, BoardKeyError> {
-        let [white, b0, b1, b2, meta] = self.0;
-        let occupied = b0 | b1 | b2;
-        let by_role = ByRole {
+    /// The squares of each role, either colour (decoded from the three
+    /// role-code planes; a square holding code 7 is in none).
+    #[inline]
+    pub(crate) fn by_role(&self) -> ByRole<Bitboard> {
+        let [_, b0, b1, b2, _] = self.0;
+        ByRole {
             pawn: Bitboard(b0 & !b1 & !b2),
             knight: Bitboard(!b0 & b1 & !b2),
             bishop: Bitboard(b0 & b1 & !b2),
             rook: Bitboard(!b0 & !b1 & b2),
             queen: Bitboard(b0 & !b1 & b2),
             king: Bitboard(!b0 & b1 & b2),
-        };
+        }
+    }
+
+    /// Rebuilds the position (for legal move generation).
+    pub fn to_position(self) -> Result<Chess, BoardKeyError> {
+        let [white, b0, b1, b2, meta] = self.0;
+        let occupied = b0 | b1 | b2;
+        let by_role = self.by_role();
         let by_color = ByColor {
             white: Bitboard(white),
             black: Bitboard(occupied & !white),

@@ -1,9 +1,9 @@
 //! A board's legal moves as ChessBench actions: what the oracle searches,
 //! what a `.bag` import checks, what the evaluator scores.
 
-use shakmaty::{CastlingMode, Chess, EnPassantMode, Position as _, fen::Fen, uci::UciMove};
+use shakmaty::{CastlingMode, Chess, EnPassantMode, fen::Fen, uci::UciMove};
 
-use super::actions::vocabulary;
+use super::{actions::vocabulary, movegen::legal_actions_of};
 
 /// What kind of value a state value is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,31 +56,29 @@ pub(crate) fn prepare(fen: &str, expected_moves: Option<usize>) -> Result<Prepar
         .map_err(|e| PrepareError::Fen(fen.to_owned(), e.to_string()))?
         .into_position(CastlingMode::Standard)
         .map_err(|e| PrepareError::Fen(fen.to_owned(), e.to_string()))?;
-    let legal = pos.legal_moves();
+    let mut actions = Vec::with_capacity(64);
+    let in_check = legal_actions_of(&pos, &mut actions);
     if let Some(expected) = expected_moves
-        && expected != legal.len()
+        && expected != actions.len()
     {
         return Err(PrepareError::MoveCount {
             fen: fen.to_owned(),
-            actual: legal.len(),
+            actual: actions.len(),
             expected,
         });
     }
     let vocab = vocabulary();
-    let mut moves = Vec::with_capacity(legal.len());
-    for m in &legal {
-        let action = vocab
-            .index_of_move(m)
+    let mut moves = Vec::with_capacity(actions.len());
+    for a in actions {
+        let m = vocab
+            .uci_move(a)
             .ok_or_else(|| PrepareError::NoAction(fen.to_owned()))?;
-        moves.push((action, m.to_uci(CastlingMode::Standard)));
+        moves.push((a, m));
     }
-    moves.sort_unstable_by_key(|m| m.0);
-    let terminal = legal.is_empty().then(|| {
-        if pos.is_check() {
-            ValueKind::Checkmate
-        } else {
-            ValueKind::Stalemate
-        }
+    let terminal = moves.is_empty().then_some(if in_check {
+        ValueKind::Checkmate
+    } else {
+        ValueKind::Stalemate
     });
     // The engine gets the FEN as shakmaty prints it (legal en passant only).
     let _ = EnPassantMode::Legal;

@@ -87,47 +87,38 @@ impl Pieces {
 /// so only a damaged spill file gives one.
 pub(crate) fn legal_actions(key: &BoardKey, out: &mut Vec<u16>) -> Result<bool, BoardKeyError> {
     let [white, b0, b1, b2, meta] = key.0;
-    let occupied = b0 | b1 | b2;
-    let (pawns, kings) = (b0 & !b1 & !b2, !b0 & b1 & b2);
-    if b0 & b1 & b2 != 0 || white & !occupied != 0 {
+    let white = Bitboard(white);
+    let occupied = Bitboard(b0 | b1 | b2);
+    let roles = key.by_role();
+    if b0 & b1 & b2 != 0 || (white & !occupied).any() {
         return Err(BoardKeyError::InconsistentBoard);
     }
-    if (kings & white).count_ones() != 1
-        || (kings & !white).count_ones() != 1
-        || pawns & Bitboard::BACKRANKS.0 != 0
+    if (roles.king & white).count() != 1
+        || (roles.king & !white).count() != 1
+        || (roles.pawn & Bitboard::BACKRANKS).any()
     {
         return Err(BoardKeyError::IllegalPosition);
     }
-    let turn = if meta & 1 == 1 {
-        Color::Black
-    } else {
-        Color::White
-    };
-    let us = Bitboard(turn.fold_wb(white, occupied & !white));
-    let them = Bitboard(occupied) & !us;
+    let turn = key.turn();
+    let us = turn.fold_wb(white, occupied & !white);
+    let them = occupied & !us;
     let p = Pieces {
-        occupied: Bitboard(occupied),
-        pawns: Bitboard(pawns),
-        knights: Bitboard(!b0 & b1 & !b2),
-        kings: Bitboard(kings),
-        rooks_and_queens: Bitboard(b2 & !b1),
-        bishops_and_queens: Bitboard(b0 & (b1 ^ b2)),
+        occupied,
+        pawns: roles.pawn,
+        knights: roles.knight,
+        kings: roles.king,
+        rooks_and_queens: roles.rook | roles.queen,
+        bishops_and_queens: roles.bishop | roles.queen,
     };
-    let king = Square::new((kings & us.0).trailing_zeros());
+    let king = Square::new((roles.king & us).0.trailing_zeros());
     let checkers = p.attackers(king, turn, them, p.occupied);
-
     // Our pieces that alone stand between the king and an enemy slider.
-    let snipers = ((attacks::rook_attacks(king, Bitboard(0)) & p.rooks_and_queens)
-        | (attacks::bishop_attacks(king, Bitboard(0)) & p.bishops_and_queens))
-        & them;
-    let mut pinned = Bitboard(0);
-    for sniper in snipers {
-        let between = attacks::between(king, sniper) & p.occupied;
-        if !between.more_than_one() {
-            pinned |= between;
-        }
-    }
-    pinned &= us;
+    let pinned = slider_blockers(
+        king,
+        p.occupied,
+        p.rooks_and_queens & them,
+        p.bishops_and_queens & them,
+    ) & us;
 
     // Where a piece other than the king may go: anywhere not ours, onto or
     // in front of a single checker, nowhere in a double check.
@@ -136,7 +127,7 @@ pub(crate) fn legal_actions(key: &BoardKey, out: &mut Vec<u16>) -> Result<bool, 
         Some(checker) => attacks::between(king, checker).with(checker),
         None => Bitboard(0),
     };
-    let ep = en_passant(meta, turn);
+    let ep = key.ep_square();
     let (forward, start_rank, last_rank) = match turn {
         Color::White => (
             8,
@@ -153,17 +144,17 @@ pub(crate) fn legal_actions(key: &BoardKey, out: &mut Vec<u16>) -> Result<bool, 
     // Each piece's destinations, worked out role by role (no branch on
     // the role per square), then read back in square order.
     let mut dests = [Bitboard(0); 64];
-    let ours = |role: u64| us & Bitboard(role);
-    for from in ours(p.knights.0) {
+    let ours = |role: Bitboard| us & role;
+    for from in ours(p.knights) {
         dests[usize::from(from)] = attacks::knight_attacks(from) & target;
     }
-    for from in ours(p.bishops_and_queens.0) {
+    for from in ours(p.bishops_and_queens) {
         dests[usize::from(from)] = attacks::bishop_attacks(from, p.occupied) & target;
     }
-    for from in ours(p.rooks_and_queens.0) {
+    for from in ours(p.rooks_and_queens) {
         dests[usize::from(from)] |= attacks::rook_attacks(from, p.occupied) & target;
     }
-    for from in ours(pawns) {
+    for from in ours(p.pawns) {
         let mut d = attacks::pawn_attacks(turn, from) & them;
         let one = from.offset(forward).map(Bitboard::from_square);
         if let Some(one) = one.filter(|one| (*one & p.occupied).is_empty()) {
@@ -180,7 +171,7 @@ pub(crate) fn legal_actions(key: &BoardKey, out: &mut Vec<u16>) -> Result<bool, 
     }
     if let Some(ep) = ep {
         // Added after the pin and check masks: the capture is played out.
-        for from in ours(pawns) & attacks::pawn_attacks(!turn, ep) {
+        for from in ours(p.pawns) & attacks::pawn_attacks(!turn, ep) {
             if en_passant_is_safe(&p, king, turn, them, from, ep) {
                 dests[usize::from(from)].add(ep);
             }
@@ -193,7 +184,7 @@ pub(crate) fn legal_actions(key: &BoardKey, out: &mut Vec<u16>) -> Result<bool, 
     let mut buf = [0u16; 256];
     let mut n = 0;
     let normal = &*NORMAL;
-    let promoting = ours(pawns) & last_rank;
+    let promoting = ours(p.pawns) & last_rank;
     for from in us & !promoting {
         let row = &normal[usize::from(from)];
         for to in dests[usize::from(from)] {
@@ -235,11 +226,27 @@ fn vocab_promotion(from: Square, to: Square, role: Role) -> u16 {
         .unwrap_or(u16::MAX)
 }
 
-/// The en passant square the key records (a legal capture exists there).
-fn en_passant(meta: u64, turn: Color) -> Option<Square> {
-    let file = ((meta >> 5) & 0xf) as u32;
-    let rank = turn.fold_wb(shakmaty::Rank::Sixth, shakmaty::Rank::Third);
-    (file != 0).then(|| Square::from_coords(shakmaty::File::new(file - 1), rank))
+/// Pieces of either side that alone stand between `king` and an enemy
+/// rook or queen (`rooks_and_queens`) or bishop or queen
+/// (`bishops_and_queens`) on a line through it, as shakmaty counts them:
+/// ours among them are pinned.
+#[inline]
+pub(crate) fn slider_blockers(
+    king: Square,
+    occupied: Bitboard,
+    rooks_and_queens: Bitboard,
+    bishops_and_queens: Bitboard,
+) -> Bitboard {
+    let snipers = (attacks::rook_attacks(king, Bitboard(0)) & rooks_and_queens)
+        | (attacks::bishop_attacks(king, Bitboard(0)) & bishops_and_queens);
+    let mut blockers = Bitboard(0);
+    for sniper in snipers {
+        let between = attacks::between(king, sniper) & occupied;
+        if !between.more_than_one() {
+            blockers |= between;
+        }
+    }
+    blockers
 }
 
 /// Whether capturing en passant from `from` leaves our king unattacked:

@@ -117,6 +117,113 @@ const RANK_TEMPLATES: [([u8; 8], u8); 256] = {
     out
 };
 
+/// Size of a key packed for spill files ([`BoardKey::pack`]).
+pub(crate) const PACKED_KEY_BYTES: usize = 32;
+
+/// Whether this CPU runs BMI2's `pext`/`pdep` in a few cycles: Intel
+/// since Haswell and AMD since Zen 3. AMD's earlier cores with BMI2 (Zen 1
+/// and 2, families 0x15-0x18, Hygon's too) run them in microcode, at
+/// ~8 cycles an extracted bit, slower than the portable loop.
+pub(crate) fn fast_bit_extract() -> bool {
+    static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FAST.get_or_init(detect_fast_bit_extract)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect_fast_bit_extract() -> bool {
+    use std::arch::x86_64::__cpuid;
+    if !std::arch::is_x86_feature_detected!("bmi2") {
+        return false;
+    }
+    let leaf0 = __cpuid(0);
+    let mut vendor = [0u8; 12];
+    vendor[..4].copy_from_slice(&leaf0.ebx.to_le_bytes());
+    vendor[4..8].copy_from_slice(&leaf0.edx.to_le_bytes());
+    vendor[8..].copy_from_slice(&leaf0.ecx.to_le_bytes());
+    let eax = __cpuid(1).eax;
+    let base = (eax >> 8) & 0xf;
+    let family = if base == 0xf {
+        base + ((eax >> 20) & 0xff)
+    } else {
+        base
+    };
+    let amd = &vendor == b"AuthenticAMD" || &vendor == b"HygonGenuine";
+    !(amd && family < 0x19)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect_fast_bit_extract() -> bool {
+    false
+}
+
+/// Each plane's bits at the squares of `mask`, gathered to the low bits
+/// in square order (`pext`), plane `i` in bits `32 i..32 i + 32` (one
+/// `u128`, returned in registers: four 32-bit stores read back as one
+/// 16-byte load stalled the spill writer); `mask` has at most 32 bits.
+#[inline]
+fn extract4(planes: [u64; 4], mask: u64) -> u128 {
+    #[cfg(target_arch = "x86_64")]
+    if fast_bit_extract() {
+        // SAFETY: fast_bit_extract() is true only where the CPU has BMI2.
+        return unsafe { extract4_bmi2(planes, mask) };
+    }
+    extract4_portable(planes, mask)
+}
+
+/// Inverse of [`extract4`] (`pdep`).
+#[inline]
+fn deposit4(packed: u128, mask: u64) -> [u64; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if fast_bit_extract() {
+        // SAFETY: fast_bit_extract() is true only where the CPU has BMI2.
+        return unsafe { deposit4_bmi2(packed, mask) };
+    }
+    deposit4_portable(packed, mask)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "bmi2")]
+fn extract4_bmi2(planes: [u64; 4], mask: u64) -> u128 {
+    use std::arch::x86_64::_pext_u64;
+    let [a, b, c, d] = planes.map(|p| _pext_u64(p, mask));
+    u128::from(a | (b << 32)) | (u128::from(c | (d << 32)) << 64)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "bmi2")]
+fn deposit4_bmi2(packed: u128, mask: u64) -> [u64; 4] {
+    use std::arch::x86_64::_pdep_u64;
+    [0, 32, 64, 96].map(|at| _pdep_u64(((packed >> at) as u64) & 0xffff_ffff, mask))
+}
+
+fn extract4_portable(planes: [u64; 4], mask: u64) -> u128 {
+    let mut out = 0u128;
+    let (mut m, mut i) = (mask, 0);
+    while m != 0 && i < 32 {
+        let sq = m.trailing_zeros();
+        for (k, p) in planes.iter().enumerate() {
+            out |= u128::from((p >> sq) & 1) << (32 * k + i);
+        }
+        m &= m - 1;
+        i += 1;
+    }
+    out
+}
+
+fn deposit4_portable(packed: u128, mask: u64) -> [u64; 4] {
+    let mut out = [0u64; 4];
+    let (mut m, mut i) = (mask, 0);
+    while m != 0 && i < 32 {
+        let sq = m.trailing_zeros();
+        for (k, o) in out.iter_mut().enumerate() {
+            *o |= (((packed >> (32 * k + i)) & 1) as u64) << sq;
+        }
+        m &= m - 1;
+        i += 1;
+    }
+    out
+}
+
 /// The key's piece words of a board: white pieces, then the three bit-planes
 /// of the role code (see the module docs).
 #[inline]
@@ -335,6 +442,39 @@ impl BoardKey {
         h ^ (h >> 33)
     }
 
+    /// The key in [`PACKED_KEY_BYTES`] bytes, for spill files: the occupied
+    /// squares (8 bytes), then the white plane and the three role planes
+    /// each compressed to the occupied squares, 4 bytes a plane (bit `i` is
+    /// the `i`-th occupied square), then the meta word (8 bytes). `None`
+    /// when more than 32 squares are occupied or a white piece stands on an
+    /// empty square: never for a key of a standard position (shakmaty's
+    /// `Chess` holds at most 16 pieces a side). Compressing with BMI2's
+    /// `pext` where [`fast_bit_extract`] says it is fast, bit by bit
+    /// otherwise; both give the same bytes.
+    #[inline]
+    pub(crate) fn pack(&self) -> Option<[u8; PACKED_KEY_BYTES]> {
+        let [white, b0, b1, b2, meta] = self.0;
+        let occ = b0 | b1 | b2;
+        if occ.count_ones() > 32 || white & !occ != 0 {
+            return None;
+        }
+        let mut out = [0u8; PACKED_KEY_BYTES];
+        out[..8].copy_from_slice(&occ.to_le_bytes());
+        out[8..24].copy_from_slice(&extract4([white, b0, b1, b2], occ).to_le_bytes());
+        out[24..].copy_from_slice(&meta.to_le_bytes());
+        Some(out)
+    }
+
+    /// Inverse of [`BoardKey::pack`].
+    #[inline]
+    pub(crate) fn unpack(bytes: &[u8; PACKED_KEY_BYTES]) -> BoardKey {
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+        let planes = u128::from_le_bytes(bytes[8..24].try_into().unwrap());
+        let occ = word(0);
+        let [white, b0, b1, b2] = deposit4(planes, occ);
+        BoardKey([white, b0, b1, b2, word(24)])
+    }
+
     /// Serialises to 40 little-endian bytes.
     pub(crate) fn to_bytes(self) -> [u8; KEY_BYTES] {
         let mut out = [0u8; KEY_BYTES];
@@ -402,6 +542,42 @@ mod tests {
     }
 
     #[test]
+    fn packed_keys_round_trip_and_both_extractions_agree() {
+        let mut keys = 0;
+        for seed in 0..300 {
+            for pos in crate::chess::random_games::game(seed, 300) {
+                let key = BoardKey::from_position(&pos).unwrap();
+                let packed = key.pack().expect("a standard position packs");
+                assert_eq!(BoardKey::unpack(&packed), key, "{}", key.fen());
+                let [white, b0, b1, b2, _] = key.0;
+                let occ = b0 | b1 | b2;
+                let planes = extract4_portable([white, b0, b1, b2], occ);
+                assert_eq!(extract4([white, b0, b1, b2], occ), planes);
+                assert_eq!(deposit4_portable(planes, occ), [white, b0, b1, b2]);
+                assert_eq!(deposit4(planes, occ), [white, b0, b1, b2]);
+                keys += 1;
+            }
+        }
+        assert!(keys > 50_000, "{keys}");
+    }
+
+    #[test]
+    fn keys_that_do_not_fit_the_packed_form_are_refused() {
+        let start = BoardKey::from_position(&Chess::default()).unwrap();
+        // 33 occupied squares: the start position plus a white pawn on e4.
+        let mut crowded = start;
+        crowded.0[0] |= 1 << 28;
+        crowded.0[1] |= 1 << 28;
+        assert_eq!(crowded.pack(), None);
+        // A white piece on an empty square.
+        let mut ghost = start;
+        ghost.0[0] |= 1 << 28;
+        assert_eq!(ghost.pack(), None);
+        // 32 pieces, the most a standard position has, pack.
+        assert!(start.pack().is_some());
+    }
+
+    #[test]
     fn golden_boards_round_trip() {
         let text = crate::testing::golden("tokens.jsonl");
         let mut seen = std::collections::HashMap::new();
@@ -413,6 +589,7 @@ mod tests {
             assert_eq!(key.fen(), fen);
             assert_eq!(key.fen(), shakmaty_fen(&pos));
             assert_eq!(key.to_position().unwrap(), pos, "{fen}");
+            assert_eq!(BoardKey::unpack(&key.pack().unwrap()), key, "{fen}");
             // Distinct FENs get distinct keys and vice versa.
             if let Some(other) = seen.insert(key, fen.to_owned()) {
                 assert_eq!(other, fen);

@@ -34,15 +34,16 @@ use std::sync::{
 
 use super::IngestError;
 use crate::{
-    chess::{BoardKey, board_key::KEY_BYTES},
+    chess::{
+        BoardKey,
+        board_key::{KEY_BYTES, PACKED_KEY_BYTES, fast_bit_extract},
+    },
     store::{
         cache::prefetch,
         direct::{DirectReader, DirectWriter},
     },
 };
 
-/// Bytes of one entry on disk.
-pub(crate) const ENTRY_BYTES: usize = KEY_BYTES + 16;
 /// Memory per entry counted against the limit: the entry plus up to two
 /// 8-byte index slots (load factor 1/4..1/2).
 pub(crate) const BYTES_PER_ENTRY: u64 = ENTRY_SIZE + 16;
@@ -150,25 +151,99 @@ pub(crate) fn split_first_seen(first: u64) -> (u64, u32) {
     (first >> 16, (first & 0xffff) as u32)
 }
 
-impl Entry {
-    fn write(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.key.to_bytes());
-        out.extend_from_slice(&self.first.to_le_bytes());
-        out.extend_from_slice(&self.count.to_le_bytes());
+/// How entries are laid out in spill and run files: scratch of one ingest,
+/// written and read by the same process, so the format is chosen per
+/// process ([`SpillFormat::for_this_cpu`]). Every spilled entry is written
+/// and read twice (partition, then run), so its size sets the out-of-core
+/// pass's disk traffic: 10^6 generated games spill ~57M entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SpillFormat {
+    /// The key's five words, first occurrence and count: 56 bytes.
+    Plain,
+    /// The key packed ([`BoardKey::pack`], 32 bytes), the first occurrence
+    /// in 7 bytes and the count in 5: 44 bytes, a fifth less to write and
+    /// read, for a `pext`/`pdep` per plane each way.
+    Packed,
+}
+
+/// Largest first occurrence the packed format holds (game numbers below
+/// 2^40).
+const PACKED_FIRST_MAX: u64 = (1 << 56) - 1;
+/// Largest count the packed format holds.
+const PACKED_COUNT_MAX: u64 = (1 << 40) - 1;
+
+impl SpillFormat {
+    /// Packed where the CPU packs keys in a few cycles
+    /// ([`fast_bit_extract`]), plain elsewhere (packing bit by bit costs
+    /// more CPU than the disk time it saves).
+    pub(crate) fn for_this_cpu() -> SpillFormat {
+        if fast_bit_extract() {
+            SpillFormat::Packed
+        } else {
+            SpillFormat::Plain
+        }
     }
 
-    fn read(bytes: &[u8; ENTRY_BYTES]) -> Entry {
-        let mut key = [0u8; KEY_BYTES];
-        key.copy_from_slice(&bytes[..KEY_BYTES]);
-        let word = |at: usize| {
+    /// Bytes of one entry on disk.
+    pub(crate) const fn entry_bytes(self) -> usize {
+        match self {
+            SpillFormat::Plain => KEY_BYTES + 16,
+            SpillFormat::Packed => PACKED_KEY_BYTES + 12,
+        }
+    }
+
+    /// Appends `e`'s bytes. Fails only for an entry the packed format
+    /// cannot hold: more than 32 pieces (not a standard position), a game
+    /// number of 2^40 or more, or a count of 2^40 or more.
+    #[inline]
+    fn write(self, e: &Entry, out: &mut Vec<u8>) -> Result<(), IngestError> {
+        match self {
+            SpillFormat::Plain => {
+                out.extend_from_slice(&e.key.to_bytes());
+                out.extend_from_slice(&e.first.to_le_bytes());
+                out.extend_from_slice(&e.count.to_le_bytes());
+            }
+            SpillFormat::Packed => {
+                let key = e
+                    .key
+                    .pack()
+                    .filter(|_| e.first <= PACKED_FIRST_MAX && e.count <= PACKED_COUNT_MAX);
+                let Some(key) = key else {
+                    let (game_no, ply) = split_first_seen(e.first);
+                    return Err(IngestError::Internal(format!(
+                        "board first seen in game {game_no} at ply {ply} (key {:?}, seen {} times) \
+                         does not fit the packed spill format (at most 32 pieces, game numbers \
+                         and counts below 2^40)",
+                        e.key.0, e.count
+                    )));
+                };
+                out.extend_from_slice(&key);
+                out.extend_from_slice(&e.first.to_le_bytes()[..7]);
+                out.extend_from_slice(&e.count.to_le_bytes()[..5]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Inverse of [`SpillFormat::write`]; `bytes` is one entry.
+    #[inline]
+    fn read(self, bytes: &[u8]) -> Entry {
+        let word = |at: usize, len: usize| {
             let mut b = [0u8; 8];
-            b.copy_from_slice(&bytes[at..at + 8]);
+            b[..len].copy_from_slice(&bytes[at..at + len]);
             u64::from_le_bytes(b)
         };
-        Entry {
-            key: BoardKey::from_bytes(&key),
-            first: word(KEY_BYTES),
-            count: word(KEY_BYTES + 8),
+        match self {
+            SpillFormat::Plain => Entry {
+                key: BoardKey::from_bytes(bytes[..KEY_BYTES].try_into().unwrap()),
+                first: word(KEY_BYTES, 8),
+                count: word(KEY_BYTES + 8, 8),
+            },
+            SpillFormat::Packed => Entry {
+                key: BoardKey::unpack(bytes[..PACKED_KEY_BYTES].try_into().unwrap()),
+                first: word(PACKED_KEY_BYTES, 7),
+                count: word(PACKED_KEY_BYTES + 7, 5),
+            },
         }
     }
 }
@@ -328,6 +403,7 @@ struct BoardSet {
     files: Vec<Option<DirectWriter>>,
     /// Buffer of each partition file: a shard of `n` writes `64 / n` of them.
     spill_buffer: usize,
+    format: SpillFormat,
 }
 
 /// Keys hashed ahead in [`Index::rebuild`].
@@ -461,7 +537,7 @@ impl BoardSet {
             }
             self.files = (0..PARTITIONS).map(|_| None).collect();
         }
-        let mut bytes = Vec::with_capacity(ENTRY_BYTES);
+        let mut bytes = Vec::with_capacity(self.format.entry_bytes());
         for e in &self.entries {
             let p = partition_of(e.key.hash64());
             let file = match &mut self.files[p] {
@@ -474,7 +550,7 @@ impl BoardSet {
                 }
             };
             bytes.clear();
-            e.write(&mut bytes);
+            self.format.write(e, &mut bytes)?;
             file.write_all(&bytes)
                 .map_err(|err| spill_err(&partition_path(&self.dir, p), err))?;
         }
@@ -640,17 +716,26 @@ impl Aggregator {
     /// `scratch` receives spill files (one directory per split).
     #[cfg(test)]
     pub(crate) fn new(splits: usize, memory_limit: u64, scratch: &Path) -> Aggregator {
-        Aggregator::sharded(splits, memory_limit, scratch, 1).remove(0)
+        Aggregator::sharded(
+            splits,
+            memory_limit,
+            scratch,
+            1,
+            SpillFormat::for_this_cpu(),
+        )
+        .remove(0)
     }
 
     /// `shards` aggregators (at most [`Shard::MAX`]) that count the boards
     /// together, each within an equal share of `memory_limit`, to be fed the
-    /// same batches on their own threads and finished with [`finish`].
+    /// same batches on their own threads and finished with [`finish`],
+    /// spilling entries as `format` lays them out.
     pub(crate) fn sharded(
         splits: usize,
         memory_limit: u64,
         scratch: &Path,
         shards: usize,
+        format: SpillFormat,
     ) -> Vec<Aggregator> {
         let shards = shards.clamp(1, Shard::MAX);
         let all_tables = table_bytes(memory_limit, splits);
@@ -659,7 +744,7 @@ impl Aggregator {
         (0..shards)
             .map(|index| {
                 let shard = Shard { index, of: shards };
-                Aggregator::shard(splits, table_bytes, buffer, scratch, shard)
+                Aggregator::shard(splits, table_bytes, buffer, scratch, shard, format)
             })
             .collect()
     }
@@ -670,6 +755,7 @@ impl Aggregator {
         spill_buffer: usize,
         scratch: &Path,
         shard: Shard,
+        format: SpillFormat,
     ) -> Aggregator {
         let table_bytes = table_bytes.max(1024 * BYTES_PER_ENTRY);
         let max_entries = (table_bytes / BYTES_PER_ENTRY).clamp(1024, u64::from(u32::MAX - 1));
@@ -683,6 +769,7 @@ impl Aggregator {
                     generations: 0,
                     files: Vec::new(),
                     spill_buffer,
+                    format,
                 })
                 .collect(),
             table_bytes,
@@ -849,6 +936,11 @@ impl Aggregator {
         self.sets.iter().any(|s| s.generations > 0)
     }
 
+    /// How this aggregator lays entries out when it spills.
+    fn format(&self) -> SpillFormat {
+        self.sets.first().map_or(SpillFormat::Plain, |s| s.format)
+    }
+
     #[cfg(test)]
     fn finish(self, threads: usize) -> Result<Vec<SplitBoards>, IngestError> {
         finish(vec![self], threads)
@@ -868,6 +960,14 @@ pub(crate) fn finish(
     let threads = threads.max(1);
     let max_entries: usize = shards.iter().map(|a| a.max_entries).sum();
     let splits = shards.first().map_or(0, |a| a.sets.len());
+    let format = shards
+        .first()
+        .map_or(SpillFormat::Plain, Aggregator::format);
+    if shards.iter().any(|a| a.format() != format) {
+        return Err(IngestError::Internal(
+            "the shards counting boards spill in different formats".into(),
+        ));
+    }
     let mut by_split: Vec<Vec<BoardSet>> = (0..splits).map(|_| Vec::new()).collect();
     for aggregator in shards {
         for (s, set) in aggregator.sets.into_iter().enumerate() {
@@ -895,9 +995,10 @@ pub(crate) fn finish(
             }
         }
     }
-    let per_thread = (max_entries / threads).max(1024);
     let paths: Vec<&Path> = jobs.iter().map(|(_, p)| p.as_path()).collect();
-    let mut runs = dedup_partitions(&paths, per_thread, threads)?.into_iter();
+    let workers = dedup_workers(&paths, max_entries, threads, format)?;
+    let per_thread = (max_entries / workers).max(1024);
+    let mut runs = dedup_partitions(&paths, per_thread, workers, format)?.into_iter();
     let mut out = Vec::with_capacity(in_memory.len());
     for (s, tables) in in_memory.into_iter().enumerate() {
         out.push(match tables {
@@ -907,11 +1008,38 @@ pub(crate) fn finish(
                 SplitBoards::Runs {
                     paths: runs.by_ref().take(n).collect(),
                     buffer: run_buffer(max_entries as u64 * BYTES_PER_ENTRY, n),
+                    format,
                 }
             }
         });
     }
     Ok(out)
+}
+
+/// Threads deduplicating the partition files `paths`, for `threads`
+/// threads' worth of CPU: twice as many when each one's share of the
+/// tables' `max_entries` still holds the biggest partition in one pass,
+/// since a thread waits on the disk about half the time (reading its
+/// partition, writing its run: 46% I/O wait with one thread a core at 10^6
+/// generated games); as many otherwise, where more threads would split
+/// partitions that fit now, reading and writing them twice more.
+fn dedup_workers(
+    paths: &[&Path],
+    max_entries: usize,
+    threads: usize,
+    format: SpillFormat,
+) -> Result<usize, IngestError> {
+    let mut biggest = 0;
+    for path in paths {
+        let len = fs::metadata(path).map_err(|e| spill_err(path, e))?.len();
+        biggest = biggest.max(len as usize / format.entry_bytes());
+    }
+    let doubled = 2 * threads;
+    Ok(if fits_in_memory(biggest, max_entries / doubled) {
+        doubled
+    } else {
+        threads
+    })
 }
 
 /// Runs [`dedup_partition`] on every path, `threads` at a time; the runs
@@ -921,6 +1049,7 @@ fn dedup_partitions(
     paths: &[&Path],
     max_entries: usize,
     threads: usize,
+    format: SpillFormat,
 ) -> Result<Vec<PathBuf>, IngestError> {
     let next = AtomicUsize::new(0);
     let results: Vec<Mutex<Option<Result<PathBuf, IngestError>>>> =
@@ -932,7 +1061,7 @@ fn dedup_partitions(
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(path) = paths.get(i) else { break };
-                        let result = dedup_partition(path, PARTITION_BITS, max_entries);
+                        let result = dedup_partition(path, PARTITION_BITS, max_entries, format);
                         let failed = result.is_err();
                         if let Ok(mut slot) = results[i].lock() {
                             *slot = Some(result);
@@ -1015,10 +1144,11 @@ impl Read for Source {
 struct EntryReader {
     reader: Source,
     path: PathBuf,
+    format: SpillFormat,
 }
 
 impl EntryReader {
-    fn open(path: &Path, mode: ReadMode) -> Result<EntryReader, IngestError> {
+    fn open(path: &Path, mode: ReadMode, format: SpillFormat) -> Result<EntryReader, IngestError> {
         let reader = match mode {
             ReadMode::Cached(buffer) => Source::Cached(BufReader::with_capacity(
                 buffer,
@@ -1031,11 +1161,12 @@ impl EntryReader {
         Ok(EntryReader {
             reader,
             path: path.to_owned(),
+            format,
         })
     }
 
     /// Replaces `out` with the next entries, as many as `buf` holds (a
-    /// multiple of [`ENTRY_BYTES`]); empty at the end of the file.
+    /// multiple of the format's entry size); empty at the end of the file.
     fn next_batch(&mut self, buf: &mut [u8], out: &mut Vec<Entry>) -> Result<(), IngestError> {
         out.clear();
         let mut filled = 0;
@@ -1047,28 +1178,29 @@ impl EntryReader {
                 Err(e) => return Err(spill_err(&self.path, e)),
             }
         }
-        if filled % ENTRY_BYTES != 0 {
+        let size = self.format.entry_bytes();
+        if filled % size != 0 {
             return Err(spill_err(
                 &self.path,
                 std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
-                    format!("spill file ends inside an entry ({ENTRY_BYTES} bytes each)"),
+                    format!("spill file ends inside an entry ({size} bytes each)"),
                 ),
             ));
         }
-        let (whole, _) = buf[..filled].as_chunks::<ENTRY_BYTES>();
-        out.extend(whole.iter().map(Entry::read));
+        let format = self.format;
+        out.extend(buf[..filled].chunks_exact(size).map(|b| format.read(b)));
         Ok(())
     }
 }
 
-fn write_entries(path: &Path, entries: &[Entry]) -> Result<(), IngestError> {
+fn write_entries(path: &Path, entries: &[Entry], format: SpillFormat) -> Result<(), IngestError> {
     let mut w = DirectWriter::create(path, 1 << 20).map_err(|e| spill_err(path, e))?;
-    let mut buf = Vec::with_capacity(ENTRY_BYTES * 1024);
+    let mut buf = Vec::with_capacity(format.entry_bytes() * 1024);
     for chunk in entries.chunks(1024) {
         buf.clear();
         for e in chunk {
-            e.write(&mut buf);
+            format.write(e, &mut buf)?;
         }
         w.write_all(&buf).map_err(|e| spill_err(path, e))?;
     }
@@ -1079,11 +1211,16 @@ fn write_entries(path: &Path, entries: &[Entry]) -> Result<(), IngestError> {
 /// across generations) with their counts summed, in the same order: the
 /// earliest generation's entry keeps its first occurrence. Lookups are
 /// pipelined by [`upsert`] (a partition is far bigger than the caches).
-fn dedup_in_memory(path: &Path, len: usize, slots: usize) -> Result<Vec<Entry>, IngestError> {
+fn dedup_in_memory(
+    path: &Path,
+    len: usize,
+    slots: usize,
+    format: SpillFormat,
+) -> Result<Vec<Entry>, IngestError> {
     let mut entries: Vec<Entry> = Vec::with_capacity(len);
     let mut index = Index::with_slots(slots);
-    let mut reader = EntryReader::open(path, ReadMode::Cached(1 << 20))?;
-    let mut buf = vec![0u8; ENTRY_BYTES * 4096];
+    let mut reader = EntryReader::open(path, ReadMode::Cached(1 << 20), format)?;
+    let mut buf = vec![0u8; format.entry_bytes() * 4096];
     let mut batch = Vec::with_capacity(4096);
     loop {
         reader.next_batch(&mut buf, &mut batch)?;
@@ -1150,27 +1287,29 @@ fn dedup_partition(
     path: &Path,
     bits_used: u32,
     max_entries: usize,
+    format: SpillFormat,
 ) -> Result<PathBuf, IngestError> {
-    let len = fs::metadata(path).map_err(|e| spill_err(path, e))?.len() as usize / ENTRY_BYTES;
+    let size = format.entry_bytes();
+    let len = fs::metadata(path).map_err(|e| spill_err(path, e))?.len() as usize / size;
     let run = path.with_extension("run");
     let bits = split_bits(len, max_entries).min(64 - bits_used);
     if fits_in_memory(len, max_entries) || bits == 0 {
-        let entries = dedup_in_memory(path, len, index_slots(len))?;
-        write_entries(&run, &entries)?;
+        let entries = dedup_in_memory(path, len, index_slots(len), format)?;
+        write_entries(&run, &entries, format)?;
     } else {
         // Too big for memory: split by the next hash bits, keeping order.
         let dir = path.with_extension("split");
         fs::create_dir_all(&dir).map_err(|e| spill_err(&dir, e))?;
         let mut writers: Vec<Option<DirectWriter>> = (0..1usize << bits).map(|_| None).collect();
-        let mut reader = EntryReader::open(path, ReadMode::Cached(1 << 20))?;
-        let (mut block, mut batch) = (vec![0u8; ENTRY_BYTES * 1024], Vec::with_capacity(1024));
+        let mut reader = EntryReader::open(path, ReadMode::Cached(1 << 20), format)?;
+        let (mut block, mut batch) = (vec![0u8; size * 1024], Vec::with_capacity(1024));
         loop {
             reader.next_batch(&mut block, &mut batch)?;
             if batch.is_empty() {
                 break;
             }
             // Each entry goes on as the bytes it was read from.
-            let bytes = block[..batch.len() * ENTRY_BYTES].chunks_exact(ENTRY_BYTES);
+            let bytes = block[..batch.len() * size].chunks_exact(size);
             for (e, bytes) in batch.iter().zip(bytes) {
                 let p = ((e.key.hash64() << bits_used) >> (64 - bits)) as usize;
                 let w = match &mut writers[p] {
@@ -1199,18 +1338,18 @@ fn dedup_partition(
         }
         let runs = pieces
             .iter()
-            .map(|sub| dedup_partition(sub, bits_used + bits, max_entries))
+            .map(|sub| dedup_partition(sub, bits_used + bits, max_entries, format))
             .collect::<Result<Vec<_>, _>>()?;
         // Up to MOST_SPLIT_WAYS sub-runs at once: their buffers share this
         // thread's table memory, which is free again (1 MiB each took
         // ~31 MB a thread at 10^6 games under 64MiB, beyond the budget).
         let buffer = run_buffer(max_entries as u64 * BYTES_PER_ENTRY, runs.len());
-        let mut merged = MergeRuns::new(&runs, ReadMode::Cached(buffer))?;
+        let mut merged = MergeRuns::new(&runs, ReadMode::Cached(buffer), format)?;
         let mut w = DirectWriter::create(&run, 1 << 20).map_err(|e| spill_err(&run, e))?;
-        let mut buf = Vec::with_capacity(ENTRY_BYTES);
+        let mut buf = Vec::with_capacity(size);
         while let Some(e) = merged.next().transpose()? {
             buf.clear();
-            e.write(&mut buf);
+            format.write(&e, &mut buf)?;
             w.write_all(&buf).map_err(|err| spill_err(&run, err))?;
         }
         w.finish().map_err(|e| spill_err(&run, e))?;
@@ -1242,12 +1381,16 @@ struct RunCursor {
 }
 
 impl MergeRuns {
-    fn new(paths: &[PathBuf], mode: ReadMode) -> Result<MergeRuns, IngestError> {
-        let mut bytes = vec![0u8; MERGE_BATCH * ENTRY_BYTES];
+    fn new(
+        paths: &[PathBuf],
+        mode: ReadMode,
+        format: SpillFormat,
+    ) -> Result<MergeRuns, IngestError> {
+        let mut bytes = vec![0u8; MERGE_BATCH * format.entry_bytes()];
         let mut runs = Vec::with_capacity(paths.len());
         let mut heads = BinaryHeap::with_capacity(paths.len());
         for (i, path) in paths.iter().enumerate() {
-            let mut reader = EntryReader::open(path, mode)?;
+            let mut reader = EntryReader::open(path, mode, format)?;
             let mut batch = Vec::with_capacity(MERGE_BATCH);
             reader.next_batch(&mut bytes, &mut batch)?;
             if let Some(e) = batch.first() {
@@ -1339,6 +1482,7 @@ pub(crate) enum SplitBoards {
     Runs {
         paths: Vec<PathBuf>,
         buffer: usize,
+        format: SpillFormat,
     },
 }
 
@@ -1347,9 +1491,11 @@ impl SplitBoards {
     pub(crate) fn open(self) -> Result<BoardStream, IngestError> {
         Ok(match self {
             SplitBoards::Memory(tables) => BoardStream::Memory(MemoryMerge::new(tables)),
-            SplitBoards::Runs { paths, buffer } => {
-                BoardStream::Merged(MergeRuns::new(&paths, ReadMode::Direct(buffer))?)
-            }
+            SplitBoards::Runs {
+                paths,
+                buffer,
+                format,
+            } => BoardStream::Merged(MergeRuns::new(&paths, ReadMode::Direct(buffer), format)?),
         })
     }
 }
@@ -1505,6 +1651,31 @@ mod tests {
     }
 
     #[test]
+    fn the_dedup_phase_doubles_its_threads_only_when_partitions_still_fit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let format = SpillFormat::Packed;
+        let partition = |name: &str, entries: usize| {
+            let path = tmp.path().join(name);
+            let f = File::create(&path).unwrap();
+            f.set_len((entries * format.entry_bytes()) as u64).unwrap();
+            path
+        };
+        // 10^6 generated games under 2 GiB: ~0.9M entries a partition,
+        // ~24M entries of tables over two cores.
+        let small = partition("a", 900_000);
+        let paths = [small.as_path()];
+        assert_eq!(dedup_workers(&paths, 24_000_000, 2, format).unwrap(), 4);
+        // 10^7: ~8.3M a partition, which a quarter of the tables would not
+        // hold in one pass (half of them does).
+        let big = partition("b", 8_300_000);
+        let paths = [small.as_path(), big.as_path()];
+        assert_eq!(dedup_workers(&paths, 24_000_000, 2, format).unwrap(), 2);
+        let gone = tmp.path().join("gone");
+        let err = dedup_workers(&[gone.as_path()], 1 << 20, 2, format).unwrap_err();
+        assert!(err.to_string().contains("gone"), "{err}");
+    }
+
+    #[test]
     fn a_spill_file_cut_inside_an_entry_is_an_error_naming_it() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("partition-07.bin");
@@ -1513,14 +1684,18 @@ mod tests {
             first: 3,
             count: 2,
         };
-        for mode in [ReadMode::Cached(64 << 10), ReadMode::Direct(64 << 10)] {
+        let modes = [ReadMode::Cached(64 << 10), ReadMode::Direct(64 << 10)];
+        let formats = [SpillFormat::Plain, SpillFormat::Packed];
+        for (mode, format) in modes.into_iter().flat_map(|m| formats.map(|f| (m, f))) {
+            let size = format.entry_bytes();
             let mut bytes = Vec::new();
-            entry.write(&mut bytes);
-            entry.write(&mut bytes);
-            bytes.truncate(ENTRY_BYTES + 5);
+            format.write(&entry, &mut bytes).unwrap();
+            format.write(&entry, &mut bytes).unwrap();
+            assert_eq!(bytes.len(), 2 * size);
+            bytes.truncate(size + 5);
             fs::write(&path, &bytes).unwrap();
-            let mut reader = EntryReader::open(&path, mode).unwrap();
-            let (mut buf, mut out) = (vec![0u8; ENTRY_BYTES * 4], Vec::new());
+            let mut reader = EntryReader::open(&path, mode, format).unwrap();
+            let (mut buf, mut out) = (vec![0u8; size * 4], Vec::new());
             let err = reader
                 .next_batch(&mut buf, &mut out)
                 .unwrap_err()
@@ -1530,14 +1705,73 @@ mod tests {
                 "{mode:?}: {err}"
             );
             // Whole entries read back as written, then the end.
-            bytes.truncate(ENTRY_BYTES);
+            bytes.truncate(size);
             fs::write(&path, &bytes).unwrap();
-            let mut reader = EntryReader::open(&path, mode).unwrap();
+            let mut reader = EntryReader::open(&path, mode, format).unwrap();
             reader.next_batch(&mut buf, &mut out).unwrap();
             assert_eq!(out, vec![entry], "{mode:?}");
             reader.next_batch(&mut buf, &mut out).unwrap();
             assert!(out.is_empty(), "{mode:?}");
         }
+    }
+
+    #[test]
+    fn both_spill_formats_hold_every_entry_and_refuse_what_packing_cannot() {
+        let start = BoardKey::from_position(&shakmaty::Chess::default()).unwrap();
+        let (mut bytes, mut n) = (Vec::new(), 0);
+        for seed in 0..50 {
+            for (ply, pos) in crate::chess::random_games::game(seed, 200)
+                .iter()
+                .enumerate()
+            {
+                let key = BoardKey::from_position(pos).unwrap();
+                // The packed format's largest first occurrence and count.
+                let (first, count) = match ply % 3 {
+                    0 => (first_seen(seed, ply as u32), 1),
+                    1 => (PACKED_FIRST_MAX, PACKED_COUNT_MAX),
+                    _ => (first_seen((1 << 40) - 1, 0xffff), 1 << 39),
+                };
+                let entry = Entry { key, first, count };
+                for format in [SpillFormat::Plain, SpillFormat::Packed] {
+                    bytes.clear();
+                    format.write(&entry, &mut bytes).unwrap();
+                    assert_eq!(bytes.len(), format.entry_bytes());
+                    assert_eq!(format.read(&bytes), entry, "{format:?}");
+                }
+                n += 1;
+            }
+        }
+        assert!(n > 5_000);
+        let too_late = Entry {
+            key: start,
+            first: first_seen(1 << 40, 0),
+            count: 1,
+        };
+        let too_many = Entry {
+            key: start,
+            first: 0,
+            count: 1 << 40,
+        };
+        let mut crowded = start;
+        crowded.0[1] |= 1 << 28;
+        let crowded = Entry {
+            key: crowded,
+            first: first_seen(7, 12),
+            count: 1,
+        };
+        for e in [too_late, too_many, crowded] {
+            SpillFormat::Plain.write(&e, &mut bytes).unwrap();
+            let err = SpillFormat::Packed
+                .write(&e, &mut bytes)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("packed spill format"), "{err}");
+        }
+        let err = SpillFormat::Packed
+            .write(&crowded, &mut bytes)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("game 7 at ply 12"), "{err}");
     }
 
     #[test]
@@ -1575,7 +1809,8 @@ mod tests {
                 None => (&one_split, &expected_one_split),
             };
             let dir = tmp.path().join(format!("{shards}-{limit}"));
-            let mut aggregators = Aggregator::sharded(2, limit, &dir, shards);
+            let format = SpillFormat::for_this_cpu();
+            let mut aggregators = Aggregator::sharded(2, limit, &dir, shards, format);
             assert_eq!(aggregators.len(), shards);
             for a in &mut aggregators {
                 a.add(b).unwrap();
@@ -1602,12 +1837,17 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let b = batch(3000);
         let expected = in_memory(&tmp.path().join("big"), &b);
-        // 1024 entries per generation: many spills and recursive splits.
-        let mut small = Aggregator::new(2, 1024 * BYTES_PER_ENTRY, &tmp.path().join("small"));
-        small.add(&b).unwrap();
-        assert!(small.spilled());
-        let got = collect(small);
-        assert_eq!(got, expected);
+        // 1024 entries per generation: many spills and recursive splits, in
+        // both formats whatever this CPU would pick.
+        for format in [SpillFormat::Plain, SpillFormat::Packed] {
+            let dir = tmp.path().join(format!("small-{format:?}"));
+            let mut small = Aggregator::sharded(2, 1024 * BYTES_PER_ENTRY, &dir, 1, format);
+            let mut small = small.remove(0);
+            small.add(&b).unwrap();
+            assert!(small.spilled());
+            let got = collect(small);
+            assert_eq!(got, expected, "{format:?}");
+        }
         for split in &expected {
             assert!(split.windows(2).all(|w| w[0].first < w[1].first));
             let total: u64 = split.iter().map(|e| e.count).sum();

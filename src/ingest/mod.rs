@@ -43,7 +43,7 @@ use indicatif::ProgressBar;
 use thiserror::Error;
 
 use self::{
-    boards::{Aggregator, BatchGame, KeyBatch, Keys},
+    boards::{Aggregator, BatchGame, KeyBatch, Keys, SpillFormat},
     chunker::{Block, Chunker},
     config::{ConfigError, IngestConfig, Source},
     finalize::{BoardTotals, write_split},
@@ -92,6 +92,9 @@ pub struct Summary {
     pub seconds: f64,
     /// Board deduplication exceeded the memory limit and used disk.
     pub spilled: bool,
+    /// Bytes of a spilled board on disk (the spill format this CPU uses:
+    /// 44 packed, 56 plain), whether or not ingest spilled.
+    pub spill_entry_bytes: usize,
     /// Wall-clock seconds per phase: stream (read, parse, play, count
     /// boards), dedup (merge spilled partitions), boards (write boards and
     /// legal_moves), commit.
@@ -160,6 +163,7 @@ impl serde::Serialize for Summary {
             "games_read": self.games_read(),
             "pgn_bytes": self.pgn_bytes(),
             "spilled": self.spilled,
+            "spill_entry_bytes": self.spill_entry_bytes,
             "peak_rss_bytes": self.peak_rss,
             "memory_limit": self.memory_limit,
             "least_memory_limit": self.least_memory_limit,
@@ -184,9 +188,12 @@ impl Report for Summary {
             self.games_read() as f64 / secs,
             self.pgn_bytes() as f64 / 1e6 / secs,
             if self.spilled {
-                " (board dedup spilled to disk)"
+                format!(
+                    " (board dedup spilled to disk, {} bytes a board)",
+                    self.spill_entry_bytes
+                )
             } else {
-                ""
+                String::new()
             }
         )?;
         let phases: Vec<String> = self
@@ -349,11 +356,13 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
             None => None,
         },
     };
+    let spill_format = SpillFormat::for_this_cpu();
     let aggregators = Aggregator::sharded(
         splits.len(),
         config.memory_limit,
         &txn.scratch("boards")?,
         dedup_shards(config.threads),
+        spill_format,
     );
     let shared: Vec<InputShared> = config
         .inputs
@@ -594,6 +603,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
         inputs,
         seconds: clock.elapsed().as_secs_f64(),
         spilled,
+        spill_entry_bytes: spill_format.entry_bytes(),
         phases,
         peak_rss: peak_rss(),
         memory_limit: config.memory_limit,

@@ -150,6 +150,7 @@ bench-eval: | $(DUCKDB_LIB)
 
 ## Every stage at SCALE_GAMES/10 and SCALE_GAMES generated games (default
 ## 10^5): wall time, records/s, peak RSS, disk, the 10x ratio (benches/scale.rs).
+## SCALE_STAGES picks stages, SCALE_REPEAT=R keeps ingest's median of R runs.
 SCALE_GAMES ?= 100000
 bench-scale: | $(DUCKDB_LIB)
 	SCALE_GAMES=$(SCALE_GAMES) $(CARGO) bench --locked --bench scale

@@ -54,6 +54,10 @@
 //! run; `loader`, `train` and `export` need `import`. At 10^7 games the
 //! value bags (~1.3 TB at every board) and `sampling`'s CSV (~65 GB) do not
 //! fit an ordinary disk, while `SCALE_STAGES=stats,table_a1,overlap` does.
+//! SCALE_REPEAT=R (default 1) runs ingest R times at each size and reports
+//! the run of median wall time (its CPU time beside it, the highest peak
+//! RSS of the R): on the project's VMs one ingest's time swings by ~10%
+//! from run to run, and so did the single-run ratio (9.2-12.8 at 10^6).
 
 use std::{
     fs,
@@ -629,6 +633,7 @@ fn main() {
         .parse::<chessbench::options::ByteSize>()
         .expect("SCALE_MEMORY")
         .0;
+    let repeat = env_u64("SCALE_REPEAT", 1).max(1);
     let stages = stages();
     let on = |stage: &str| stages.contains(&stage);
     let sizes = [n / 10, n];
@@ -656,23 +661,41 @@ fn main() {
         fs::create_dir_all(&dir).unwrap();
         let run = dir.join("run");
         let log = |name: &str| dir.join(name);
-        // Ingest.
-        let c = measure(
-            Command::new(BIN)
-                .args([
-                    "ingest",
-                    "--json",
-                    "--no-progress",
-                    "--test-fraction",
-                    "0.05",
-                ])
-                .arg(&input)
-                .arg("--out")
-                .arg(&run)
-                .args(["--memory-limit", &memory]),
-            &log("ingest"),
-        )
-        .expect("ingest");
+        // Ingest, `repeat` times into a fresh run; the run of median time
+        // stands (the last run's tables are the ones the stages below read).
+        let mut tries: Vec<Child> = Vec::new();
+        for _ in 0..repeat {
+            let _ = fs::remove_dir_all(&run);
+            tries.push(
+                measure(
+                    Command::new(BIN)
+                        .args([
+                            "ingest",
+                            "--json",
+                            "--no-progress",
+                            "--test-fraction",
+                            "0.05",
+                        ])
+                        .arg(&input)
+                        .arg("--out")
+                        .arg(&run)
+                        .args(["--memory-limit", &memory]),
+                    &log("ingest"),
+                )
+                .expect("ingest"),
+            );
+        }
+        let peak = tries.iter().map(|c| c.rss).max().unwrap_or(0);
+        tries.sort_by(|a, b| a.secs.total_cmp(&b.secs));
+        if repeat > 1 {
+            let times: Vec<String> = tries.iter().map(|c| format!("{:.2}", c.secs)).collect();
+            println!(
+                "  {g} games: ingest {} s (sorted; the median stands)",
+                times.join(", ")
+            );
+        }
+        let mut c = tries.swap_remove(tries.len() / 2);
+        c.rss = peak;
         let s: serde_json::Value = serde_json::from_str(&c.stdout).unwrap();
         let boards: u64 = s["splits"]
             .as_object()

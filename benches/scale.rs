@@ -664,8 +664,13 @@ fn main() {
         // Ingest, `repeat` times into a fresh run; the run of median time
         // stands (the last run's tables are the ones the stages below read).
         let mut tries: Vec<Child> = Vec::new();
-        for _ in 0..repeat {
+        for i in 1..=repeat {
             let _ = fs::remove_dir_all(&run);
+            let name = if repeat > 1 {
+                format!("ingest-{i}")
+            } else {
+                "ingest".to_owned()
+            };
             tries.push(
                 measure(
                     Command::new(BIN)
@@ -680,7 +685,7 @@ fn main() {
                         .arg("--out")
                         .arg(&run)
                         .args(["--memory-limit", &memory]),
-                    &log("ingest"),
+                    &log(&name),
                 )
                 .expect("ingest"),
             );

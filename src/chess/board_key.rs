@@ -15,7 +15,8 @@
 //!   (K, Q, k, q), bits 5–8 en passant file + 1 (0 = none), bits 9–31 halfmove
 //!   clock, bits 32–63 fullmove number.
 //!
-//! This layout is part of the spill format only; it never reaches a table.
+//! This layout (or its packed form, [`BoardKey::pack`]) is part of ingest's
+//! spill format only; it never reaches a table.
 
 use std::num::NonZeroU32;
 
@@ -121,9 +122,10 @@ const RANK_TEMPLATES: [([u8; 8], u8); 256] = {
 pub(crate) const PACKED_KEY_BYTES: usize = 32;
 
 /// Whether this CPU runs BMI2's `pext`/`pdep` in a few cycles: Intel
-/// since Haswell and AMD since Zen 3. AMD's earlier cores with BMI2 (Zen 1
-/// and 2, families 0x15-0x18, Hygon's too) run them in microcode, at
-/// ~8 cycles an extracted bit, slower than the portable loop.
+/// since Haswell and AMD since Zen 3. AMD's earlier cores with BMI2
+/// (Excavator, family 0x15; Zen 1 and 2, 0x17; Hygon's, 0x18) run them in
+/// microcode, whose time grows with the mask's set bits (up to hundreds of
+/// cycles each).
 pub(crate) fn fast_bit_extract() -> bool {
     static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FAST.get_or_init(detect_fast_bit_extract)
@@ -140,14 +142,21 @@ fn detect_fast_bit_extract() -> bool {
     vendor[..4].copy_from_slice(&leaf0.ebx.to_le_bytes());
     vendor[4..8].copy_from_slice(&leaf0.edx.to_le_bytes());
     vendor[8..].copy_from_slice(&leaf0.ecx.to_le_bytes());
-    let eax = __cpuid(1).eax;
+    fast_pext_for(&vendor, __cpuid(1).eax)
+}
+
+/// [`fast_bit_extract`]'s rule for a CPU with BMI2, from its CPUID vendor
+/// string and leaf 1's EAX (family in bits 8-11, extended family in bits
+/// 20-27 when the family is 0xf).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn fast_pext_for(vendor: &[u8; 12], eax: u32) -> bool {
     let base = (eax >> 8) & 0xf;
     let family = if base == 0xf {
         base + ((eax >> 20) & 0xff)
     } else {
         base
     };
-    let amd = &vendor == b"AuthenticAMD" || &vendor == b"HygonGenuine";
+    let amd = vendor == b"AuthenticAMD" || vendor == b"HygonGenuine";
     !(amd && family < 0x19)
 }
 
@@ -555,10 +564,35 @@ mod tests {
                 assert_eq!(extract4([white, b0, b1, b2], occ), planes);
                 assert_eq!(deposit4_portable(planes, occ), [white, b0, b1, b2]);
                 assert_eq!(deposit4(planes, occ), [white, b0, b1, b2]);
+                // The BMI2 path wherever the CPU has it, fast or not.
+                #[cfg(target_arch = "x86_64")]
+                if std::arch::is_x86_feature_detected!("bmi2") {
+                    // SAFETY: the CPU has BMI2 (checked just above).
+                    let (got, back) = unsafe {
+                        (
+                            extract4_bmi2([white, b0, b1, b2], occ),
+                            deposit4_bmi2(planes, occ),
+                        )
+                    };
+                    assert_eq!(got, planes);
+                    assert_eq!(back, [white, b0, b1, b2]);
+                }
                 keys += 1;
             }
         }
         assert!(keys > 50_000, "{keys}");
+    }
+
+    #[test]
+    fn pext_counts_as_fast_except_on_amd_cores_before_zen_3() {
+        // Leaf 1 EAX: family 6 (Intel), 0xf + extended family (AMD).
+        let eax = |base: u32, ext: u32| (base << 8) | (ext << 20);
+        assert!(fast_pext_for(b"GenuineIntel", eax(6, 0)));
+        assert!(!fast_pext_for(b"AuthenticAMD", eax(0xf, 0x06))); // 0x15
+        assert!(!fast_pext_for(b"AuthenticAMD", eax(0xf, 0x08))); // 0x17
+        assert!(!fast_pext_for(b"HygonGenuine", eax(0xf, 0x09))); // 0x18
+        assert!(fast_pext_for(b"AuthenticAMD", eax(0xf, 0x0a))); // 0x19
+        assert!(fast_pext_for(b"AuthenticAMD", eax(0xf, 0x0b))); // 0x1a
     }
 
     #[test]

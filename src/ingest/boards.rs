@@ -950,9 +950,10 @@ impl Aggregator {
 /// The distinct boards of each split, in order of first occurrence, from
 /// the shards that counted them ([`Aggregator::sharded`]). A split that
 /// any shard spilled is spilled by all of them, and its partitions are
-/// deduplicated by `threads` threads at once, each within its share of the
-/// memory limit; a split that stayed in memory is the merge of the shards'
-/// tables by first occurrence.
+/// deduplicated by `threads` threads at once, or twice as many
+/// ([`dedup_workers`]), each within its share of the memory limit; a split
+/// that stayed in memory is the merge of the shards' tables by first
+/// occurrence.
 pub(crate) fn finish(
     shards: Vec<Aggregator>,
     threads: usize,
@@ -1018,11 +1019,13 @@ pub(crate) fn finish(
 
 /// Threads deduplicating the partition files `paths`, for `threads`
 /// threads' worth of CPU: twice as many when each one's share of the
-/// tables' `max_entries` still holds the biggest partition in one pass,
-/// since a thread waits on the disk about half the time (reading its
-/// partition, writing its run: 46% I/O wait with one thread a core at 10^6
-/// generated games); as many otherwise, where more threads would split
-/// partitions that fit now, reading and writing them twice more.
+/// tables' `max_entries` still holds the biggest partition in one pass
+/// beside its file buffers ([`DEDUP_THREAD_IO`]), since a thread waits on
+/// the disk about half the time (reading its partition, writing its run:
+/// 46% I/O wait with one thread a core at 10^6 generated games); as many
+/// otherwise, where more threads would split partitions that fit now,
+/// reading and writing them twice more, or hold more buffers than the
+/// limit has room for.
 fn dedup_workers(
     paths: &[&Path],
     max_entries: usize,
@@ -1034,13 +1037,22 @@ fn dedup_workers(
         let len = fs::metadata(path).map_err(|e| spill_err(path, e))?.len();
         biggest = biggest.max(len as usize / format.entry_bytes());
     }
-    let doubled = 2 * threads;
-    Ok(if fits_in_memory(biggest, max_entries / doubled) {
+    let doubled = threads.max(1).saturating_mul(2);
+    let buffers = (DEDUP_THREAD_IO / BYTES_PER_ENTRY) as usize;
+    let share = (max_entries / doubled).saturating_sub(buffers);
+    Ok(if fits_in_memory(biggest, share) {
         doubled
     } else {
         threads
     })
 }
+
+/// File buffers of a thread deduplicating a partition in one pass: its
+/// partition's read buffer (1 MiB) and batch (4,096 entries, bytes and
+/// decoded), and its run's write buffer (1 MiB). Counted against the
+/// thread's share of the tables only when the threads are doubled
+/// ([`dedup_workers`]).
+const DEDUP_THREAD_IO: u64 = 3 << 20;
 
 /// Runs [`dedup_partition`] on every path, `threads` at a time; the runs
 /// come back in the order of `paths`. The first failure stops the others
@@ -1670,6 +1682,12 @@ mod tests {
         let big = partition("b", 8_300_000);
         let paths = [small.as_path(), big.as_path()];
         assert_eq!(dedup_workers(&paths, 24_000_000, 2, format).unwrap(), 2);
+        // Tiny partitions but a small limit on many cores: 32 threads'
+        // file buffers (3 MiB each) would not fit ~14 MB of tables.
+        let tiny = partition("c", 1_000);
+        let paths = [tiny.as_path()];
+        assert_eq!(dedup_workers(&paths, 200_000, 16, format).unwrap(), 16);
+        assert_eq!(dedup_workers(&paths, 24_000_000, 16, format).unwrap(), 32);
         let gone = tmp.path().join("gone");
         let err = dedup_workers(&[gone.as_path()], 1 << 20, 2, format).unwrap_err();
         assert!(err.to_string().contains("gone"), "{err}");

@@ -200,7 +200,9 @@ pub struct IngestConfig {
     pub test_split: String,
     pub limits: Limits,
     /// Worker threads parsing and playing games; as many threads, up to 4,
-    /// deduplicate boards.
+    /// deduplicate boards, and once they have spilled, as many or twice as
+    /// many deduplicate the spilled partitions (twice when the partitions
+    /// are small enough: those threads wait on the disk half the time).
     pub threads: usize,
     /// Memory of the ingest; board deduplication spills to disk past it.
     pub memory_limit: u64,
@@ -294,7 +296,8 @@ pub struct IngestOptions {
     #[arg(long, value_name = "SIZE", default_value = "32MiB", help_heading = "Limits")]
     pub max_game_bytes: ByteSize,
     /// Worker threads parsing games, and (up to 4 of them) deduplicating
-    /// boards [default: the number of cores].
+    /// boards; spilled boards are deduplicated by N or, where the
+    /// partitions are small, 2N threads [default: the number of cores].
     #[arg(short = 'j', long, value_name = "N", help_heading = "Resources")]
     pub threads: Option<usize>,
     /// Memory of the ingest (at least 1MiB); past it, boards spill to the

@@ -208,8 +208,13 @@ fn measure_read_only(mut cmd: impl FnMut() -> Command, log: &Path) -> Result<Chi
     for _ in 1..REPEATS {
         runs.push(measure(&mut cmd(), log)?);
     }
+    Ok(median_run(runs))
+}
+
+/// The run of median wall time (the upper one of an even count).
+fn median_run(mut runs: Vec<Child>) -> Child {
     runs.sort_by(|a, b| a.secs.total_cmp(&b.secs));
-    Ok(runs.swap_remove(REPEATS / 2))
+    runs.swap_remove(runs.len() / 2)
 }
 
 fn du(path: &Path) -> u64 {
@@ -691,15 +696,16 @@ fn main() {
             );
         }
         let peak = tries.iter().map(|c| c.rss).max().unwrap_or(0);
-        tries.sort_by(|a, b| a.secs.total_cmp(&b.secs));
         if repeat > 1 {
-            let times: Vec<String> = tries.iter().map(|c| format!("{:.2}", c.secs)).collect();
+            let mut times: Vec<f64> = tries.iter().map(|c| c.secs).collect();
+            times.sort_by(f64::total_cmp);
+            let times: Vec<String> = times.iter().map(|s| format!("{s:.2}")).collect();
             println!(
                 "  {g} games: ingest {} s (sorted; the median stands)",
                 times.join(", ")
             );
         }
-        let mut c = tries.swap_remove(tries.len() / 2);
+        let mut c = median_run(tries);
         c.rss = peak;
         let s: serde_json::Value = serde_json::from_str(&c.stdout).unwrap();
         let boards: u64 = s["splits"]

@@ -936,11 +936,6 @@ impl Aggregator {
         self.sets.iter().any(|s| s.generations > 0)
     }
 
-    /// How this aggregator lays entries out when it spills.
-    fn format(&self) -> SpillFormat {
-        self.sets.first().map_or(SpillFormat::Plain, |s| s.format)
-    }
-
     #[cfg(test)]
     fn finish(self, threads: usize) -> Result<Vec<SplitBoards>, IngestError> {
         finish(vec![self], threads)
@@ -961,14 +956,9 @@ pub(crate) fn finish(
     let threads = threads.max(1);
     let max_entries: usize = shards.iter().map(|a| a.max_entries).sum();
     let splits = shards.first().map_or(0, |a| a.sets.len());
-    let format = shards
-        .first()
-        .map_or(SpillFormat::Plain, Aggregator::format);
-    if shards.iter().any(|a| a.format() != format) {
-        return Err(IngestError::Internal(
-            "the shards counting boards spill in different formats".into(),
-        ));
-    }
+    // Every shard of one ingest spills in the format `sharded` gave them all.
+    let format =
+        (shards.first().and_then(|a| a.sets.first())).map_or(SpillFormat::Plain, |s| s.format);
     let mut by_split: Vec<Vec<BoardSet>> = (0..splits).map(|_| Vec::new()).collect();
     for aggregator in shards {
         for (s, set) in aggregator.sets.into_iter().enumerate() {

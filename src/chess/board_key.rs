@@ -474,14 +474,23 @@ impl BoardKey {
         Some(out)
     }
 
-    /// Inverse of [`BoardKey::pack`].
+    /// Inverse of [`BoardKey::pack`]. `None` for bytes `pack` never
+    /// writes (more than 32 occupied squares, or a plane with bits past the
+    /// occupied squares' count): a corrupt spill file, which must not
+    /// decode to some other board.
     #[inline]
-    pub(crate) fn unpack(bytes: &[u8; PACKED_KEY_BYTES]) -> BoardKey {
+    pub(crate) fn unpack(bytes: &[u8; PACKED_KEY_BYTES]) -> Option<BoardKey> {
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
         let planes = u128::from_le_bytes(bytes[8..24].try_into().unwrap());
         let occ = word(0);
+        let n = occ.count_ones();
+        // Bits past the n-th of each 32-bit plane, in all four lanes.
+        let unused = u128::from(u32::MAX.checked_shl(n).unwrap_or(0));
+        if n > 32 || planes & (unused * 0x0000_0001_0000_0001_0000_0001_0000_0001) != 0 {
+            return None;
+        }
         let [white, b0, b1, b2] = deposit4(planes, occ);
-        BoardKey([white, b0, b1, b2, word(24)])
+        Some(BoardKey([white, b0, b1, b2, word(24)]))
     }
 
     /// Serialises to 40 little-endian bytes.
@@ -557,7 +566,7 @@ mod tests {
             for pos in crate::chess::random_games::game(seed, 300) {
                 let key = BoardKey::from_position(&pos).unwrap();
                 let packed = key.pack().expect("a standard position packs");
-                assert_eq!(BoardKey::unpack(&packed), key, "{}", key.fen());
+                assert_eq!(BoardKey::unpack(&packed), Some(key), "{}", key.fen());
                 let [white, b0, b1, b2, _] = key.0;
                 let occ = b0 | b1 | b2;
                 let planes = extract4_portable([white, b0, b1, b2], occ);
@@ -612,6 +621,30 @@ mod tests {
     }
 
     #[test]
+    fn bytes_that_pack_never_writes_do_not_unpack() {
+        let start = BoardKey::from_position(&Chess::default()).unwrap();
+        let packed = start.pack().unwrap();
+        assert_eq!(BoardKey::unpack(&packed), Some(start));
+        // 33 occupied squares.
+        let mut crowded = packed;
+        crowded[3] |= 1 << 4; // e4
+        assert_eq!(BoardKey::unpack(&crowded), None);
+        // A bit past the occupied squares in each plane in turn; a position
+        // with fewer pieces leaves more bits that must stay clear.
+        for plane in 0..4 {
+            let mut stray = packed;
+            stray[8 + 4 * plane + 3] = 0x80; // the 32nd of a full board: fine
+            assert!(BoardKey::unpack(&stray).is_some());
+            let mut bare = stray;
+            bare[0] &= !1; // a1 empty: 31 occupied, bit 31 is past them
+            assert_eq!(BoardKey::unpack(&bare), None, "plane {plane}");
+        }
+        // A zeroed entry (a hole in a file) is the empty board: it unpacks,
+        // and the spill reader refuses it for its zero count instead.
+        assert!(BoardKey::unpack(&[0; PACKED_KEY_BYTES]).is_some());
+    }
+
+    #[test]
     fn golden_boards_round_trip() {
         let text = crate::testing::golden("tokens.jsonl");
         let mut seen = std::collections::HashMap::new();
@@ -623,7 +656,7 @@ mod tests {
             assert_eq!(key.fen(), fen);
             assert_eq!(key.fen(), shakmaty_fen(&pos));
             assert_eq!(key.to_position().unwrap(), pos, "{fen}");
-            assert_eq!(BoardKey::unpack(&key.pack().unwrap()), key, "{fen}");
+            assert_eq!(BoardKey::unpack(&key.pack().unwrap()), Some(key), "{fen}");
             // Distinct FENs get distinct keys and vice versa.
             if let Some(other) = seen.insert(key, fen.to_owned()) {
                 assert_eq!(other, fen);

@@ -32,7 +32,7 @@ use std::sync::{
     atomic::{AtomicUsize, Ordering},
 };
 
-use super::IngestError;
+use super::{IngestError, config::ConfigError};
 use crate::{
     chess::{
         BoardKey,
@@ -184,6 +184,29 @@ impl SpillFormat {
         }
     }
 
+    /// The environment variable that overrides [`SpillFormat::for_this_cpu`]
+    /// (`plain` or `packed`): for tests that push both formats through the
+    /// real binary, and for comparing them on one machine. Packed without a
+    /// fast `pext` works, bit by bit.
+    pub(crate) const ENV: &'static str = "CHESSBENCH_SPILL_FORMAT";
+
+    /// The format named by [`SpillFormat::ENV`]'s value, or this CPU's
+    /// when it is unset.
+    pub(crate) fn from_env(value: Option<&str>) -> Result<SpillFormat, IngestError> {
+        match value {
+            None => Ok(SpillFormat::for_this_cpu()),
+            Some("plain") => Ok(SpillFormat::Plain),
+            Some("packed") => Ok(SpillFormat::Packed),
+            Some(other) => Err(ConfigError::Invalid {
+                option: SpillFormat::ENV,
+                message: format!(
+                    "{other:?}: expected \"plain\" or \"packed\" (or unset: this CPU's choice)"
+                ),
+            }
+            .into()),
+        }
+    }
+
     /// Bytes of one entry on disk.
     pub(crate) const fn entry_bytes(self) -> usize {
         match self {
@@ -225,26 +248,29 @@ impl SpillFormat {
         Ok(())
     }
 
-    /// Inverse of [`SpillFormat::write`]; `bytes` is one entry.
+    /// Inverse of [`SpillFormat::write`]; `bytes` is one entry. `None` for
+    /// bytes `write` never gives (a count of 0, as in a zeroed block, or a
+    /// packed key [`BoardKey::unpack`] refuses): a corrupt spill file.
     #[inline]
-    fn read(self, bytes: &[u8]) -> Entry {
+    fn read(self, bytes: &[u8]) -> Option<Entry> {
         let word = |at: usize, len: usize| {
             let mut b = [0u8; 8];
             b[..len].copy_from_slice(&bytes[at..at + len]);
             u64::from_le_bytes(b)
         };
-        match self {
+        let entry = match self {
             SpillFormat::Plain => Entry {
                 key: BoardKey::from_bytes(bytes[..KEY_BYTES].try_into().unwrap()),
                 first: word(KEY_BYTES, 8),
                 count: word(KEY_BYTES + 8, 8),
             },
             SpillFormat::Packed => Entry {
-                key: BoardKey::unpack(bytes[..PACKED_KEY_BYTES].try_into().unwrap()),
+                key: BoardKey::unpack(bytes[..PACKED_KEY_BYTES].try_into().unwrap())?,
                 first: word(PACKED_KEY_BYTES, 7),
                 count: word(PACKED_KEY_BYTES + 7, 5),
             },
-        }
+        };
+        (entry.count > 0).then_some(entry)
     }
 }
 
@@ -1147,6 +1173,8 @@ struct EntryReader {
     reader: Source,
     path: PathBuf,
     format: SpillFormat,
+    /// Bytes of the file read so far (where errors say they are).
+    offset: u64,
 }
 
 impl EntryReader {
@@ -1164,6 +1192,7 @@ impl EntryReader {
             reader,
             path: path.to_owned(),
             format,
+            offset: 0,
         })
     }
 
@@ -1191,7 +1220,24 @@ impl EntryReader {
             ));
         }
         let format = self.format;
-        out.extend(buf[..filled].chunks_exact(size).map(|b| format.read(b)));
+        for bytes in buf[..filled].chunks_exact(size) {
+            let Some(entry) = format.read(bytes) else {
+                let at = self.offset + (out.len() * size) as u64;
+                return Err(spill_err(
+                    &self.path,
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "bytes {at}..{} are not a board ingest writes ({format:?} format, \
+                             {size} bytes an entry): the file is corrupt",
+                            at + size as u64
+                        ),
+                    ),
+                ));
+            };
+            out.push(entry);
+        }
+        self.offset += filled as u64;
         Ok(())
     }
 }
@@ -1744,7 +1790,7 @@ mod tests {
                     bytes.clear();
                     format.write(&entry, &mut bytes).unwrap();
                     assert_eq!(bytes.len(), format.entry_bytes());
-                    assert_eq!(format.read(&bytes), entry, "{format:?}");
+                    assert_eq!(format.read(&bytes), Some(entry), "{format:?}");
                 }
                 n += 1;
             }
@@ -1780,6 +1826,84 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("game 7 at ply 12"), "{err}");
+    }
+
+    #[test]
+    fn the_environment_picks_the_spill_format_or_says_what_it_takes() {
+        assert_eq!(
+            SpillFormat::from_env(None).unwrap(),
+            SpillFormat::for_this_cpu()
+        );
+        assert_eq!(
+            SpillFormat::from_env(Some("plain")).unwrap(),
+            SpillFormat::Plain
+        );
+        assert_eq!(
+            SpillFormat::from_env(Some("packed")).unwrap(),
+            SpillFormat::Packed
+        );
+        let err = SpillFormat::from_env(Some("Packed"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("CHESSBENCH_SPILL_FORMAT") && err.contains("\"plain\" or \"packed\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn corrupt_spill_files_are_errors_naming_the_file_and_the_bytes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let start = BoardKey::from_position(&Chess::default()).unwrap();
+        let good = Entry {
+            key: start,
+            first: first_seen(3, 4),
+            count: 2,
+        };
+        for format in [SpillFormat::Plain, SpillFormat::Packed] {
+            let size = format.entry_bytes();
+            let mut bytes = Vec::new();
+            for _ in 0..3 {
+                format.write(&good, &mut bytes).unwrap();
+            }
+            // The second entry zeroed (a hole), or, packed, crowded with a
+            // 33rd occupied square.
+            let mut corrupt = vec![bytes.clone()];
+            corrupt[0][size..2 * size].fill(0);
+            if format == SpillFormat::Packed {
+                let mut crowded = bytes.clone();
+                crowded[size + 3] |= 1 << 4;
+                corrupt.push(crowded);
+            }
+            for (i, file) in corrupt.iter().enumerate() {
+                let path = tmp.path().join(format!("{format:?}-{i}.bin"));
+                fs::write(&path, file).unwrap();
+                let mut reader = EntryReader::open(&path, ReadMode::Cached(4096), format).unwrap();
+                let mut buf = vec![0u8; size * 8];
+                let err = reader
+                    .next_batch(&mut buf, &mut Vec::new())
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains(&path.display().to_string()), "{err}");
+                assert!(
+                    err.contains(&format!("bytes {size}..{}", 2 * size)),
+                    "{err}"
+                );
+                assert!(err.contains("corrupt"), "{err}");
+            }
+            // Read an entry at a time, the offset still counts from the
+            // file's start.
+            let path = tmp.path().join(format!("{format:?}-0.bin"));
+            let mut reader = EntryReader::open(&path, ReadMode::Cached(4096), format).unwrap();
+            let (mut buf, mut out) = (vec![0u8; size], Vec::new());
+            reader.next_batch(&mut buf, &mut out).unwrap();
+            assert_eq!(out, [good]);
+            let err = reader.next_batch(&mut buf, &mut out).unwrap_err();
+            assert!(
+                err.to_string().contains(&format!("bytes {size}..")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -298,6 +298,7 @@ struct InputShared {
 pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     let clock = Instant::now();
     let started_at = now_secs();
+    let spill_format = SpillFormat::from_env(std::env::var(SpillFormat::ENV).ok().as_deref())?;
     let run_dir = RunDir::open(&config.out)?;
     let txn = run_dir.begin()?;
     let splits = config.splits();
@@ -356,7 +357,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
             None => None,
         },
     };
-    let spill_format = SpillFormat::for_this_cpu();
+
     let aggregators = Aggregator::sharded(
         splits.len(),
         config.memory_limit,

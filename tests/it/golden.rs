@@ -123,14 +123,25 @@ fn output_does_not_depend_on_memory_limit_or_threads() {
     ingest(three.path(), &[path, "-j", "3"]);
     assert!(snapshot(three.path()) == expected, "3-thread run differs");
     // 4 threads: boards deduplicated by 4 shards, each spilling its own
-    // partitions.
-    let four = tempfile::tempdir().unwrap();
-    let summary = ingest(four.path(), &[path, "-j", "4", "--memory-limit", "1MiB"]);
-    assert_eq!(summary["spilled"], true);
-    assert!(
-        snapshot(four.path()) == expected,
-        "4-shard spilled run differs"
-    );
+    // partitions, in both spill formats whatever this CPU would pick.
+    for (format, bytes) in [("plain", 56), ("packed", 44)] {
+        let four = tempfile::tempdir().unwrap();
+        let o = std::process::Command::new(BIN)
+            .env("CHESSBENCH_SPILL_FORMAT", format)
+            .args(["ingest", "--json", "--no-progress", "--out"])
+            .arg(four.path())
+            .args([path, "-j", "4", "--memory-limit", "1MiB"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(summary["spilled"], true);
+        assert_eq!(summary["spill_entry_bytes"], bytes, "{format}");
+        assert!(
+            snapshot(four.path()) == expected,
+            "4-shard spilled run ({format} spill entries) differs"
+        );
+    }
 }
 
 #[test]

@@ -65,6 +65,17 @@ pub(crate) const PIPELINE_RESERVE: u64 = 320 << 20;
 /// to 221 MB (glibc's per-thread arenas growing) and the boards phase to
 /// 207 MB, hence 16 MiB more than the 192 MiB that was kept before.
 pub(crate) const PIPELINE_FLOOR: u64 = 208 << 20;
+/// Most bytes one shard's tables (all splits) hold while games stream in,
+/// whatever the limit; the dedup phase still gets the whole limit. A table
+/// far bigger than the CPU caches costs a memory miss on every board, and
+/// here (a VM whose host backs memory on first touch, ~2 ns a byte) seconds
+/// to fault in; on unique games nearly every board goes to disk anyway
+/// (10^6 generated games: 50.4M boards spilled, 50.2M distinct), so a big
+/// table saved little writing. Measured at 10^6 generated games under the
+/// 2 GiB default, one binary: tables of 4, 8, 16, 64, 256 MiB a shard took
+/// 36.7, 35.1, 34.7-36.6, 37.7, 36.5 s, all the limit allowed (~850 MiB a
+/// shard) ~42-45 s; at 10^5 (which then spills) 3.7-3.9 s against 3.4-3.7.
+pub(crate) const STREAM_TABLE_BYTES: u64 = 16 << 20;
 /// Buffer of each partition file of a split while spilling, unless the
 /// tables are small ([`spill_buffer`]): written with `O_DIRECT` when full,
 /// so it should not be small. A split spilling has PARTITIONS files (each
@@ -692,9 +703,12 @@ fn partition_path(dir: &Path, p: usize) -> PathBuf {
 /// Counts the distinct boards of every split.
 pub(crate) struct Aggregator {
     sets: Vec<BoardSet>,
-    /// Bytes the tables (entries and index slots, all splits) may hold.
+    /// Bytes the tables (entries and index slots, all splits) may hold
+    /// while games stream in: this shard's share of the limit, at most
+    /// [`STREAM_TABLE_BYTES`].
     table_bytes: u64,
-    /// Entries in a full generation (pieces of long games, partitions).
+    /// Entries this shard's share of the limit holds (the dedup phase's
+    /// partitions, [`finish`]).
     max_entries: usize,
     /// Which keys this aggregator counts.
     shard: Shard,
@@ -830,7 +844,7 @@ impl Aggregator {
                     format,
                 })
                 .collect(),
-            table_bytes,
+            table_bytes: table_bytes.min(STREAM_TABLE_BYTES.max(1024 * BYTES_PER_ENTRY)),
             max_entries: max_entries as usize,
             shard,
             firsts: Vec::new(),
@@ -891,7 +905,8 @@ impl Aggregator {
     /// Consecutive games of one split go in as one run (a pipelined insert
     /// is fastest on long runs).
     pub(crate) fn add(&mut self, batch: &KeyBatch) -> Result<(), IngestError> {
-        let piece = self.max_entries / 2;
+        // Runs of at most half what a streaming table holds.
+        let piece = ((self.table_bytes / BYTES_PER_ENTRY) as usize / 2).max(512);
         let mut firsts = std::mem::take(&mut self.firsts);
         let mut keys = std::mem::take(&mut self.keys);
         firsts.clear();
@@ -917,7 +932,7 @@ impl Aggregator {
             }
             let first = first_seen(game.game_no, 0);
             if n > piece {
-                // A game longer than half a generation goes in pieces.
+                // A game longer than half a streaming table goes in pieces.
                 for p in 0..n.div_ceil(piece) {
                     let range = p * piece..n.min((p + 1) * piece);
                     let ply = first + range.start as u64;

@@ -2037,6 +2037,38 @@ mod tests {
     }
 
     #[test]
+    fn tables_stay_small_while_games_stream_in_whatever_the_limit() {
+        const MIB: u64 = 1 << 20;
+        let tmp = tempfile::tempdir().unwrap();
+        let format = SpillFormat::for_this_cpu();
+        let mut one = Aggregator::sharded(2, 2048 * MIB, tmp.path(), 1, format).remove(0);
+        // The stream phase's tables are capped; the dedup phase keeps the
+        // whole share of the limit.
+        assert_eq!(one.table_bytes, STREAM_TABLE_BYTES);
+        assert!(one.max_entries as u64 * BYTES_PER_ENTRY > 1024 * MIB);
+        let b = batch(20_000);
+        let mut distinct = vec![std::collections::HashSet::<BoardKey>::new(); 2];
+        let mut at = 0;
+        for game in &b.games {
+            let n = game.boards as usize;
+            distinct[usize::from(game.split)].extend(&b.keys.keys()[at..at + n]);
+            at += n;
+        }
+        let held = STREAM_TABLE_BYTES / BYTES_PER_ENTRY;
+        let total: usize = distinct.iter().map(|d| d.len()).sum();
+        assert!(total as u64 > held, "{total} boards: too few to spill");
+        one.add(&b).unwrap();
+        assert!(one.spilled());
+        let bytes: u64 = one.sets.iter().map(BoardSet::bytes).sum();
+        assert!(bytes <= STREAM_TABLE_BYTES, "{bytes}");
+        let got = collect(one);
+        for (split, d) in got.iter().zip(&distinct) {
+            assert_eq!(split.len(), d.len());
+            assert!(split.windows(2).all(|w| w[0].first < w[1].first));
+        }
+    }
+
+    #[test]
     fn a_partition_file_that_cannot_be_written_fails_the_spill_naming_it() {
         // A directory where a partition file goes, in the half each spill
         // thread writes: the spill fails, whichever thread met it, and the

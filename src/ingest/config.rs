@@ -304,9 +304,11 @@ pub struct IngestOptions {
     /// run directory. The board deduplication tables get what the rest
     /// leaves: this less 320MiB or, if more, this less 208MiB (the blocks
     /// being parsed, the boards in flight, the writers) less the spill
-    /// buffers (an eighth of the tables). Ingest stays within limits from
-    /// 232MiB (228MiB with one split); under that the tables get a quarter of
-    /// it (at most 16MiB) and it takes ~140-220MB whatever the limit.
+    /// buffers (an eighth of the tables); while games stream in, at most
+    /// 16MiB of tables a deduplicating thread, the whole share to merge
+    /// spilled partitions. Ingest stays within limits from 232MiB (228MiB
+    /// with one split); under that the tables get a quarter of it (at most
+    /// 16MiB) and it takes ~140-220MB whatever the limit.
     #[arg(long, value_name = "SIZE", default_value = MEMORY_LIMIT, help_heading = "Resources")]
     pub memory_limit: ByteSize,
 }

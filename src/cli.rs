@@ -65,7 +65,7 @@ move and write, per split, hive-partitioned Parquet tables into RUN_DIR:\n\n\
   legal_moves/split=S/  one row per (board, legal move): the action-value records\n\
   rejects/split=S/      one row per skipped or malformed game, with reason and position\n\n\
 Everything is staged and committed atomically with manifest.json; an interrupted ingest leaves no \
-partial table. Board deduplication spills to disk past --memory-limit.\n\n\
+partial table. Board deduplication spills to disk when its tables are full, within --memory-limit.\n\n\
 Stream a month from the web without storing it:\n\
   curl -sL https://database.lichess.org/standard/lichess_db_standard_rated_2023-01.pgn.zst \\\n\
     | chessbench ingest - --out runs/2023-01 --sample-games 10000 --seed 1"

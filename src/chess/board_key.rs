@@ -475,18 +475,24 @@ impl BoardKey {
     }
 
     /// Inverse of [`BoardKey::pack`]. `None` for bytes `pack` never
-    /// writes (more than 32 occupied squares, or a plane with bits past the
-    /// occupied squares' count): a corrupt spill file, which must not
-    /// decode to some other board.
+    /// writes (more than 32 occupied squares, a plane with bits past the
+    /// occupied squares' count, or an occupied square with no piece in the
+    /// role planes): a corrupt spill file, which must not decode to some
+    /// other board. The meta word (side, castling, en passant, clocks) is
+    /// not checked.
     #[inline]
     pub(crate) fn unpack(bytes: &[u8; PACKED_KEY_BYTES]) -> Option<BoardKey> {
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
         let planes = u128::from_le_bytes(bytes[8..24].try_into().unwrap());
         let occ = word(0);
         let n = occ.count_ones();
-        // Bits past the n-th of each 32-bit plane, in all four lanes.
-        let unused = u128::from(u32::MAX.checked_shl(n).unwrap_or(0));
-        if n > 32 || planes & (unused * 0x0000_0001_0000_0001_0000_0001_0000_0001) != 0 {
+        if n > 32 {
+            return None;
+        }
+        // The low n bits of a 32-bit plane: one per occupied square.
+        let used = u32::MAX.checked_shr(32 - n).unwrap_or(0);
+        let [w, r0, r1, r2] = [0, 32, 64, 96].map(|at| (planes >> at) as u32);
+        if (w | r0 | r1 | r2) & !used != 0 || (r0 | r1 | r2) != used {
             return None;
         }
         let [white, b0, b1, b2] = deposit4(planes, occ);
@@ -629,16 +635,28 @@ mod tests {
         let mut crowded = packed;
         crowded[3] |= 1 << 4; // e4
         assert_eq!(BoardKey::unpack(&crowded), None);
-        // A bit past the occupied squares in each plane in turn; a position
-        // with fewer pieces leaves more bits that must stay clear.
+        // 31 pieces (no rook on a1): bit 31 of every plane is past the
+        // occupied squares, and set in any one plane it is refused.
+        let fewer: Chess = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/1NBQKBNR w Kkq - 0 1"
+            .parse::<Fen>()
+            .unwrap()
+            .into_position(CastlingMode::Standard)
+            .unwrap();
+        let fewer = BoardKey::from_position(&fewer).unwrap();
+        let packed = fewer.pack().unwrap();
+        assert_eq!(BoardKey::unpack(&packed), Some(fewer));
         for plane in 0..4 {
             let mut stray = packed;
-            stray[8 + 4 * plane + 3] = 0x80; // the 32nd of a full board: fine
-            assert!(BoardKey::unpack(&stray).is_some());
-            let mut bare = stray;
-            bare[0] &= !1; // a1 empty: 31 occupied, bit 31 is past them
-            assert_eq!(BoardKey::unpack(&bare), None, "plane {plane}");
+            stray[8 + 4 * plane + 3] |= 0x80;
+            assert_eq!(BoardKey::unpack(&stray), None, "plane {plane}");
         }
+        // An occupied square (the first, b1) with no piece in the role
+        // planes: it would decode as an empty square.
+        let mut hollow = packed;
+        for plane in 1..4 {
+            hollow[8 + 4 * plane] &= !1;
+        }
+        assert_eq!(BoardKey::unpack(&hollow), None);
         // A zeroed entry (a hole in a file) is the empty board: it unpacks,
         // and the spill reader refuses it for its zero count instead.
         assert!(BoardKey::unpack(&[0; PACKED_KEY_BYTES]).is_some());

@@ -3,9 +3,11 @@
 //! Boards arrive in game order (the collector orders them), so inserting
 //! them into a hash table whose entries live in a `Vec` yields the distinct
 //! boards in order of first occurrence — the order board ids follow — with
-//! no sort. When the table reaches `--memory-limit`, its entries are written,
-//! still in that order, to 64 partition files chosen by the key's hash, and
-//! the table starts afresh ("generations"). At the end each partition is
+//! no sort. When the table is full (its share of `--memory-limit`, at most
+//! [`STREAM_TABLE_BYTES`] while games stream in), its entries are written,
+//! still in that order, to 64 partition files chosen by the key's hash (by
+//! two threads, each half the files), and the table starts afresh
+//! ("generations"). At the end each partition is
 //! deduplicated on its own (the first occurrence of a key is in the earliest
 //! generation, and a partition file is ordered by first occurrence across
 //! generations), split by further hash bits if it is still too big (into
@@ -51,8 +53,10 @@ pub(crate) const BYTES_PER_ENTRY: u64 = ENTRY_SIZE + 16;
 const ENTRY_SIZE: u64 = std::mem::size_of::<Entry>() as u64;
 /// What the rest of ingest (input blocks, parsers, the collector, spill
 /// buffers) may hold beside the tables under a large limit: the tables get
-/// at least `--memory-limit` less this ([`table_bytes`]). Measured beside a
-/// full table (2 GiB limit): ~110 MB at 10^6 generated games, ~260 MB at
+/// at least `--memory-limit` less this ([`table_bytes`]; the dedup phase
+/// uses all of it, the stream phase at most [`STREAM_TABLE_BYTES`] a
+/// shard). Measured beside a full table (2 GiB limit, before the stream
+/// phase's tables were capped): ~110 MB at 10^6 generated games, ~260 MB at
 /// 10^7 (both splits spilling); the key batches in flight carry each key's
 /// hash too (8 of 48 bytes a board).
 pub(crate) const PIPELINE_RESERVE: u64 = 320 << 20;
@@ -86,8 +90,10 @@ const PARTITION_BITS: u32 = 6;
 const PARTITIONS: usize = 1 << PARTITION_BITS;
 
 /// The deduplication tables' memory under `memory_limit` for `splits`
-/// splits: as much as leaves the rest of ingest room, [`PIPELINE_FLOOR`]
-/// and the spill buffers ([`spill_buffer`]: an eighth of the tables' memory,
+/// splits (all of it for the dedup phase; the stream phase's tables are
+/// capped lower, [`STREAM_TABLE_BYTES`]): as much as leaves the rest of
+/// ingest room, [`PIPELINE_FLOOR`] and the spill buffers ([`spill_buffer`]:
+/// an eighth of this, so up to 4 times the capped tables while spilling,
 /// at least 64 KiB a file), and never less than the limit less
 /// [`PIPELINE_RESERVE`]. Under [`least_limit`] the tables get their minimum
 /// ([`min_table_bytes`]) and the limit is not honoured.
@@ -203,15 +209,17 @@ impl SpillFormat {
 
     /// The format named by [`SpillFormat::ENV`]'s value, or this CPU's
     /// when it is unset.
-    pub(crate) fn from_env(value: Option<&str>) -> Result<SpillFormat, IngestError> {
-        match value {
-            None => Ok(SpillFormat::for_this_cpu()),
+    pub(crate) fn from_env(value: Option<&std::ffi::OsStr>) -> Result<SpillFormat, IngestError> {
+        let Some(value) = value else {
+            return Ok(SpillFormat::for_this_cpu());
+        };
+        match value.to_str() {
             Some("plain") => Ok(SpillFormat::Plain),
             Some("packed") => Ok(SpillFormat::Packed),
-            Some(other) => Err(ConfigError::Invalid {
+            _ => Err(ConfigError::Invalid {
                 option: SpillFormat::ENV,
                 message: format!(
-                    "{other:?}: expected \"plain\" or \"packed\" (or unset: this CPU's choice)"
+                    "{value:?}: expected \"plain\" or \"packed\" (or unset: this CPU's choice)"
                 ),
             }
             .into()),
@@ -707,8 +715,8 @@ pub(crate) struct Aggregator {
     /// while games stream in: this shard's share of the limit, at most
     /// [`STREAM_TABLE_BYTES`].
     table_bytes: u64,
-    /// Entries this shard's share of the limit holds (the dedup phase's
-    /// partitions, [`finish`]).
+    /// Entries this shard's share of the limit holds: the dedup phase's
+    /// partitions ([`finish`]) get all of it.
     max_entries: usize,
     /// Which keys this aggregator counts.
     shard: Shard,
@@ -844,7 +852,7 @@ impl Aggregator {
                     format,
                 })
                 .collect(),
-            table_bytes: table_bytes.min(STREAM_TABLE_BYTES.max(1024 * BYTES_PER_ENTRY)),
+            table_bytes: table_bytes.min(STREAM_TABLE_BYTES),
             max_entries: max_entries as usize,
             shard,
             firsts: Vec::new(),
@@ -852,9 +860,16 @@ impl Aggregator {
         }
     }
 
-    /// Makes room in split `s` for `n` more entries (n <= max_entries),
+    /// Entries the tables hold while games stream in (a generation).
+    fn stream_entries(&self) -> usize {
+        (self.table_bytes / BYTES_PER_ENTRY) as usize
+    }
+
+    /// Makes room in split `s` for `n` more entries (n <= half a
+    /// generation, [`Aggregator::stream_entries`]),
     /// spilling the biggest split when the memory limit is reached.
     fn make_room(&mut self, s: usize, n: usize) -> Result<(), IngestError> {
+        let generation = self.stream_entries();
         loop {
             if self.sets[s].room() >= n {
                 return Ok(());
@@ -868,7 +883,7 @@ impl Aggregator {
             let want = need.max(2 * set.capacity).max(4096);
             let allowed = self.table_bytes.saturating_sub(others);
             if let Some((capacity, slots)) = table_shape(need, want, allowed) {
-                self.sets[s].grow_to(capacity, slots, self.max_entries);
+                self.sets[s].grow_to(capacity, slots, generation);
                 continue;
             }
             // Out of memory: spill the biggest set (possibly this one).
@@ -882,16 +897,15 @@ impl Aggregator {
                         set.release();
                     }
                 }
-                if self.max_entries < need {
+                if generation < need {
                     return Err(IngestError::Internal(format!(
-                        "{n} boards do not fit in a generation of {}",
-                        self.max_entries
+                        "{n} boards do not fit in a generation of {generation}"
                     )));
                 }
                 let (capacity, slots) = table_shape(need, need, u64::MAX).ok_or_else(|| {
                     IngestError::Internal(format!("no table holds {need} boards"))
                 })?;
-                self.sets[s].grow_to(capacity, slots, self.max_entries);
+                self.sets[s].grow_to(capacity, slots, generation);
                 continue;
             }
             self.sets[victim].spill()?;
@@ -905,8 +919,8 @@ impl Aggregator {
     /// Consecutive games of one split go in as one run (a pipelined insert
     /// is fastest on long runs).
     pub(crate) fn add(&mut self, batch: &KeyBatch) -> Result<(), IngestError> {
-        // Runs of at most half what a streaming table holds.
-        let piece = ((self.table_bytes / BYTES_PER_ENTRY) as usize / 2).max(512);
+        // Runs of at most half a generation.
+        let piece = self.stream_entries() / 2;
         let mut firsts = std::mem::take(&mut self.firsts);
         let mut keys = std::mem::take(&mut self.keys);
         firsts.clear();
@@ -1877,21 +1891,15 @@ mod tests {
 
     #[test]
     fn the_environment_picks_the_spill_format_or_says_what_it_takes() {
-        assert_eq!(
-            SpillFormat::from_env(None).unwrap(),
-            SpillFormat::for_this_cpu()
-        );
-        assert_eq!(
-            SpillFormat::from_env(Some("plain")).unwrap(),
-            SpillFormat::Plain
-        );
-        assert_eq!(
-            SpillFormat::from_env(Some("packed")).unwrap(),
-            SpillFormat::Packed
-        );
-        let err = SpillFormat::from_env(Some("Packed"))
-            .unwrap_err()
-            .to_string();
+        use std::{ffi::OsStr, os::unix::ffi::OsStrExt};
+        let env = |v: &str| SpillFormat::from_env(Some(OsStr::new(v)));
+        let cpu = SpillFormat::for_this_cpu();
+        assert_eq!(SpillFormat::from_env(None).unwrap(), cpu);
+        assert_eq!(env("plain").unwrap(), SpillFormat::Plain);
+        assert_eq!(env("packed").unwrap(), SpillFormat::Packed);
+        let not_utf8 = SpillFormat::from_env(Some(OsStr::from_bytes(b"pack\xffed")));
+        assert!(not_utf8.is_err());
+        let err = env("Packed").unwrap_err().to_string();
         assert!(
             err.contains("CHESSBENCH_SPILL_FORMAT") && err.contains("\"plain\" or \"packed\""),
             "{err}"

@@ -200,11 +200,13 @@ pub struct IngestConfig {
     pub test_split: String,
     pub limits: Limits,
     /// Worker threads parsing and playing games; as many threads, up to 4,
-    /// deduplicate boards, and once they have spilled, as many or twice as
-    /// many deduplicate the spilled partitions (twice when the partitions
-    /// are small enough: those threads wait on the disk half the time).
+    /// deduplicate boards (each with a second thread while it spills), and
+    /// once they have spilled, as many or twice as many deduplicate the
+    /// spilled partitions (twice when the partitions are small enough:
+    /// those threads wait on the disk half the time).
     pub threads: usize,
-    /// Memory of the ingest; board deduplication spills to disk past it.
+    /// Memory of the ingest; board deduplication spills to disk when its
+    /// tables are full (at most 16 MiB a shard while games stream in).
     pub memory_limit: u64,
     /// Show a progress bar (when stderr is a terminal).
     pub progress: bool,
@@ -296,11 +298,12 @@ pub struct IngestOptions {
     #[arg(long, value_name = "SIZE", default_value = "32MiB", help_heading = "Limits")]
     pub max_game_bytes: ByteSize,
     /// Worker threads parsing games, and (up to 4 of them) deduplicating
-    /// boards; spilled boards are deduplicated by N or, where the
-    /// partitions are small, 2N threads [default: the number of cores].
+    /// boards, each with a second thread writing while it spills; spilled
+    /// boards are deduplicated by N or, where the partitions are small, 2N
+    /// threads [default: the number of cores].
     #[arg(short = 'j', long, value_name = "N", help_heading = "Resources")]
     pub threads: Option<usize>,
-    /// Memory of the ingest (at least 1MiB); past it, boards spill to the
+    /// Memory of the ingest (at least 1MiB); full tables of boards spill to the
     /// run directory. The board deduplication tables get what the rest
     /// leaves: this less 320MiB or, if more, this less 208MiB (the blocks
     /// being parsed, the boards in flight, the writers) less the spill
@@ -603,7 +606,9 @@ mod tests {
 
     #[test]
     fn help_and_readme_state_the_reserve_the_code_keeps() {
-        use super::super::boards::{PIPELINE_FLOOR, PIPELINE_RESERVE, least_limit};
+        use super::super::boards::{
+            PIPELINE_FLOOR, PIPELINE_RESERVE, STREAM_TABLE_BYTES, least_limit,
+        };
         let mib = |b: u64| format!("{}MiB", b >> 20);
         let (reserve, floor) = (mib(PIPELINE_RESERVE), mib(PIPELINE_FLOOR));
         let (least, least_one) = (mib(least_limit(2)), mib(least_limit(1)));
@@ -619,12 +624,15 @@ mod tests {
             format!("less {floor}"),
             format!("from {least} ({least_one} with one split)"),
         ];
-        for said in &statements {
+        let stream = mib(STREAM_TABLE_BYTES);
+        let stream_help = format!("at most {stream} of tables a deduplicating thread");
+        for said in statements.iter().chain([&stream_help]) {
             assert!(help.contains(said), "--help should say {said:?}: {help}");
         }
         let readme = include_str!("../../README.md");
         let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
-        for said in &statements {
+        let stream_readme = format!("shard's tables hold at most {stream}");
+        for said in statements.iter().chain([&stream_readme]) {
             let spaced = said.replace("MiB", " MiB");
             assert!(readme.contains(&spaced), "the README should say {spaced:?}");
         }

@@ -9,8 +9,9 @@
 //!                                   │ board keys, game order (to every shard)
 //!                                   v
 //!            aggregators (one per hash shard, up to 4 threads: distinct
-//!                         boards, first occurrence, spill past their share
-//!                         of --memory-limit) ──> finalize (boards + legal_moves)
+//!                         boards, first occurrence, spill when their table
+//!                         is full: at most 16 MiB, less under a small
+//!                         --memory-limit) ──> finalize (boards + legal_moves)
 //! ```
 //! Everything is written into a staging directory and committed atomically
 //! with the manifest (see [`crate::store::commit`]).
@@ -110,9 +111,9 @@ pub struct Summary {
 
 /// Threads deduplicating boards while games stream in, for `threads`
 /// parsing threads: as many, up to 4. One thread inserting every board
-/// into a table of gigabytes (a cache miss each, and fresh memory the first
-/// time round) would cap ingest at a few million boards a second whatever
-/// the cores; shards split that work by hash. Each shard still reads every
+/// (a hash, a probe, an insert; and a spill of its table every few hundred
+/// thousand boards) would cap ingest at a few million boards a second
+/// whatever the cores; shards split that work by hash. Each shard still reads every
 /// batch (every key's hash, computed once by the parsers, to find its own),
 /// hence the cap.
 fn dedup_shards(threads: usize) -> usize {
@@ -298,7 +299,7 @@ struct InputShared {
 pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     let clock = Instant::now();
     let started_at = now_secs();
-    let spill_format = SpillFormat::from_env(std::env::var(SpillFormat::ENV).ok().as_deref())?;
+    let spill_format = SpillFormat::from_env(std::env::var_os(SpillFormat::ENV).as_deref())?;
     let run_dir = RunDir::open(&config.out)?;
     let txn = run_dir.begin()?;
     let splits = config.splits();
@@ -357,7 +358,6 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
             None => None,
         },
     };
-
     let aggregators = Aggregator::sharded(
         splits.len(),
         config.memory_limit,

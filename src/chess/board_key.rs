@@ -492,7 +492,7 @@ impl BoardKey {
         // The low n bits of a 32-bit plane: one per occupied square.
         let used = u32::MAX.checked_shr(32 - n).unwrap_or(0);
         let [w, r0, r1, r2] = [0, 32, 64, 96].map(|at| (planes >> at) as u32);
-        if (w | r0 | r1 | r2) & !used != 0 || (r0 | r1 | r2) != used {
+        if w & !used != 0 || (r0 | r1 | r2) != used {
             return None;
         }
         let [white, b0, b1, b2] = deposit4(planes, occ);

@@ -445,7 +445,9 @@ struct BoardSet {
     generations: u32,
     /// The partition files, open from the first spill to the last (each
     /// keeps its last partial disk block until then).
-    files: Vec<Option<DirectWriter>>,
+    files: Vec<Option<EntryWriter>>,
+    /// Each entry's partition while spilling (reused).
+    partitions: Vec<u8>,
     /// Buffer of each partition file: a shard of `n` writes `64 / n` of them.
     spill_buffer: usize,
     format: SpillFormat,
@@ -585,14 +587,29 @@ impl BoardSet {
         // Two threads, each writing half the partitions (the top partition
         // bit: each shard of up to 32 owns partitions in both halves): a
         // thread alone waits on the disk about half its spill time.
+        // Each key hashed once, for both.
+        self.partitions.clear();
+        (self.partitions).extend(
+            self.entries
+                .iter()
+                .map(|e| partition_of(e.key.hash64()) as u8),
+        );
         let (low, high) = self.files.split_at_mut(PARTITIONS / 2);
-        let (entries, dir) = (&self.entries[..], &self.dir);
-        let (buffer, format) = (self.spill_buffer, self.format);
+        let (entries, partitions) = (&self.entries[..], &self.partitions[..]);
+        let (dir, buffer, format) = (&self.dir, self.spill_buffer, self.format);
         std::thread::scope(|scope| {
             let upper = spawn_named(scope, "cb-spill", move || {
-                write_partitions(entries, high, PARTITIONS / 2, dir, buffer, format)
+                write_partitions(
+                    entries,
+                    partitions,
+                    high,
+                    PARTITIONS / 2,
+                    dir,
+                    buffer,
+                    format,
+                )
             });
-            let lower = write_partitions(entries, low, 0, dir, buffer, format);
+            let lower = write_partitions(entries, partitions, low, 0, dir, buffer, format);
             let upper = upper.join().unwrap_or_else(|_| {
                 Err(IngestError::Internal("spill writer thread panicked".into()))
             });
@@ -606,51 +623,47 @@ impl BoardSet {
 
     /// Completes the partition files after the last spill.
     fn close(&mut self) -> Result<(), IngestError> {
-        for (p, file) in self.files.drain(..).enumerate() {
-            if let Some(file) = file {
-                file.finish()
-                    .map_err(|e| spill_err(&partition_path(&self.dir, p), e))?;
-            }
+        for file in self.files.drain(..).flatten() {
+            file.finish()?;
         }
         Ok(())
     }
 
     fn release(&mut self) {
         self.entries = Vec::new();
+        self.partitions = Vec::new();
         self.capacity = 0;
         self.index = Index::with_slots(16);
     }
 }
 
-/// Appends each of `entries` whose partition is `first + i` to `files[i]`
-/// (created in `dir` with `buffer` bytes of buffer when first needed), in
-/// order; other entries are some other writer's.
+/// Appends each of `entries` whose partition (`partitions[j]` for
+/// `entries[j]`) is `first + i` to `files[i]` (created in `dir` with
+/// `buffer` bytes of buffer when first needed), in order; other entries are
+/// some other writer's.
 fn write_partitions(
     entries: &[Entry],
-    files: &mut [Option<DirectWriter>],
+    partitions: &[u8],
+    files: &mut [Option<EntryWriter>],
     first: usize,
     dir: &Path,
     buffer: usize,
     format: SpillFormat,
 ) -> Result<(), IngestError> {
-    let mut bytes = Vec::with_capacity(format.entry_bytes());
-    for e in entries {
-        let p = partition_of(e.key.hash64());
+    for (e, &p) in entries.iter().zip(partitions) {
+        let p = usize::from(p);
         let Some(slot) = p.checked_sub(first).and_then(|i| files.get_mut(i)) else {
             continue;
         };
         let file = match slot {
             Some(file) => file,
-            slot => {
-                let path = partition_path(dir, p);
-                let f = DirectWriter::create(&path, buffer).map_err(|e| spill_err(&path, e))?;
-                slot.insert(f)
-            }
+            slot => slot.insert(EntryWriter::create(
+                &partition_path(dir, p),
+                buffer,
+                format,
+            )?),
         };
-        bytes.clear();
-        format.write(e, &mut bytes)?;
-        file.write_all(&bytes)
-            .map_err(|err| spill_err(&partition_path(dir, p), err))?;
+        file.push(e)?;
     }
     Ok(())
 }
@@ -848,6 +861,7 @@ impl Aggregator {
                     dir: scratch.join(format!("split-{s}")),
                     generations: 0,
                     files: Vec::new(),
+                    partitions: Vec::new(),
                     spill_buffer,
                     format,
                 })
@@ -1303,17 +1317,46 @@ impl EntryReader {
     }
 }
 
-fn write_entries(path: &Path, entries: &[Entry], format: SpillFormat) -> Result<(), IngestError> {
-    let mut w = DirectWriter::create(path, 1 << 20).map_err(|e| spill_err(path, e))?;
-    let mut buf = Vec::with_capacity(format.entry_bytes() * 1024);
-    for chunk in entries.chunks(1024) {
-        buf.clear();
-        for e in chunk {
-            format.write(e, &mut buf)?;
-        }
-        w.write_all(&buf).map_err(|e| spill_err(path, e))?;
+/// Entries appended to a new spill or run file in one [`SpillFormat`];
+/// errors name the file.
+struct EntryWriter {
+    file: DirectWriter,
+    path: PathBuf,
+    format: SpillFormat,
+    /// One entry's bytes (reused).
+    bytes: Vec<u8>,
+}
+
+impl EntryWriter {
+    /// Creates (or truncates) `path`, with a buffer of about `buffer` bytes.
+    fn create(path: &Path, buffer: usize, format: SpillFormat) -> Result<EntryWriter, IngestError> {
+        Ok(EntryWriter {
+            file: DirectWriter::create(path, buffer).map_err(|e| spill_err(path, e))?,
+            path: path.to_owned(),
+            format,
+            bytes: Vec::with_capacity(format.entry_bytes()),
+        })
     }
-    w.finish().map_err(|e| spill_err(path, e))
+
+    #[inline]
+    fn push(&mut self, e: &Entry) -> Result<(), IngestError> {
+        self.bytes.clear();
+        self.format.write(e, &mut self.bytes)?;
+        (self.file.write_all(&self.bytes)).map_err(|err| spill_err(&self.path, err))
+    }
+
+    /// Writes the rest and closes the file.
+    fn finish(self) -> Result<(), IngestError> {
+        self.file.finish().map_err(|e| spill_err(&self.path, e))
+    }
+}
+
+fn write_entries(path: &Path, entries: &[Entry], format: SpillFormat) -> Result<(), IngestError> {
+    let mut w = EntryWriter::create(path, 1 << 20, format)?;
+    for e in entries {
+        w.push(e)?;
+    }
+    w.finish()
 }
 
 /// The distinct entries of a partition file (ordered by first occurrence
@@ -1454,14 +1497,11 @@ fn dedup_partition(
         // ~31 MB a thread at 10^6 games under 64MiB, beyond the budget).
         let buffer = run_buffer(max_entries as u64 * BYTES_PER_ENTRY, runs.len());
         let mut merged = MergeRuns::new(&runs, ReadMode::Cached(buffer), format)?;
-        let mut w = DirectWriter::create(&run, 1 << 20).map_err(|e| spill_err(&run, e))?;
-        let mut buf = Vec::with_capacity(size);
+        let mut w = EntryWriter::create(&run, 1 << 20, format)?;
         while let Some(e) = merged.next().transpose()? {
-            buf.clear();
-            format.write(&e, &mut buf)?;
-            w.write_all(&buf).map_err(|err| spill_err(&run, err))?;
+            w.push(&e)?;
         }
-        w.finish().map_err(|e| spill_err(&run, e))?;
+        w.finish()?;
         drop(merged);
         let _ = fs::remove_dir_all(&dir);
     }

@@ -93,8 +93,8 @@ pub struct Summary {
     pub seconds: f64,
     /// Board deduplication exceeded the memory limit and used disk.
     pub spilled: bool,
-    /// Bytes of a spilled board on disk (the spill format this CPU uses:
-    /// 44 packed, 56 plain), whether or not ingest spilled.
+    /// Bytes of a spilled board on disk (the spill format in use: 44
+    /// packed, 56 plain), whether or not ingest spilled.
     pub spill_entry_bytes: usize,
     /// Wall-clock seconds per phase: stream (read, parse, play, count
     /// boards), dedup (merge spilled partitions), boards (write boards and

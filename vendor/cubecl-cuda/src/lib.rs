@@ -9,6 +9,10 @@ mod runtime;
 pub use device::*;
 pub use runtime::*;
 
+/// chessbench patch: the resource `ComputeClient::get_resource` returns
+/// (device pointer and stream), nameable outside the crate.
+pub use compute::storage::gpu::GpuResource;
+
 #[cfg(feature = "ptx-wmma")]
 pub(crate) type WmmaCompiler = cubecl_cpp::cuda::mma::PtxWmmaCompiler;
 

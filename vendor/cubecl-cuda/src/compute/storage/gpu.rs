@@ -32,12 +32,26 @@ pub struct GpuResource {
     pub binding: *mut std::ffi::c_void,
     /// The size of the resource.
     pub size: u64,
+    /// chessbench patch: the CUDA stream this memory belongs to (its
+    /// storage's stream), so that work launched outside CubeCL (a vendor
+    /// library call) can be ordered on it without a host synchronisation.
+    pub stream: cudarc::driver::sys::CUstream,
 }
 
 impl GpuResource {
     /// Creates a new [`GpuResource`].
-    pub fn new(ptr: u64, binding: *mut std::ffi::c_void, size: u64) -> Self {
-        Self { ptr, binding, size }
+    pub fn new(
+        ptr: u64,
+        binding: *mut std::ffi::c_void,
+        size: u64,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Self {
+        Self {
+            ptr,
+            binding,
+            size,
+            stream,
+        }
     }
 }
 
@@ -159,6 +173,7 @@ impl ComputeStorage for GpuStorage {
             *ptr,
             ptr as *const cudarc::driver::sys::CUdeviceptr as *mut std::ffi::c_void,
             size,
+            self.stream,
         )
     }
 

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# chessbench on a GPU machine (issue 16), one visit of the device machine:
-# it has CUDA, PyTorch and JAX but no Rust and no network, so the binaries
-# come prebuilt in .gpu/ (`scripts/gpu-bundle`, see there).
+# chessbench on a GPU machine that has CUDA, PyTorch and JAX but no Rust and
+# no network: the binaries come prebuilt in .gpu/ (`scripts/gpu-bundle`, see
+# there).
 #
-#   bench/gpu.sh PART...  PART: check jit train eval loader evalbench step9 step136
+#   bench/gpu.sh PART...  PART: jit check step9 account step136 train eval
+#                               loader evalbench
 #
-#   check      the CUDA test (tests/cuda.rs): one step on CUDA vs the CPU
 #   jit        the first training step of a fresh process (kernel compiling
-#              and autotuning), cold and with the caches of the first
+#              and autotuning), f32 then bf16, each cold and then with the
+#              caches of the cold run (run it first: later parts compile
+#              the same kernels)
+#   check      the CUDA test (tests/cuda.rs): one step on CUDA vs the CPU,
+#              f32 and mixed bf16
 #   train      `chessbench train` of the 9M action-value model (the ablation
 #              recipe, batch 1024) on the demo run, on CUDA: TRAIN_STEPS
 #              (100) steps, then resumed to twice that from its checkpoint;
@@ -16,14 +20,26 @@
 #              same on the CPU (the two must agree)
 #   loader     the loader bench (1 and all cores) on the demo run
 #   evalbench  `make bench-eval BENCH_DEVICE=cuda`: boards/s, 9M/136M/270M
-#   step9      training step, samples/s: burn (`chessbench bench-step`),
-#   step136    PyTorch eager and torch.compile (bench/torch_reference.py) and
-#              searchless_chess's JAX step (bench/searchless_step_speed.py),
-#              interleaved per shape: 9M (K=32, batch 1024) and 136M (K=128,
-#              batch STEP_BATCH_136M, default 256), f32 and bf16
+#   step9      training step, samples/s: PyTorch eager and torch.compile
+#   step136    (bench/torch_reference.py), searchless_chess's JAX step
+#              (bench/searchless_step_speed.py) and burn (`chessbench
+#              bench-step`, then again with --profile for its phases), per
+#              precision: f32 (TF32 products; PyTorch `tf32`) and bf16
+#              (mixed: PyTorch `amp-bf16`); 9M (K=32, batch 1024) and 136M
+#              (K=128, batch STEP_BATCH_136M, default 512).
+#              STEP_PRODUCTS="cublaslt burn" adds burn with CubeCL's own
+#              products (CHESSBENCH_PRODUCTS=burn; a cold autotune, minutes)
+#   account    where one step's time goes, kernel by kernel: burn's 9M step
+#              under nsys (timed steps only) when the machine has it,
+#              CubeCL's own per-kernel profile otherwise, and PyTorch's
+#              torch.compile step under torch.profiler; grouped into a
+#              table by bench/kernel_account.py
 #
+# Run names: step-IMPL-PRESET-PRECISION-bBATCH (IMPL burn, burncubecl,
+# torch, torchcompile, jax; PRECISION as each implementation names it).
 # Writes $OUT/summary.txt (one line per run), $OUT/results.jsonl (each
-# run's JSON), $OUT/log.txt (everything) and the eval reports.
+# run's JSON), $OUT/log.txt (everything), the kernel accounts and the eval
+# reports.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -87,7 +103,14 @@ EOF
   fi
   local nvrtc
   nvrtc=$(dirname "$(find "${CUDA_PATH:-/usr/local/cuda}/" /usr/local/lib/python3*/ /opt/torch/ -name 'libnvrtc.so*' 2>/dev/null | head -1)")
-  export LD_LIBRARY_PATH=$W/bin:${CUDA_PATH:-/usr/local/cuda}/lib64:$nvrtc:${LD_LIBRARY_PATH:-}
+  # cuBLASLt, loaded at run time by the linear layers' products: the
+  # toolkit's, or the one PyTorch's wheels bring.
+  local cublas
+  cublas=$(dirname "$(find "${CUDA_PATH:-/usr/local/cuda}/" /usr/local/lib/python3*/ /usr/lib/python3*/ /opt/ \
+    -name 'libcublasLt.so*' 2>/dev/null | head -1)")
+  export LD_LIBRARY_PATH=$W/bin:${CUDA_PATH:-/usr/local/cuda}/lib64:$nvrtc:$cublas:${LD_LIBRARY_PATH:-}
+  NSYS=$(command -v nsys || ls -d /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/*/bin/nsys \
+    /usr/local/cuda*/nsight-systems*/bin/nsys 2>/dev/null | head -1)
   # burn-cuda compiles every kernel at run time (NVRTC) and autotunes each
   # matrix product shape: keep compiled PTX and autotune results in
   # ./target for the whole visit (as the repository's cubecl.toml does),
@@ -112,7 +135,7 @@ EOF
     echo "== machine"
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
     nproc
-    echo "CUDA_PATH=${CUDA_PATH:-} nvrtc=$nvrtc"
+    echo "CUDA_PATH=${CUDA_PATH:-} nvrtc=$nvrtc cublasLt=$cublas nsys=${NSYS:-none}"
     python3 -c 'import torch, jax; print("torch", torch.__version__, "cuda", torch.version.cuda, "jax", jax.__version__, jax.devices())' 2>&1 | tail -1
   } | tee -a "$SUM"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$W/site" "$BUNDLE"/wheels/*.whl >>"$LOG" 2>&1
@@ -123,8 +146,8 @@ EOF
 }
 
 part_check() {
-  run cuda-test 300 "$W/bin/cuda-test" --test-threads=1 --nocapture
-  grep -E "^(Tiny|M9)" "$LOG" | tail -3 | tee -a "$SUM"
+  run cuda-test "${CHECK_LIMIT:-300}" "$W/bin/cuda-test" --test-threads=1 --nocapture
+  grep -E "^(Tiny|M9)|test result" "$W/out.txt" | tee -a "$SUM"
 }
 
 part_train() {
@@ -163,31 +186,42 @@ part_evalbench() {
 }
 
 # Cold start: the first step of a fresh process compiles every kernel
-# (NVRTC) and autotunes every matrix product; then the same again with the
-# PTX and autotune caches from the first.
+# (NVRTC) and autotunes what CubeCL still tunes; then the same again with
+# the PTX and autotune caches from the first. Per precision.
 part_jit() {
-  local n
-  for pass in cold warm; do
-    n=$(cat "$W/cubecl-compile.log" 2>/dev/null | wc -l)
-    run "first-step-burn-9m-f32-$pass" "${JIT_LIMIT:-240}" "$CB" bench-step --model 9m --buckets 32 \
-      --batch-size 1024 --steps 1 --warmup 0 --device cuda --json
-    say "  compile log lines +$(( $(cat "$W/cubecl-compile.log" 2>/dev/null | wc -l) - n ))"
+  local n p
+  for p in ${JIT_PRECISIONS:-f32 bf16}; do
+    for pass in cold warm; do
+      n=$(cat "$W/cubecl-compile.log" 2>/dev/null | wc -l)
+      run "first-step-burn-9m-$p-$pass" "${JIT_LIMIT:-240}" "$CB" bench-step --model 9m --buckets 32 \
+        --batch-size 1024 --steps 1 --warmup 0 --device cuda --precision "$p" --json
+      say "  compile log lines +$(( $(cat "$W/cubecl-compile.log" 2>/dev/null | wc -l) - n ))"
+    done
   done
 }
 
-# One shape: IMPLS (burn torch torchcompile jax) x PRECISIONS (f32 bf16).
-# burn's f32 matrix products run on TF32 tensor cores (cubek-matmul uses
-# tf32 stages for f32 inputs whenever a kernel uses the tensor cores), so
-# the references run f32 with TF32 matrix products too: PyTorch
-# `--precision tf32`, JAX's default matmul precision.
+# One shape: IMPLS (torch torchcompile jax burn) x PRECISIONS (f32 bf16).
+# f32 means f32 tensors with TF32 matrix products for all (cuBLASLt's
+# FAST_TF32 compute for burn, PyTorch `--precision tf32`, JAX's default
+# matmul precision); bf16 means mixed precision (burn's bf16, PyTorch's
+# autocast `amp-bf16`, JAX's bf16 as searchless_chess's step takes it).
 step_shape() { # PRESET BUCKETS BATCH STEPS
-  local preset=$1 k=$2 batch=$3 steps=$4 p impl tp
+  local preset=$1 k=$2 batch=$3 steps=$4 p impl tp products name
   for p in ${STEP_PRECISIONS:-f32 bf16}; do
-    tp=$([ "$p" = f32 ] && echo tf32 || echo "$p")
-    for impl in ${STEP_IMPLS:-burn torch jax torchcompile}; do
+    tp=$([ "$p" = f32 ] && echo tf32 || echo amp-bf16)
+    for impl in ${STEP_IMPLS:-torch torchcompile jax burn}; do
       case $impl in
-        burn) run "step-burn-$preset-$p-b$batch" "${BURN_LIMIT:-200}" "$CB" bench-step --model "$preset" \
-          --buckets "$k" --batch-size "$batch" --steps "$steps" --warmup 3 --device cuda --precision "$p" --json ;;
+        burn)
+          for products in ${STEP_PRODUCTS:-cublaslt}; do
+            name=$([ "$products" = burn ] && echo burncubecl || echo burn)
+            CHESSBENCH_PRODUCTS=$products run "step-$name-$preset-$p-b$batch" "${BURN_LIMIT:-200}" "$CB" \
+              bench-step --model "$preset" --buckets "$k" --batch-size "$batch" --steps "$steps" --warmup 3 \
+              --device cuda --precision "$p" --json
+            [ "${STEP_PROFILE:-1}" = 1 ] && CHESSBENCH_PRODUCTS=$products run \
+              "step-$name-$preset-$p-b$batch-profile" "${BURN_LIMIT:-200}" "$CB" bench-step --model "$preset" \
+              --buckets "$k" --batch-size "$batch" --steps "$steps" --warmup 3 --device cuda --precision "$p" \
+              --profile --json
+          done ;;
         torch) run "step-torch-$preset-$tp-b$batch" 120 python3 bench/torch_reference.py --preset "$preset" \
           --buckets "$k" --batch "$batch" --steps "$steps" --warmup 5 --device cuda --precision "$tp" ;;
         torchcompile) run "step-torchcompile-$preset-$tp-b$batch" 200 python3 bench/torch_reference.py \
@@ -202,13 +236,42 @@ step_shape() { # PRESET BUCKETS BATCH STEPS
 }
 
 part_step9() { step_shape 9m 32 1024 "${STEP_STEPS_9M:-20}"; }
-part_step136() { step_shape 136m 128 "${STEP_BATCH_136M:-256}" "${STEP_STEPS_136M:-10}"; }
+part_step136() { step_shape 136m 128 "${STEP_BATCH_136M:-512}" "${STEP_STEPS_136M:-10}"; }
+
+# The kernel account of one 9M step (K=32, batch 1024): burn per precision,
+# then torch.compile amp-bf16 for comparison. nsys records the timed steps
+# only (bench-step brackets them with cuProfilerStart/Stop).
+part_account() {
+  local p args=(bench-step --model 9m --buckets 32 --batch-size 1024 --steps "${ACCOUNT_STEPS:-10}"
+    --warmup 3 --device cuda --json)
+  for p in ${ACCOUNT_PRECISIONS:-f32 bf16}; do
+    if [ -n "${NSYS:-}" ]; then
+      run "account-burn-9m-$p" 300 "$NSYS" profile -t cuda --capture-range=cudaProfilerApi \
+        --capture-range-end=stop --force-overwrite true -o "$W/account-burn-9m-$p" "$CB" "${args[@]}" \
+        --precision "$p"
+      "$NSYS" stats -r cuda_gpu_kern_sum -f csv -o "$OUT/account-burn-9m-$p" --force-overwrite true \
+        "$W/account-burn-9m-$p.nsys-rep" >>"$LOG" 2>&1 ||
+        "$NSYS" stats -r gpukernsum -f csv -o "$OUT/account-burn-9m-$p" "$W/account-burn-9m-$p.nsys-rep" >>"$LOG" 2>&1
+      python3 bench/kernel_account.py --nsys "$(ls "$OUT"/account-burn-9m-"$p"*.csv | head -1)" \
+        --steps "${ACCOUNT_STEPS:-10}" --title "burn 9M $p" | tee "$OUT/account-burn-9m-$p.md" >>"$SUM"
+    else
+      CUBECL_DEBUG_OPTION=profile CUBECL_DEBUG_LOG="$OUT/account-burn-9m-$p-cubecl.txt" \
+        run "account-burn-9m-$p" 300 "$CB" "${args[@]}" --precision "$p"
+    fi
+  done
+  run "account-torchcompile-9m-amp-bf16" 200 python3 bench/torch_reference.py --preset 9m --buckets 32 \
+    --batch 1024 --steps "${ACCOUNT_STEPS:-10}" --warmup 5 --device cuda --precision amp-bf16 --compile \
+    --profile-out "$OUT/account-torchcompile-9m-amp-bf16.csv"
+  python3 bench/kernel_account.py --torch "$OUT/account-torchcompile-9m-amp-bf16.csv" \
+    --steps "${ACCOUNT_STEPS:-10}" --title "torch.compile 9M amp-bf16" |
+    tee "$OUT/account-torchcompile-9m-amp-bf16.md" >>"$SUM"
+}
 
 setup
 for part in "$@"; do
   case "$part" in
-    check | jit | train | eval | loader | evalbench | step9 | step136) "part_$part" ;;
-    *) echo "unknown part $part (check jit train eval loader evalbench step9 step136)" >&2; exit 2 ;;
+    check | jit | train | eval | loader | evalbench | step9 | step136 | account) "part_$part" ;;
+    *) echo "unknown part $part (jit check step9 account step136 train eval loader evalbench)" >&2; exit 2 ;;
   esac
 done
 # What burn-cuda compiled and tuned (kernel names, one line each).
@@ -223,5 +286,6 @@ except FileNotFoundError:
     rows = []
 for r in rows:
     if "samples_per_s" in r:
-        print(f'{r["run"]:<34} {r["samples_per_s"]:>10.0f} samples/s {r.get("model_flops_per_s", 0) / 1e12:>7.1f} TFLOP/s')
+        products = r.get("products", "")
+        print(f'{r["run"]:<40} {r["samples_per_s"]:>10.0f} samples/s {r.get("model_flops_per_s", 0) / 1e12:>7.1f} TFLOP/s {products}')
 EOF

@@ -18,6 +18,7 @@ burn / PyTorch on the same machine, batch and precision.
 """
 
 import argparse
+import csv
 import json
 import math
 import sys
@@ -88,6 +89,9 @@ def main():
     ap.add_argument("--precision", default="f32", choices=["f32", "tf32", "bf16", "amp-bf16"])
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--profile-out", metavar="CSV",
+                    help="after timing, run --steps more steps under torch.profiler and write each "
+                         "GPU kernel's calls and total microseconds to CSV (name,calls,total_us)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -140,6 +144,8 @@ def main():
         torch.cuda.synchronize()
     secs = time.perf_counter() - t0
     rate = args.steps * args.batch / secs
+    if args.profile_out:
+        profile(args, step, batches)
     flops = train_flops_per_sample(layers, d, args.seq_len, k)
     print(json.dumps({
         "impl": "pytorch", "torch": torch.__version__, "device": str(dev),
@@ -149,6 +155,35 @@ def main():
         "steps": args.steps, "seconds": secs, "samples_per_s": rate,
         "model_flops_per_s": rate * flops, "compile": args.compile,
     }))
+
+
+def profile(args, step, batches):
+    """--steps steps under torch.profiler: each GPU kernel's launches and
+    time (on the CPU, each operator's own time)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    cuda = args.device.startswith("cuda")
+    with torch_profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        for i in range(args.steps):
+            step(*batches[i % 4])
+        if cuda:
+            torch.cuda.synchronize()
+    totals = {}
+    for e in prof.events():
+        if cuda:
+            if e.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            us = e.time_range.elapsed_us()
+        else:
+            us = e.self_cpu_time_total
+        calls, total = totals.get(e.name, (0, 0.0))
+        totals[e.name] = (calls + 1, total + us)
+    with open(args.profile_out, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["name", "calls", "total_us"])
+        for name, (calls, us) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+            out.writerow([name, calls, f"{us:.3f}"])
 
 
 if __name__ == "__main__":

@@ -4,13 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::backend::Backend;
-
 use super::EvalError;
 use crate::{
     chess::{RecordSet, value::ValueBuckets},
     model::{
-        CheckpointInfo, DeviceKind, ModelShape, Predictor, Preset, Weights,
+        CheckpointInfo, DeviceKind, ModelBackend, ModelShape, Predictor, Preset, Weights,
         checkpoint::{self, Recipe},
         cpu::CpuPredictor,
         tokens_tensor,
@@ -24,12 +22,12 @@ trait Forward {
     fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, EvalError>;
 }
 
-struct BurnForward<B: Backend> {
+struct BurnForward<B: ModelBackend> {
     model: Predictor<B>,
     device: B::Device,
 }
 
-impl<B: Backend> Forward for BurnForward<B> {
+impl<B: ModelBackend> Forward for BurnForward<B> {
     fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, EvalError> {
         let input = tokens_tensor::<B>(tokens, seq_len, &self.device);
         self.model
@@ -66,7 +64,7 @@ fn load_cpu(
 }
 
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-fn load_on<B: Backend>(
+fn load_on<B: ModelBackend>(
     dir: &Path,
     weights: Weights,
     state: &CheckpointInfo,
@@ -82,7 +80,7 @@ fn load_on<B: Backend>(
 }
 
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-fn random_on<B: Backend>(shape: &ModelShape, device: B::Device) -> Box<dyn Forward> {
+fn random_on<B: ModelBackend>(shape: &ModelShape, device: B::Device) -> Box<dyn Forward> {
     Box::new(BurnForward {
         model: Predictor::<B>::new(shape, &device),
         device,

@@ -19,9 +19,13 @@ pub enum DeviceKind {
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum Precision {
+    /// f32 throughout (on NVIDIA GPUs the products run on TF32 tensor
+    /// cores, as PyTorch's `tf32` and JAX's default precision do).
     F32,
-    /// bfloat16 everywhere (burn 0.21 has no autocast, so parameters and
-    /// Adam moments are bf16 too); CUDA only.
+    /// Mixed precision, as PyTorch's autocast: bf16 products and
+    /// activations, f32 master weights, layer norms, loss and optimiser
+    /// state. On the CPU the bf16 products are emulated (f32 arithmetic on
+    /// bf16-rounded operands): slower than f32, for checking the numerics.
     Bf16,
 }
 

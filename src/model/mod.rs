@@ -1,17 +1,23 @@
 //! The predictor, shared by the trainer and the evaluator: its shape and the
 //! paper's presets ([`shape`]), the burn network ([`net`]) and its fused
-//! CPU inference path ([`cpu`]), where it runs
-//! ([`device`]) and the checkpoint layout a trained model is read from
-//! ([`checkpoint`]). Training writes checkpoints, evaluation reads them; the
-//! two stages share this foundation and the files, nothing else.
+//! CPU inference path ([`cpu`]), what it asks of a backend ([`backend`]:
+//! the products of its linear layers), where it runs ([`device`]) and the
+//! checkpoint layout a trained model is read from ([`checkpoint`]). Training
+//! writes checkpoints, evaluation reads them; the two stages share this
+//! foundation and the files, nothing else.
 
+pub(crate) mod backend;
 pub(crate) mod checkpoint;
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub(crate) mod device;
+pub(crate) mod gemm;
 pub mod haiku;
 pub(crate) mod net;
 pub(crate) mod shape;
 
+pub use backend::{ModelBackend, Products, TrainBackend};
 pub(crate) use checkpoint::{CheckpointError, CheckpointInfo, Weights};
 pub use device::{DeviceKind, Precision, tune_allocator};
 pub(crate) use net::{Predictor, tokens_tensor};

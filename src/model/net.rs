@@ -21,7 +21,7 @@ use burn::{
     module::{Module, Param},
     nn::{Embedding, LayerNorm, LayerNormConfig, Linear},
     tensor::{
-        Distribution, Int, Tensor, TensorData,
+        Distribution, FloatDType, Int, Tensor, TensorData,
         activation::{log_softmax, silu},
         backend::Backend,
         module::attention,
@@ -30,7 +30,9 @@ use burn::{
 };
 
 use super::{
+    backend::ModelBackend,
     cpu::{BlockWeights, CpuBlock, CpuPredictor, Norm},
+    device::Precision,
     shape::ModelShape,
 };
 
@@ -53,7 +55,8 @@ pub(crate) struct Block<B: Backend> {
     heads: usize,
 }
 
-/// The whole predictor.
+/// The whole predictor. Its parameters are f32 whatever the precision the
+/// forward pass computes in (see [`Predictor::with_precision`]).
 #[derive(Module, Debug)]
 pub(crate) struct Predictor<B: Backend> {
     token_embedding: Embedding<B>,
@@ -62,6 +65,9 @@ pub(crate) struct Predictor<B: Backend> {
     final_norm: LayerNorm<B>,
     head: Linear<B>,
     d_model: usize,
+    /// The format of the products and activations (not saved: a
+    /// checkpoint holds f32 parameters whatever trained them).
+    precision: Precision,
 }
 
 /// haiku's `TruncatedNormal(std)`, the initialiser searchless_chess's
@@ -114,29 +120,87 @@ impl<B: Backend> Block<B> {
             heads: shape.heads,
         }
     }
+}
 
-    fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+/// How a forward pass computes: in f32, or with bf16 products and
+/// activations (PyTorch's autocast): every linear layer's input and weights
+/// are cast to bf16 and its output stays bf16 (attention and SwiGLU run on
+/// it), while the residual stream, the layer norms, the head's bias and
+/// the log-softmax stay f32. The parameters, their gradients and the
+/// optimiser are f32 either way (master weights).
+#[derive(Debug, Clone, Copy)]
+struct Compute(Precision);
+
+impl Compute {
+    /// `t` in the products' format.
+    fn narrow<B: Backend, const D: usize>(self, t: Tensor<B, D>) -> Tensor<B, D> {
+        match self.0 {
+            Precision::F32 => t,
+            Precision::Bf16 => t.cast(FloatDType::BF16),
+        }
+    }
+
+    /// `t` back in f32.
+    fn widen<B: Backend, const D: usize>(self, t: Tensor<B, D>) -> Tensor<B, D> {
+        match self.0 {
+            Precision::F32 => t,
+            Precision::Bf16 => t.cast(FloatDType::F32),
+        }
+    }
+
+    /// A linear layer's product in the products' format.
+    fn product<B: ModelBackend, const D: usize>(
+        self,
+        x: Tensor<B, D>,
+        w: Tensor<B, 2>,
+    ) -> Tensor<B, D> {
+        B::project(self.narrow(x), self.narrow(w))
+    }
+}
+
+impl<B: ModelBackend> Block<B> {
+    fn forward(&self, x: Tensor<B, 3>, compute: Compute) -> Tensor<B, 3> {
         let [b, t, d] = x.dims();
         let dh = d / self.heads;
         let h = self.attn_norm.forward(x.clone());
         // [b, t, d] -> [b, heads, t, dh]
-        let split = |p: &Linear<B>| {
-            p.forward(h.clone())
-                .reshape([b, t, self.heads, dh])
-                .swap_dims(1, 2)
+        let split = |p: Tensor<B, 3>| p.reshape([b, t, self.heads, dh]).swap_dims(1, 2);
+        let (q, k, v) = if B::FEW_KERNELS {
+            let w = Tensor::cat(
+                vec![
+                    self.q.weight.val(),
+                    self.k.weight.val(),
+                    self.v.weight.val(),
+                ],
+                1,
+            );
+            let qkv = compute.product(h, w);
+            (
+                split(qkv.clone().narrow(2, 0, d)),
+                split(qkv.clone().narrow(2, d, d)),
+                split(qkv.narrow(2, 2 * d, d)),
+            )
+        } else {
+            let project = |p: &Linear<B>| split(compute.product(h.clone(), p.weight.val()));
+            (project(&self.q), project(&self.k), project(&self.v))
         };
-        let context = attention(
-            split(&self.q),
-            split(&self.k),
-            split(&self.v),
-            None,
-            None,
-            AttentionModuleOptions::default(),
+        let context = attention(q, k, v, None, None, AttentionModuleOptions::default());
+        let out = compute.product(
+            context.swap_dims(1, 2).reshape([b, t, d]),
+            self.out.weight.val(),
         );
-        let x = x + self.out.forward(context.swap_dims(1, 2).reshape([b, t, d]));
+        let x = x + compute.widen(out);
         let h = self.mlp_norm.forward(x.clone());
-        let gated = silu(self.gate.forward(h.clone())) * self.up.forward(h);
-        x + self.down.forward(gated)
+        let gated = if B::FEW_KERNELS {
+            let ffn = self.up.weight.dims()[1];
+            let w = Tensor::cat(vec![self.gate.weight.val(), self.up.weight.val()], 1);
+            let both = compute.product(h, w);
+            silu(both.clone().narrow(2, 0, ffn)) * both.narrow(2, ffn, ffn)
+        } else {
+            silu(compute.product(h.clone(), self.gate.weight.val()))
+                * compute.product(h, self.up.weight.val())
+        };
+        x + compute.widen(compute.product(gated, self.down.weight.val()))
     }
 }
 
@@ -165,6 +229,7 @@ impl<B: Backend> Predictor<B> {
             final_norm: LayerNormConfig::new(shape.d_model).init(device),
             head: linear(shape.d_model, shape.outputs, true, device),
             d_model: shape.d_model,
+            precision: Precision::F32,
         }
     }
 
@@ -273,13 +338,24 @@ impl<B: Backend> Predictor<B> {
             final_norm,
             head,
             d_model: d,
+            precision: Precision::F32,
         })
     }
 
-    /// Log-probabilities `[batch, outputs]` of each sequence's last token.
-    /// `sequences` are whole records `[batch, seq_len]` (the target
+    /// The same predictor computing in `precision` (f32 parameters either
+    /// way; see [`Compute`]).
+    pub(crate) fn with_precision(mut self, precision: Precision) -> Predictor<B> {
+        self.precision = precision;
+        self
+    }
+}
+
+impl<B: ModelBackend> Predictor<B> {
+    /// Log-probabilities `[batch, outputs]` (f32) of each sequence's last
+    /// token. `sequences` are whole records `[batch, seq_len]` (the target
     /// included); the shift right happens here.
     pub(crate) fn forward(&self, sequences: Tensor<B, 2, Int>) -> Tensor<B, 2> {
+        let compute = Compute(self.precision);
         let [b, t] = sequences.dims();
         let device = sequences.device();
         let inputs = Tensor::cat(
@@ -295,13 +371,18 @@ impl<B: Backend> Predictor<B> {
             .mul_scalar((self.d_model as f64).sqrt())
             + self.position_embedding.val().unsqueeze_dim::<3>(0);
         for block in &self.blocks {
-            x = block.forward(x);
+            x = block.forward(x, compute);
         }
         let last = self
             .final_norm
             .forward(x.narrow(1, t - 1, 1))
             .reshape([b, self.d_model]);
-        log_softmax(self.head.forward(last), 1)
+        let logits = compute.widen(compute.product(last, self.head.weight.val()));
+        let logits = match &self.head.bias {
+            Some(bias) => logits + bias.val().unsqueeze_dim(0),
+            None => logits,
+        };
+        log_softmax(logits, 1)
     }
 }
 

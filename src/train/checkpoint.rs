@@ -8,10 +8,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use burn::{module::Module, optim::Optimizer, record::Recorder, tensor::backend::AutodiffBackend};
+use burn::{module::Module, record::Recorder, tensor::backend::AutodiffBackend};
 use serde::{Deserialize, Serialize};
 
-use super::{config::TrainConfig, sampler::Position};
+use super::{config::TrainConfig, optim::AdamRecord, sampler::Position};
 use crate::model::{
     ModelShape, Predictor,
     checkpoint::{CheckpointError, STATE, checkpoints_dir, io, list, recorder, step_dir},
@@ -34,19 +34,16 @@ pub(crate) struct TrainState {
     pub shape: ModelShape,
 }
 
-/// Writes a checkpoint atomically and keeps the newest `keep`.
-pub(crate) fn save<B, O>(
+/// Writes a checkpoint atomically and keeps the newest `keep`: the model,
+/// its average (`ema`) and Adam's state in burn's record form.
+pub(crate) fn save<B: AutodiffBackend>(
     out_dir: &Path,
     state: &TrainState,
     model: &Predictor<B>,
     ema: &Predictor<B::InnerBackend>,
-    optim: &O,
+    adam: AdamRecord<B>,
     keep: usize,
-) -> Result<PathBuf, CheckpointError>
-where
-    B: AutodiffBackend,
-    O: Optimizer<Predictor<B>, B>,
-{
+) -> Result<PathBuf, CheckpointError> {
     let root = checkpoints_dir(out_dir);
     fs::create_dir_all(&root).map_err(io(&root))?;
     let target = step_dir(out_dir, state.step);
@@ -57,7 +54,7 @@ where
     ));
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    if let Err(e) = write_files(&tmp, state, model, ema, optim) {
+    if let Err(e) = write_files(&tmp, state, model, ema, adam) {
         // A full disk: give the room back, leave no half checkpoint.
         let _ = fs::remove_dir_all(&tmp);
         return Err(e);
@@ -77,17 +74,13 @@ where
 }
 
 /// Writes a checkpoint's files into `dir` and syncs them.
-fn write_files<B, O>(
+fn write_files<B: AutodiffBackend>(
     dir: &Path,
     state: &TrainState,
     model: &Predictor<B>,
     ema: &Predictor<B::InnerBackend>,
-    optim: &O,
-) -> Result<(), CheckpointError>
-where
-    B: AutodiffBackend,
-    O: Optimizer<Predictor<B>, B>,
-{
+    adam: AdamRecord<B>,
+) -> Result<(), CheckpointError> {
     let rec = recorder();
     model
         .clone()
@@ -96,7 +89,7 @@ where
     ema.clone()
         .save_file(dir.join("ema"), &rec)
         .map_err(|e| record_error(dir.join("ema.mpk"), e))?;
-    rec.record(optim.to_record(), dir.join("optim"))
+    rec.record(adam, dir.join("optim"))
         .map_err(|e| record_error(dir.join("optim.mpk"), e))?;
     let json = serde_json::to_vec_pretty(state).map_err(|e| CheckpointError::State {
         path: dir.join(STATE),
@@ -128,23 +121,16 @@ fn record_error(path: PathBuf, e: burn::record::RecorderError) -> CheckpointErro
 /// Free space under which a failed write is put down to a full disk.
 const FULL_BELOW: u64 = 64 << 20;
 
-/// Loads the optimiser state into `optim`.
-pub(crate) fn load_optim<B, O>(
+/// Reads Adam's state (`optim.mpk`).
+pub(crate) fn load_adam<B: AutodiffBackend>(
     dir: &Path,
-    optim: O,
     device: &B::Device,
-) -> Result<O, CheckpointError>
-where
-    B: AutodiffBackend,
-    O: Optimizer<Predictor<B>, B>,
-{
+) -> Result<AdamRecord<B>, CheckpointError> {
     let path = dir.join("optim.mpk");
-    let record =
-        recorder()
-            .load(dir.join("optim"), device)
-            .map_err(|e| CheckpointError::Record {
-                path,
-                message: e.to_string(),
-            })?;
-    Ok(optim.load_record(record))
+    recorder()
+        .load(dir.join("optim"), device)
+        .map_err(|e| CheckpointError::Record {
+            path,
+            message: e.to_string(),
+        })
 }

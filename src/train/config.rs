@@ -157,7 +157,8 @@ pub struct TrainOptions {
     /// Backend (cuda needs a binary built with --features cuda).
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu, help_heading = "Resources")]
     pub device: DeviceKind,
-    /// Floating-point format (bf16: CUDA only).
+    /// Floating-point format of the products and activations (bf16: mixed
+    /// precision, f32 master weights and optimiser state).
     #[arg(long, value_enum, default_value_t = Precision::F32, help_heading = "Resources")]
     pub precision: Precision,
 }
@@ -339,12 +340,6 @@ impl TrainOptions {
             return Err(invalid("adam_epsilon", "must be > 0"));
         }
         let (device, precision) = (self.device, self.precision);
-        if device == DeviceKind::Cpu && precision == Precision::Bf16 {
-            return Err(invalid(
-                "precision",
-                "bf16 is only available on device = \"cuda\"",
-            ));
-        }
         Ok(TrainConfig {
             run,
             name,
@@ -404,7 +399,9 @@ mod tests {
         let err = |t: &str| options(t).resolve().unwrap_err().to_string();
         assert!(err("run=\"r\"\npolicy=\"behavioral_cloning\"\nloss=\"l2\"").contains("loss"));
         assert!(err("run=\"r\"\nbuckets=1").contains("buckets"));
-        assert!(err("run=\"r\"\nprecision=\"bf16\"").contains("precision"));
+        // Mixed bf16 runs on every device (emulated products on the CPU).
+        assert!(options("run=\"r\"\nprecision=\"bf16\"").resolve().is_ok());
+        assert!(crate::options::from_table::<TrainOptions>("precision=\"f16\"").is_err());
         assert!(err("run=\"r\"\nname=\"../x\"").contains("name"));
         assert!(err("run=\"r\"\nema_decay=1.5").contains("ema_decay"));
         assert!(crate::options::from_table::<TrainOptions>("batch=3").is_err());

@@ -1,12 +1,13 @@
-//! The trainer (issue 5): searchless_chess's predictors in burn, trained
-//! from the annotated tables.
+//! The trainer: searchless_chess's predictors in burn, trained from the
+//! annotated tables.
 //!
 //! - [`data`], [`sampler`]: token sequences streamed from Parquet in a
 //!   seeded, resumable order (uniform or weighted by board occurrences);
 //! - the architecture, its presets and the checkpoint layout are the
 //!   [`crate::model`] foundation, shared with evaluation;
 //! - [`loss`]: HL-Gauss, cross-entropy, L2 and the marginal baseline;
-//! - [`optim`], [`ema`]: global-norm clipping and the parameter average;
+//! - [`optim`]: global-norm clipping, Adam and the parameters' average in
+//!   one pass over flat buffers;
 //! - [`checkpoint`], [`run`]: writing checkpoints, exact resume, logs, the
 //!   loop;
 //! - [`config`]: the `[train]` table, validated;
@@ -18,7 +19,6 @@ pub mod agreement;
 pub(crate) mod checkpoint;
 pub mod config;
 pub mod data;
-pub(crate) mod ema;
 pub mod loss;
 pub(crate) mod optim;
 pub mod parity;

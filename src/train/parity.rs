@@ -11,14 +11,12 @@ use std::path::Path;
 
 use burn::{
     backend::{Autodiff, Flex},
-    module::AutodiffModule,
-    optim::AdamConfig,
     tensor::{Int, Tensor, TensorData},
 };
 
 use super::{
-    ema,
     loss::{Loss, ValueSupport},
+    optim::{AdamSettings, Optimiser},
     run::{Batch, step},
 };
 use crate::{
@@ -120,12 +118,7 @@ fn train_from_haiku(
     let n = sequences.len() / t;
     let device = Default::default();
     let mut model = HaikuParams::read(params)?.predictor::<A>(shape, &device)?;
-    let mut average = ema_decay.map(|_| model.valid());
-    let mut optim = AdamConfig::new()
-        .with_beta_1(0.9)
-        .with_beta_2(0.999)
-        .with_epsilon(1e-8)
-        .init::<A, _>();
+    let mut optimiser = Optimiser::new(&model, AdamSettings::new(0.9, 0.999, 1e-8), ema_decay);
     // The cross-entropy does not use the value support.
     let buckets = ValueBuckets::new(32).expect("32 buckets");
     let support = ValueSupport::<A>::new(&buckets, &device);
@@ -151,7 +144,7 @@ fn train_from_haiku(
         };
         let (updated, loss, _) = step(
             model,
-            &mut optim,
+            &mut optimiser,
             batch,
             Loss::CrossEntropy,
             &support,
@@ -159,13 +152,7 @@ fn train_from_haiku(
             1.0,
         );
         model = updated;
-        if let (Some(avg), Some(decay)) = (average.take(), ema_decay) {
-            average = Some(
-                ema::update(avg, &model, decay)
-                    .expect("the average is a copy of the model, so their parameters match"),
-            );
-        }
         losses.push(loss.into_scalar());
     }
-    Ok((losses, average.unwrap_or_else(|| model.valid())))
+    Ok((losses, optimiser.average(&model)))
 }

@@ -21,8 +21,7 @@ use std::{
 };
 
 use burn::{
-    module::AutodiffModule,
-    optim::{AdamConfig, GradientsParams, Optimizer},
+    optim::GradientsParams,
     tensor::{
         Int, Tensor, TensorData,
         backend::{AutodiffBackend, Backend},
@@ -36,15 +35,14 @@ use super::{
     checkpoint::{self, TrainState},
     config::TrainConfig,
     data::{DataConfig, DataError, Loader},
-    ema::{self, EmaMismatch},
     loss::{self, ValueSupport},
-    optim::{clip_global_norm, scalar},
+    optim::{AdamSettings, OptimError, Optimiser, scalar},
     sampler::{Position, Sampling},
 };
 use crate::{
     chess::{RecordSet, actions::NUM_ACTIONS, value::ValueBuckets},
     model::{
-        CheckpointError, DeviceKind, ModelShape, Precision, Predictor,
+        CheckpointError, DeviceKind, ModelBackend, ModelShape, Predictor, TrainBackend,
         checkpoint::{latest, load_module, read_state},
         tokens_tensor, tune_allocator,
     },
@@ -58,8 +56,8 @@ pub enum TrainError {
     Data(#[from] DataError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
-    #[error(transparent)]
-    Ema(#[from] EmaMismatch),
+    #[error("{}: {source}", path.display())]
+    Optimiser { path: PathBuf, source: OptimError },
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -79,8 +77,6 @@ pub enum TrainError {
         "device = \"cuda\" needs a binary built with `--features cuda` (this one has the CPU backend only)"
     )]
     NoCuda,
-    #[error("precision = \"bf16\" needs device = \"cuda\"")]
-    Bf16OnCpu,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
@@ -190,24 +186,20 @@ impl Report for Summary {
     }
 }
 
-/// Trains (or resumes) the run `config` describes, on the backend it names.
+/// Trains (or resumes) the run `config` describes, on the backend it names
+/// (f32 parameters on both; the precision is the forward pass's).
 pub fn train(config: &TrainConfig, options: &RunOptions) -> Result<Summary, TrainError> {
     use burn::backend::Autodiff;
-    match (config.device, config.precision) {
-        (DeviceKind::Cpu, Precision::F32) => {
+    match config.device {
+        DeviceKind::Cpu => {
             train_on::<Autodiff<burn::backend::Flex>>(config, options, Default::default())
         }
-        (DeviceKind::Cpu, Precision::Bf16) => Err(TrainError::Bf16OnCpu),
         #[cfg(feature = "cuda")]
-        (DeviceKind::Cuda, Precision::F32) => {
+        DeviceKind::Cuda => {
             train_on::<Autodiff<burn::backend::Cuda<f32, i32>>>(config, options, Default::default())
         }
-        #[cfg(feature = "cuda")]
-        (DeviceKind::Cuda, Precision::Bf16) => train_on::<
-            Autodiff<burn::backend::Cuda<burn::tensor::bf16, i32>>,
-        >(config, options, Default::default()),
         #[cfg(not(feature = "cuda"))]
-        (DeviceKind::Cuda, _) => Err(TrainError::NoCuda),
+        DeviceKind::Cuda => Err(TrainError::NoCuda),
     }
 }
 
@@ -331,7 +323,7 @@ fn eval_set(config: &TrainConfig, split: &str) -> Result<EvalSet, TrainError> {
 }
 
 /// Scores `model` on the eval set, `batch_size` records at a time.
-fn evaluate<B: Backend>(
+fn evaluate<B: ModelBackend>(
     model: &Predictor<B>,
     set: &EvalSet,
     support: &ValueSupport<B>,
@@ -396,7 +388,7 @@ fn progress_bar(enabled: bool, total: u64, start: u64) -> ProgressBar {
     bar
 }
 
-fn train_on<B: AutodiffBackend>(
+fn train_on<B: TrainBackend>(
     config: &TrainConfig,
     options: &RunOptions,
     device: B::Device,
@@ -423,39 +415,47 @@ fn train_on<B: AutodiffBackend>(
         ValueBuckets::new(config.buckets).map_err(|_| DataError::Buckets(config.buckets))?;
     let support = ValueSupport::<B>::new(&buckets, &device);
     let eval_support = ValueSupport::<B::InnerBackend>::new(&buckets, &device);
-    let adam = AdamConfig::new()
-        .with_beta_1(config.adam_beta1 as f32)
-        .with_beta_2(config.adam_beta2 as f32)
-        .with_epsilon(config.adam_epsilon as f32);
-    let mut optim = adam.init::<B, Predictor<B>>();
+    let adam = AdamSettings::new(config.adam_beta1, config.adam_beta2, config.adam_epsilon);
 
     // Resume or start.
-    let (mut model, mut ema, mut state, resumed_from) = match latest(&out)? {
+    let (mut model, mut optimiser, mut state, resumed_from) = match latest(&out)? {
         Some(dir) => {
             let (dir, saved): (PathBuf, TrainState) = read_state(&dir)?;
             let diffs = config.incompatible_with(&saved.config);
             if !diffs.is_empty() {
                 return Err(TrainError::Incompatible { dir, diffs });
             }
-            let model = load_module(&dir, "model.mpk", Predictor::new(&shape, &device), &device)?;
+            let model = load_module(&dir, "model.mpk", Predictor::new(&shape, &device), &device)?
+                .with_precision(config.precision);
             let ema = load_module(
                 &dir,
                 "ema.mpk",
                 Predictor::<B::InnerBackend>::new(&shape, &device),
                 &device,
             )?;
-            optim = checkpoint::load_optim::<B, _>(&dir, optim, &device)?;
+            let record = checkpoint::load_adam::<B>(&dir, &device)?;
+            let optimiser = Optimiser::resume(&model, adam, record, Some((&ema, config.ema_decay)))
+                .map_err(|source| TrainError::Optimiser {
+                    path: dir.clone(),
+                    source,
+                })?;
             let state = TrainState {
                 config: config.clone(),
                 ..saved
             };
+            if optimiser.steps() as u64 != state.step {
+                return Err(TrainError::Optimiser {
+                    path: dir,
+                    source: OptimError::Steps(optimiser.steps(), state.step as usize),
+                });
+            }
             let from = state.step;
-            (model, ema, state, Some(from))
+            (model, optimiser, state, Some(from))
         }
         None => {
             B::seed(&device, config.seed);
-            let model = Predictor::<B>::new(&shape, &device);
-            let ema = model.valid();
+            let model = Predictor::<B>::new(&shape, &device).with_precision(config.precision);
+            let optimiser = Optimiser::new(&model, adam, Some(config.ema_decay));
             let state = TrainState {
                 step: 0,
                 position: Position::default(),
@@ -464,7 +464,7 @@ fn train_on<B: AutodiffBackend>(
                 config: config.clone(),
                 shape,
             };
-            (model, ema, state, None)
+            (model, optimiser, state, None)
         }
     };
     let metrics_path = out.join("metrics.csv");
@@ -521,7 +521,7 @@ fn train_on<B: AutodiffBackend>(
         let win_prob = Tensor::<B, 1>::from_data(TensorData::new(batch.win_prob, [n]), &device);
         let (updated, detached, norm) = step(
             model,
-            &mut optim,
+            &mut optimiser,
             Batch {
                 tokens,
                 targets,
@@ -533,12 +533,11 @@ fn train_on<B: AutodiffBackend>(
             config.grad_clip,
         );
         model = updated;
-        last_norm = norm;
+        last_norm = Some(norm);
         loss_sum = Some(match loss_sum.take() {
             Some(s) => s + detached,
             None => detached,
         });
-        ema = ema::update::<B, _>(ema, &model, config.ema_decay)?;
         state.step += 1;
         state.samples += n as u64;
         state.position = batch.position;
@@ -590,7 +589,7 @@ fn train_on<B: AutodiffBackend>(
         {
             {
                 let r = evaluate(
-                    &ema,
+                    &optimiser.average(&model),
                     set,
                     &eval_support,
                     config.policy,
@@ -626,7 +625,14 @@ fn train_on<B: AutodiffBackend>(
         }
         if state.step % config.checkpoint_every == 0 || last {
             state.elapsed_s = elapsed_before + run_start.elapsed().as_secs_f64();
-            checkpoint::save(&out, &state, &model, &ema, &optim, config.keep_checkpoints)?;
+            checkpoint::save(
+                &out,
+                &state,
+                &model,
+                &optimiser.average(&model),
+                optimiser.record(&model),
+                config.keep_checkpoints,
+            )?;
         }
     }
     bar.finish_and_clear();
@@ -688,18 +694,17 @@ pub(crate) struct Batch<B: Backend> {
 pub(crate) type Stepped<B> = (
     Predictor<B>,
     Tensor<<B as AutodiffBackend>::InnerBackend, 1>,
-    Option<Tensor<<B as AutodiffBackend>::InnerBackend, 1>>,
+    Tensor<<B as AutodiffBackend>::InnerBackend, 1>,
 );
 
 /// One optimiser step of `chessbench train`, as searchless_chess's
 /// `update_parameters` takes it: the batch's mean loss on the last token,
 /// gradients clipped to a global norm (`optax.clip_by_global_norm`), one
-/// optimiser update. Returns the updated model, the loss and the unclipped
-/// gradient norm.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn step<B: AutodiffBackend, O: Optimizer<Predictor<B>, B>>(
+/// Adam update, the average moved. Returns the updated model, the loss and
+/// the unclipped gradient norm.
+pub(crate) fn step<B: TrainBackend>(
     model: Predictor<B>,
-    optim: &mut O,
+    optimiser: &mut Optimiser<B>,
     batch: Batch<B>,
     loss: loss::Loss,
     support: &ValueSupport<B>,
@@ -709,7 +714,7 @@ pub(crate) fn step<B: AutodiffBackend, O: Optimizer<Predictor<B>, B>>(
     let log_probs = model.forward(batch.tokens);
     let loss = loss::batch_loss(loss, log_probs, batch.targets, batch.win_prob, support);
     let detached = loss.clone().inner();
-    let mut grads = GradientsParams::from_grads(loss.backward(), &model);
-    let norm = clip_global_norm(&model, &mut grads, grad_clip);
-    (optim.step(learning_rate, model, grads), detached, norm)
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    let (model, norm) = optimiser.step(model, grads, learning_rate, grad_clip);
+    (model, detached, norm)
 }

@@ -9,26 +9,24 @@ use std::io::{self, Write};
 use std::time::Instant;
 
 use burn::{
-    module::AutodiffModule,
-    optim::{AdamConfig, GradientsParams, Optimizer},
-    tensor::{
-        Int, Tensor, TensorData,
-        backend::{AutodiffBackend, Backend},
-    },
+    optim::GradientsParams,
+    tensor::{Int, Tensor, TensorData, backend::Backend},
 };
 use serde::Serialize;
 
 use super::{
     agreement::Batch,
-    ema,
     loss::{self, Loss, ValueSupport},
-    optim::{clip_global_norm, scalar},
+    optim::{AdamSettings, Optimiser, Phase, scalar},
     run::TrainError,
     sampler::SplitMix64,
 };
 use crate::{
     chess::{RecordSet, value::ValueBuckets},
-    model::{DeviceKind, ModelShape, Precision, Predictor, Preset, tokens_tensor, tune_allocator},
+    model::{
+        DeviceKind, ModelBackend, ModelShape, Precision, Predictor, Preset, Products, TrainBackend,
+        tokens_tensor, tune_allocator,
+    },
     ui::Report,
 };
 
@@ -59,7 +57,8 @@ pub struct BenchStepOptions {
     /// Backend.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
-    /// Floating-point format (bf16: CUDA only).
+    /// Floating-point format of the products and activations (bf16: mixed
+    /// precision, f32 master weights and optimiser state).
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub precision: Precision,
     /// Synchronise after each phase and report seconds per phase.
@@ -91,14 +90,16 @@ impl Report for StepTiming {
     fn render(&self, out: &mut dyn Write) -> io::Result<()> {
         writeln!(
             out,
-            "{:.2}M parameters, batch {}: {:.0} samples/s, {:.2} model TFLOP/s ({} steps in {:.2} s on {})",
+            "{:.2}M parameters, batch {}, {:?}: {:.0} samples/s, {:.2} model TFLOP/s ({} steps in {:.2} s on {}, {:?} products)",
             self.params as f64 / 1e6,
             self.bench.batch_size,
+            self.bench.precision,
             self.samples_per_s,
             self.model_flops_per_s / 1e12,
             self.bench.steps,
             self.seconds,
-            self.device
+            self.device,
+            self.products,
         )?;
         if let Some(phases) = &self.phases {
             let total: f64 = phases.iter().map(|(_, s)| s).sum();
@@ -135,32 +136,28 @@ pub struct StepTiming {
     pub bench: StepBench,
     pub params: u64,
     pub device: String,
+    /// The implementation of the linear layers' products.
+    pub products: Products,
     pub seconds: f64,
     pub samples_per_s: f64,
     pub model_flops_per_s: f64,
     /// Seconds per step by phase (profile mode only): upload of the batch,
-    /// forward + loss, backward, clip, Adam, EMA.
+    /// forward + loss, backward, then the optimiser's phases: gathering the
+    /// gradients and clipping them, Adam, the average (EMA).
     pub phases: Option<Vec<(String, f64)>>,
 }
 
 /// Runs the bench on the backend it names.
 pub fn bench_steps(bench: &StepBench) -> Result<StepTiming, TrainError> {
     use burn::backend::Autodiff;
-    match (bench.device, bench.precision) {
-        (DeviceKind::Cpu, Precision::F32) => {
-            run::<Autodiff<burn::backend::Flex>>(bench, Default::default())
-        }
-        (DeviceKind::Cpu, Precision::Bf16) => Err(TrainError::Bf16OnCpu),
+    match bench.device {
+        DeviceKind::Cpu => run::<Autodiff<burn::backend::Flex>>(bench, Default::default()),
         #[cfg(feature = "cuda")]
-        (DeviceKind::Cuda, Precision::F32) => {
+        DeviceKind::Cuda => {
             run::<Autodiff<burn::backend::Cuda<f32, i32>>>(bench, Default::default())
         }
-        #[cfg(feature = "cuda")]
-        (DeviceKind::Cuda, Precision::Bf16) => {
-            run::<Autodiff<burn::backend::Cuda<burn::tensor::bf16, i32>>>(bench, Default::default())
-        }
         #[cfg(not(feature = "cuda"))]
-        (DeviceKind::Cuda, _) => Err(TrainError::NoCuda),
+        DeviceKind::Cuda => Err(TrainError::NoCuda),
     }
 }
 
@@ -168,7 +165,7 @@ fn sync<B: Backend>(device: &B::Device) {
     let _ = B::sync(device);
 }
 
-fn run<B: AutodiffBackend>(bench: &StepBench, device: B::Device) -> Result<StepTiming, TrainError> {
+fn run<B: TrainBackend>(bench: &StepBench, device: B::Device) -> Result<StepTiming, TrainError> {
     tune_allocator();
     B::seed(&device, 0);
     let shape = bench.shape;
@@ -176,9 +173,8 @@ fn run<B: AutodiffBackend>(bench: &StepBench, device: B::Device) -> Result<StepT
     let buckets = ValueBuckets::new(shape.outputs.max(2))
         .map_err(|_| super::data::DataError::Buckets(shape.outputs))?;
     let support = ValueSupport::<B>::new(&buckets, &device);
-    let mut model = Predictor::<B>::new(&shape, &device);
-    let mut ema_model = model.valid();
-    let mut optim = AdamConfig::new().init::<B, Predictor<B>>();
+    let mut model = Predictor::<B>::new(&shape, &device).with_precision(bench.precision);
+    let mut optimiser = Optimiser::new(&model, AdamSettings::new(0.9, 0.999, 1e-8), Some(0.99));
     // Four fixed random batches, uploaded per step like real ones.
     let mut rng = SplitMix64::new(42);
     let batches: Vec<Batch> = (0..4).map(|_| Batch::random(&shape, n, &mut rng)).collect();
@@ -188,6 +184,7 @@ fn run<B: AutodiffBackend>(bench: &StepBench, device: B::Device) -> Result<StepT
     for i in 0..bench.warmup + bench.steps {
         if i == bench.warmup {
             sync::<B>(&device);
+            B::profiler_range(true);
             start = Instant::now();
             phases = [0.0; 6];
         }
@@ -207,14 +204,15 @@ fn run<B: AutodiffBackend>(bench: &StepBench, device: B::Device) -> Result<StepT
         mark(0, &mut t);
         let loss = loss::batch_loss(bench.loss, model.forward(x), y, w, &support);
         mark(1, &mut t);
-        let mut grads = GradientsParams::from_grads(loss.clone().backward(), &model);
+        let grads = GradientsParams::from_grads(loss.clone().backward(), &model);
         mark(2, &mut t);
-        clip_global_norm(&model, &mut grads, 1.0);
-        mark(3, &mut t);
-        model = optim.step(1e-4, model, grads);
-        mark(4, &mut t);
-        ema_model = ema::update::<B, _>(ema_model, &model, 0.99)?;
-        mark(5, &mut t);
+        model = optimiser
+            .step_marked(model, grads, 1e-4, 1.0, &mut |phase| match phase {
+                Phase::Clip => mark(3, &mut t),
+                Phase::Adam => mark(4, &mut t),
+                Phase::Average => mark(5, &mut t),
+            })
+            .0;
         last_loss = Some(loss.inner());
     }
     if let Some(l) = last_loss {
@@ -222,12 +220,14 @@ fn run<B: AutodiffBackend>(bench: &StepBench, device: B::Device) -> Result<StepT
     }
     sync::<B>(&device);
     let seconds = start.elapsed().as_secs_f64();
+    B::profiler_range(false);
     let samples_per_s = (bench.steps * n) as f64 / seconds.max(1e-9);
     let names = ["upload", "forward+loss", "backward", "clip", "adam", "ema"];
     Ok(StepTiming {
         bench: bench.clone(),
         params: shape.num_params(),
         device: format!("{device:?}"),
+        products: <B as ModelBackend>::products(),
         seconds,
         samples_per_s,
         model_flops_per_s: samples_per_s * shape.train_flops_per_sample(),

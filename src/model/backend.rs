@@ -1,0 +1,69 @@
+//! What the predictor asks of a backend beyond burn's `Backend`: how its
+//! linear layers multiply, and whether few large operations beat many small
+//! ones.
+//!
+//! On the CPU (burn's `flex`) the linear layers are burn's own `linear`
+//! and every projection is its own product, exactly as the network has
+//! always run there (the demo's loss trajectory is reproducible to the last
+//! bit). On CUDA ([`super::cuda`]) every operation is a kernel launch and
+//! CubeCL's matrix kernels run far below the tensor cores' peak, so the
+//! products go to cuBLASLt when it is there (with their backward), a
+//! block's q, k, v projections and its gate and up projections run as one
+//! product each, and the optimiser works on flat buffers.
+
+use burn::{
+    backend::{Autodiff, Flex},
+    tensor::{Tensor, backend::Backend},
+};
+use serde::Serialize;
+
+/// The backend side of the predictor (module docs).
+pub trait ModelBackend: Backend {
+    /// Prefer few large operations to many small ones: one product for a
+    /// block's q|k|v (and one for gate|up), their weights concatenated at
+    /// each forward pass, and one reduction for the global gradient norm.
+    /// True on GPUs, where each operation is a kernel launch; false on the
+    /// CPU, where the separate products are as fast and the results stay
+    /// bit-identical to the per-tensor code.
+    const FEW_KERNELS: bool = false;
+
+    /// A linear layer's product without bias: `x [.., k] · w [k, n]`.
+    fn project<const D: usize>(x: Tensor<Self, D>, w: Tensor<Self, 2>) -> Tensor<Self, D> {
+        burn::tensor::module::linear(x, w, None)
+    }
+
+    /// Which implementation [`Self::project`] runs (reported with timings).
+    fn products() -> Products {
+        Products::Burn
+    }
+
+    /// Starts (`true`) or stops the range an external profiler records
+    /// (NVIDIA's `nsys profile --capture-range=cudaProfilerApi`), so a
+    /// kernel account covers the timed steps only. Nothing on the CPU.
+    fn profiler_range(_start: bool) {}
+}
+
+/// The matrix products behind the linear layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Products {
+    /// burn's `linear` (CubeCL's matmul kernels on CUDA).
+    Burn,
+    /// NVIDIA's cuBLASLt, loaded at run time (CUDA only).
+    Cublaslt,
+}
+
+impl ModelBackend for Flex {}
+impl ModelBackend for Autodiff<Flex> {}
+
+/// A training backend: autodiff over a backend the model runs on (the EMA,
+/// evaluation and the optimiser's buffers live on the inner one).
+pub trait TrainBackend:
+    burn::tensor::backend::AutodiffBackend<InnerBackend: ModelBackend> + ModelBackend
+{
+}
+
+impl<B> TrainBackend for B where
+    B: burn::tensor::backend::AutodiffBackend<InnerBackend: ModelBackend> + ModelBackend
+{
+}

@@ -15,7 +15,7 @@ use burn::{
     backend::{Autodiff, Flex},
     tensor::{Tensor, backend::Backend},
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The backend side of the predictor (module docs).
 pub trait ModelBackend: Backend {
@@ -37,6 +37,12 @@ pub trait ModelBackend: Backend {
         Products::Burn
     }
 
+    /// Products that could not run in the vendor library and ran burn's
+    /// instead, so far in this process.
+    fn product_fallbacks() -> u64 {
+        0
+    }
+
     /// Starts (`true`) or stops the range an external profiler records
     /// (NVIDIA's `nsys profile --capture-range=cudaProfilerApi`), so a
     /// kernel account covers the timed steps only. Nothing on the CPU.
@@ -44,10 +50,11 @@ pub trait ModelBackend: Backend {
 }
 
 /// The matrix products behind the linear layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Products {
     /// burn's `linear` (CubeCL's matmul kernels on CUDA).
+    #[default]
     Burn,
     /// NVIDIA's cuBLASLt, loaded at run time (CUDA only).
     Cublaslt,

@@ -25,7 +25,7 @@ use std::{
     ffi::c_void,
     sync::{
         Mutex, OnceLock,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicU64, Ordering},
     },
 };
 
@@ -81,6 +81,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> ModelBackend for Fusion<Cu
     fn profiler_range(start: bool) {
         profiler_range(start);
     }
+
+    fn product_fallbacks() -> u64 {
+        product_fallbacks()
+    }
 }
 
 impl<F, I, BT, C> ModelBackend for Autodiff<Fusion<Cube<F, I, BT>>, C>
@@ -106,6 +110,10 @@ where
 
     fn profiler_range(start: bool) {
         profiler_range(start);
+    }
+
+    fn product_fallbacks() -> u64 {
+        product_fallbacks()
     }
 }
 
@@ -169,8 +177,24 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> Gemm for Fusion<Cube<F, I,
             }
         }
 
-        let m = if transpose_a { a.shape[1] } else { a.shape[0] };
-        let n = if transpose_b { b.shape[0] } else { b.shape[1] };
+        let (m, ka) = if transpose_a {
+            (a.shape[1], a.shape[0])
+        } else {
+            (a.shape[0], a.shape[1])
+        };
+        let (kb, n) = if transpose_b {
+            (b.shape[1], b.shape[0])
+        } else {
+            (b.shape[0], b.shape[1])
+        };
+        // Checked here, on the caller's thread: inside the fusion stream a
+        // panic would only be logged.
+        assert_eq!(
+            ka, kb,
+            "inner sizes of a product differ: {:?} · {:?}",
+            a.shape, b.shape
+        );
+        assert_eq!(a.dtype, b.dtype, "a product of two formats");
         let client = a.client.clone();
         let streams = OperationStreams::with_inputs([&a, &b]);
         let out = TensorIr::uninit(client.create_empty_handle(), Shape::new([m, n]), a.dtype);
@@ -198,19 +222,30 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> Gemm for Cube<F, I, BT> {
         transpose_a: bool,
         transpose_b: bool,
     ) -> FloatTensor<Self> {
+        let empty = a.meta.shape().num_elements() == 0 || b.meta.shape().num_elements() == 0;
+        if empty {
+            return burn_gemm::<Self>(a, b, transpose_a, transpose_b);
+        }
         match cublaslt_gemm(a.clone(), b.clone(), transpose_a, transpose_b) {
             Ok(c) => c,
             Err(e) => {
-                static WARNED: AtomicBool = AtomicBool::new(false);
-                if !WARNED.swap(true, Ordering::Relaxed) {
+                if FALLBACKS.fetch_add(1, Ordering::Relaxed) == 0 {
                     eprintln!(
-                        "warning: a cuBLASLt product failed ({e}); this one and any other that fails run burn's matmul"
+                        "warning: a cuBLASLt product failed ({e}); it and any other that fails run burn's matmul (counted in bench-step's product_fallbacks)"
                     );
                 }
                 burn_gemm::<Self>(a, b, transpose_a, transpose_b)
             }
         }
     }
+}
+
+/// Products that fell back from cuBLASLt to burn's matmul in this process.
+static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+/// [`FALLBACKS`]' count.
+pub fn product_fallbacks() -> u64 {
+    FALLBACKS.load(Ordering::Relaxed)
 }
 
 /// burn's own product of (transposed views of) `a` and `b`.
@@ -260,17 +295,38 @@ pub fn vendor_products() -> bool {
 /// agree within those formats' rounding.
 fn self_test(device: &CudaDevice) -> Result<(), LtError> {
     type B = Cube<f32, i32, u8>;
-    for (m, k, n, ta, tb) in [
-        (37, 53, 29, false, false),
-        (64, 32, 48, true, false),
-        (33, 17, 65, false, true),
+    /// How the test stores an operand.
+    #[derive(Debug, Clone, Copy)]
+    enum Storage {
+        /// Contiguous, row-major.
+        Plain,
+        /// Columns 2.. of a wider matrix: an offset start, a row stride
+        /// above the width.
+        Narrowed,
+        /// The transpose of a contiguous matrix: column-major.
+        TransposedView,
+    }
+    use Storage::*;
+    for (m, k, n, ta, tb, storage) in [
+        (37, 53, 29, false, false, Plain),
+        (64, 32, 48, true, false, Plain),
+        (33, 17, 65, false, true, Plain),
+        (40, 24, 36, false, false, Narrowed),
+        (24, 40, 20, false, true, TransposedView),
     ] {
         for dtype in [DType::F32, DType::BF16] {
             let make = |rows: usize, cols: usize, salt: usize| {
-                let v: Vec<f32> = (0..rows * cols)
-                    .map(|i| (((i * 37 + salt) % 41) as f32 - 20.0) / 16.0)
-                    .collect();
-                Tensor::<B, 2>::from_data(TensorData::new(v, [rows, cols]), device).cast(dtype)
+                let stored = |rows: usize, cols: usize| {
+                    let v: Vec<f32> = (0..rows * cols)
+                        .map(|i| (((i * 37 + salt) % 41) as f32 - 20.0) / 16.0)
+                        .collect();
+                    Tensor::<B, 2>::from_data(TensorData::new(v, [rows, cols]), device).cast(dtype)
+                };
+                match storage {
+                    Plain => stored(rows, cols),
+                    Narrowed => stored(rows, cols + 5).narrow(1, 2, cols),
+                    TransposedView => stored(cols, rows).transpose(),
+                }
             };
             let a = if ta { make(k, m, 1) } else { make(m, k, 1) };
             let b = if tb { make(n, k, 2) } else { make(k, n, 2) };
@@ -303,7 +359,7 @@ fn self_test(device: &CudaDevice) -> Result<(), LtError> {
             let bound = if dtype == DType::F32 { 1e-2 } else { 3e-2 };
             if got.len() != want.len() || error.is_nan() || error >= bound {
                 return Err(LtError::SelfTest(format!(
-                    "{m}x{k}x{n} {dtype:?} (transposed {ta}, {tb}): relative error {error:.2e} against burn's matmul"
+                    "{m}x{k}x{n} {dtype:?} (transposed {ta}, {tb}, {storage:?}): relative error {error:.2e} against burn's matmul"
                 )));
             }
         }
@@ -352,10 +408,16 @@ struct Key {
 
 /// The process's cuBLASLt state (one GPU: the trainer's device 0).
 struct Lt {
+    /// The GPU this state belongs to; products on another one run burn's.
+    device: usize,
     handle: sys::cublasLtHandle_t,
     context: driver::sys::CUcontext,
-    workspace: driver::sys::CUdeviceptr,
-    prepared: HashMap<Key, Prepared>,
+    /// One workspace per CUDA stream (by the stream's address): products
+    /// on two streams may run at the same time.
+    workspaces: HashMap<usize, driver::sys::CUdeviceptr>,
+    /// Prepared products, and the shapes cuBLASLt has no algorithm for
+    /// (asked once).
+    prepared: HashMap<Key, Result<Prepared, String>>,
 }
 
 // SAFETY: the handle, descriptors, context and workspace are plain CUDA
@@ -363,10 +425,12 @@ struct Lt {
 // reached through a mutex.
 unsafe impl Send for Lt {}
 
+/// The cuBLASLt state of the first GPU a product ran on (the trainer uses
+/// GPU 0 only).
 fn lt_state(device: &CudaDevice) -> Result<&'static Mutex<Lt>, LtError> {
     static STATE: OnceLock<Result<Mutex<Lt>, String>> = OnceLock::new();
     let index = device.index;
-    STATE
+    let state = STATE
         .get_or_init(|| {
             // SAFETY: probing for the library loads it, which has no other
             // effect.
@@ -384,19 +448,17 @@ fn lt_state(device: &CudaDevice) -> Result<&'static Mutex<Lt>, LtError> {
             unsafe { driver::result::ctx::set_current(context) }.map_err(driver_err)?;
             let handle =
                 lt::create_handle().map_err(|e| LtError::Cublas(e.to_string()).to_string())?;
-            // SAFETY: a plain allocation on the current context, kept for the
-            // process's lifetime.
-            let workspace =
-                unsafe { driver::result::malloc_sync(WORKSPACE) }.map_err(driver_err)?;
             Ok(Mutex::new(Lt {
+                device: index,
                 handle,
                 context,
-                workspace,
+                workspaces: HashMap::new(),
                 prepared: HashMap::new(),
             }))
         })
         .as_ref()
-        .map_err(|e| LtError::Cublas(e.clone()))
+        .map_err(|e| LtError::Cublas(e.clone()))?;
+    Ok(state)
 }
 
 /// The alignment of a device address, in bytes, at most 16.
@@ -409,104 +471,166 @@ fn cublas_err(e: lt::CublasError) -> LtError {
 }
 
 impl Lt {
-    /// The descriptors and algorithm for `key`, prepared on first use.
+    /// The workspace of `stream`, allocated on first use and kept for the
+    /// process's lifetime.
+    fn workspace(&mut self, stream: driver::sys::CUstream) -> Result<u64, LtError> {
+        if let Some(&w) = self.workspaces.get(&(stream as usize)) {
+            return Ok(w);
+        }
+        // SAFETY: a plain allocation on the current (primary) context.
+        let w = unsafe { driver::result::malloc_sync(WORKSPACE) }
+            .map_err(|e| LtError::Driver(format!("{e:?}")))?;
+        self.workspaces.insert(stream as usize, w);
+        Ok(w)
+    }
+
+    /// The descriptors and algorithm for `key`, prepared on first use; a
+    /// shape cuBLASLt cannot run is remembered and refused at once after.
     fn prepare(&mut self, key: Key, types: Types) -> Result<&Prepared, LtError> {
         if !self.prepared.contains_key(&key) {
-            let layout = |m: &LtMatrix, ty| {
-                lt::create_matrix_layout(ty, m.rows as u64, m.cols as u64, m.ld as i64)
-                    .map_err(cublas_err)
-            };
-            let plan = key.plan;
-            let desc = lt::create_matmul_desc(types.compute, sys::cudaDataType_t::CUDA_R_32F)
-                .map_err(cublas_err)?;
-            for (attr, transpose) in [
-                (
-                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
-                    plan.first.transpose,
-                ),
-                (
-                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
-                    plan.second.transpose,
-                ),
-            ] {
-                // cublasOperation_t: CUBLAS_OP_N = 0, CUBLAS_OP_T = 1.
-                let op: i32 = i32::from(transpose);
-                // SAFETY: `desc` is live; the attribute is an int32_t.
-                unsafe {
-                    lt::set_matmul_desc_attribute(
-                        desc,
-                        attr,
-                        (&op as *const i32).cast::<c_void>(),
-                        size_of::<i32>(),
-                    )
-                }
-                .map_err(cublas_err)?;
-            }
-            let first = layout(&plan.first, types.data)?;
-            let second = layout(&plan.second, types.data)?;
-            let out = layout(
-                &LtMatrix {
-                    transpose: false,
-                    rows: plan.n,
-                    cols: plan.m,
-                    ld: plan.n.max(1),
-                },
-                types.data,
-            )?;
-            let pref = lt::create_matmul_pref().map_err(cublas_err)?;
-            let workspace = WORKSPACE as u64;
-            // SAFETY: `pref` is live; the attribute types are uint64_t and
-            // uint32_t as cuBLASLt documents them.
+            let prepared = self.build(key, types).map_err(|e| e.to_string());
+            self.prepared.insert(key, prepared);
+        }
+        self.prepared[&key]
+            .as_ref()
+            .map_err(|e| LtError::Unsupported(e.clone()))
+    }
+
+    /// Creates the descriptors of `key` and asks cuBLASLt's heuristic for
+    /// an algorithm; everything created is destroyed again on failure.
+    fn build(&self, key: Key, types: Types) -> Result<Prepared, LtError> {
+        let mut made = Descriptors::default();
+        let prepared = self.build_into(key, types, &mut made);
+        if prepared.is_err() {
+            made.destroy();
+        }
+        prepared
+    }
+
+    fn build_into(
+        &self,
+        key: Key,
+        types: Types,
+        made: &mut Descriptors,
+    ) -> Result<Prepared, LtError> {
+        let plan = key.plan;
+        let desc = lt::create_matmul_desc(types.compute, sys::cudaDataType_t::CUDA_R_32F)
+            .map_err(cublas_err)?;
+        made.desc = Some(desc);
+        for (attr, transpose) in [
+            (
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                plan.first.transpose,
+            ),
+            (
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
+                plan.second.transpose,
+            ),
+        ] {
+            // cublasOperation_t: CUBLAS_OP_N = 0, CUBLAS_OP_T = 1.
+            let op: i32 = i32::from(transpose);
+            // SAFETY: `desc` is live; the attribute is an int32_t.
             unsafe {
-                use sys::cublasLtMatmulPreferenceAttributes_t as P;
+                lt::set_matmul_desc_attribute(
+                    desc,
+                    attr,
+                    (&op as *const i32).cast::<c_void>(),
+                    size_of::<i32>(),
+                )
+            }
+            .map_err(cublas_err)?;
+        }
+        let out_matrix = LtMatrix {
+            transpose: false,
+            rows: plan.n,
+            cols: plan.m,
+            ld: plan.n.max(1),
+        };
+        for m in [plan.first, plan.second, out_matrix] {
+            let layout =
+                lt::create_matrix_layout(types.data, m.rows as u64, m.cols as u64, m.ld as i64)
+                    .map_err(cublas_err)?;
+            made.layouts.push(layout);
+        }
+        let (first, second, out) = (made.layouts[0], made.layouts[1], made.layouts[2]);
+        let pref = lt::create_matmul_pref().map_err(cublas_err)?;
+        made.pref = Some(pref);
+        let workspace = WORKSPACE as u64;
+        // SAFETY: `pref` is live; the attribute types are uint64_t and
+        // uint32_t as cuBLASLt documents them.
+        unsafe {
+            use sys::cublasLtMatmulPreferenceAttributes_t as P;
+            lt::set_matmul_pref_attribute(
+                pref,
+                P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&workspace as *const u64).cast::<c_void>(),
+                size_of::<u64>(),
+            )
+            .map_err(cublas_err)?;
+            // A' is b's memory, B' is a's, C and D the output.
+            let [align_a, align_b, align_out] = key.align.map(u32::from);
+            for (attr, value) in [
+                (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_b),
+                (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_a),
+                (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_out),
+                (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_out),
+            ] {
                 lt::set_matmul_pref_attribute(
                     pref,
-                    P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                    (&workspace as *const u64).cast::<c_void>(),
-                    size_of::<u64>(),
+                    attr,
+                    (&value as *const u32).cast::<c_void>(),
+                    size_of::<u32>(),
                 )
                 .map_err(cublas_err)?;
-                // A' is b's memory, B' is a's, C and D the output.
-                let [align_a, align_b, align_out] = key.align.map(u32::from);
-                for (attr, value) in [
-                    (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_b),
-                    (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_a),
-                    (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_out),
-                    (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_out),
-                ] {
-                    lt::set_matmul_pref_attribute(
-                        pref,
-                        attr,
-                        (&value as *const u32).cast::<c_void>(),
-                        size_of::<u32>(),
-                    )
-                    .map_err(cublas_err)?;
-                }
             }
-            // SAFETY: every descriptor is live.
-            let heuristic = unsafe {
-                lt::get_matmul_algo_heuristic(self.handle, desc, first, second, out, out, pref)
-            };
+        }
+        // SAFETY: every descriptor is live.
+        let heuristic = unsafe {
+            lt::get_matmul_algo_heuristic(self.handle, desc, first, second, out, out, pref)
+        }
+        .map_err(|e| {
+            LtError::Unsupported(format!(
+                "{plan:?} in {:?}: no algorithm ({e:?})",
+                types.data
+            ))
+        })?;
+        // The preference is only needed by the heuristic.
+        if let Some(pref) = made.pref.take() {
             // SAFETY: `pref` is live and not used again.
             let _ = unsafe { lt::destroy_matmul_pref(pref) };
-            let heuristic = heuristic.map_err(|e| {
-                LtError::Unsupported(format!(
-                    "{plan:?} in {:?}: no algorithm ({e:?})",
-                    types.data
-                ))
-            })?;
-            self.prepared.insert(
-                key,
-                Prepared {
-                    desc,
-                    first,
-                    second,
-                    out,
-                    algo: heuristic.algo,
-                },
-            );
         }
-        Ok(&self.prepared[&key])
+        Ok(Prepared {
+            desc,
+            first,
+            second,
+            out,
+            algo: heuristic.algo,
+        })
+    }
+}
+
+/// What [`Lt::build`] has created so far, destroyed when it fails.
+#[derive(Default)]
+struct Descriptors {
+    desc: Option<sys::cublasLtMatmulDesc_t>,
+    layouts: Vec<sys::cublasLtMatrixLayout_t>,
+    pref: Option<sys::cublasLtMatmulPreference_t>,
+}
+
+impl Descriptors {
+    fn destroy(&mut self) {
+        // SAFETY: each was created by cuBLASLt and is destroyed once.
+        unsafe {
+            if let Some(d) = self.desc.take() {
+                let _ = lt::destroy_matmul_desc(d);
+            }
+            for l in self.layouts.drain(..) {
+                let _ = lt::destroy_matrix_layout(l);
+            }
+            if let Some(p) = self.pref.take() {
+                let _ = lt::destroy_matmul_pref(p);
+            }
+        }
     }
 }
 
@@ -597,6 +721,14 @@ fn cublaslt_gemm(
     let rd = client.get_resource(out.handle.clone()).map_err(cube)?;
     let (pa, pb, pd) = (ra.resource().ptr, rb.resource().ptr, rd.resource().ptr);
     let stream = rd.resource().stream;
+    // Inputs from another thread's stream: reading them is ordered (CubeCL
+    // made this stream wait for theirs), but their memory could be reused
+    // on their stream before this call ran. Those go to burn's product.
+    if ra.resource().stream != stream || rb.resource().stream != stream {
+        return Err(LtError::Unsupported(
+            "operands from another CUDA stream".into(),
+        ));
+    }
     let key = Key {
         dtype: types.code,
         plan,
@@ -606,10 +738,17 @@ fn cublaslt_gemm(
     let mut lt = state
         .lock()
         .map_err(|_| LtError::Cublas("a previous call panicked".into()))?;
+    if lt.device != a.device.index {
+        return Err(LtError::Unsupported(format!(
+            "GPU {} (cuBLASLt is set up for GPU {})",
+            a.device.index, lt.device
+        )));
+    }
     // SAFETY: the context is the device's primary context, retained.
     unsafe { driver::result::ctx::set_current(lt.context) }
         .map_err(|e| LtError::Driver(format!("{e:?}")))?;
-    let (handle, workspace) = (lt.handle, lt.workspace);
+    let handle = lt.handle;
+    let workspace = lt.workspace(stream)?;
     let prepared = lt.prepare(key, types)?;
     let (alpha, beta) = (1.0f32, 0.0f32);
     // SAFETY: the pointers are live CubeCL buffers of the sizes the layouts

@@ -165,10 +165,15 @@ pub(crate) struct LtPlan {
 }
 
 /// The column-major view of `v`'s memory that gives `op(v)ᵀ`, where `op`
-/// transposes when `transpose`; `None` when neither of `v`'s strides is 1
-/// (copy it to contiguous first).
+/// transposes when `transpose`; `None` when `v`'s memory is not a matrix
+/// with unit stride on one axis and non-overlapping lines on the other (a
+/// broadcast, say: copy it to contiguous first).
 fn lt_matrix(v: Operand, transpose: bool) -> Option<LtMatrix> {
-    if v.col_stride == 1 || v.cols == 1 {
+    // A stride that does not matter (its size is 1) is taken as the
+    // tightest valid one.
+    let row_stride = if v.rows == 1 { v.cols } else { v.row_stride };
+    let col_stride = if v.cols == 1 { v.rows } else { v.col_stride };
+    if (v.cols == 1 || col_stride == 1) && row_stride >= v.cols && row_stride > 0 {
         // Column-major storage of vᵀ (cols x rows), leading dimension the
         // row stride: op(v)ᵀ is that matrix itself when op is the
         // identity, its transpose otherwise.
@@ -176,15 +181,15 @@ fn lt_matrix(v: Operand, transpose: bool) -> Option<LtMatrix> {
             transpose,
             rows: v.cols,
             cols: v.rows,
-            ld: v.row_stride.max(v.cols).max(1),
+            ld: row_stride,
         })
-    } else if v.row_stride == 1 || v.rows == 1 {
+    } else if (v.rows == 1 || row_stride == 1) && col_stride >= v.rows && col_stride > 0 {
         // Column-major storage of v itself (rows x cols).
         Some(LtMatrix {
             transpose: !transpose,
             rows: v.rows,
             cols: v.cols,
-            ld: v.col_stride.max(v.rows).max(1),
+            ld: col_stride,
         })
     } else {
         None
@@ -389,9 +394,47 @@ mod tests {
         }
     }
 
-    /// Strides without a unit one ask for a contiguous copy.
+    proptest! {
+        /// Arbitrary strides (broadcasts, overlaps, gaps): an operand either
+        /// has no plan (it is copied first) or its plan computes the
+        /// product of the values its strides address.
+        #[test]
+        fn any_plan_for_any_strides_is_right(
+            m in 1usize..5, n in 1usize..5, k in 1usize..5,
+            ta: bool, tb: bool,
+            a_strides in (0usize..7, 0usize..7), b_strides in (0usize..7, 0usize..7),
+        ) {
+            let mk = |rows, cols, (rs, cs)| Operand { rows, cols, row_stride: rs, col_stride: cs };
+            let a = if ta { mk(k, m, a_strides) } else { mk(m, k, a_strides) };
+            let b = if tb { mk(n, k, b_strides) } else { mk(k, n, b_strides) };
+            let (da, db) = (fill(a, 3), fill(b, 4));
+            if let Some(plan) = lt_plan(a, ta, b, tb) {
+                let get = |v: Operand, buf: &[f32], i: usize, j: usize, t: bool| {
+                    let (i, j) = if t { (j, i) } else { (i, j) };
+                    buf[i * v.row_stride + j * v.col_stride]
+                };
+                let got = run_plan(&plan, &da, &db);
+                for r in 0..m {
+                    for c in 0..n {
+                        let want: f32 = (0..k).map(|p| get(a, &da, r, p, ta) * get(b, &db, p, c, tb)).sum();
+                        prop_assert!((want - got[c + r * n]).abs() < 1e-4);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Strides without a unit one, and broadcasts, ask for a contiguous
+    /// copy.
     #[test]
     fn operands_without_a_unit_stride_have_no_plan() {
+        let broadcast = Operand {
+            rows: 3,
+            cols: 4,
+            row_stride: 0,
+            col_stride: 1,
+        };
+        assert!(lt_plan(broadcast, false, Operand::row_major(4, 2), false).is_none());
         let odd = Operand {
             rows: 3,
             cols: 4,

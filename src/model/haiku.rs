@@ -13,11 +13,12 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use burn::{backend::Flex, tensor::backend::Backend};
+use burn::backend::Flex;
 use safetensors::{Dtype, SafeTensors};
 use thiserror::Error;
 
 use super::{
+    backend::ModelBackend,
     net::{Predictor, tokens_tensor},
     shape::ModelShape,
 };
@@ -101,7 +102,7 @@ impl HaikuParams {
 
     /// The predictor of `shape` with these parameters; every tensor must be
     /// used.
-    pub(crate) fn predictor<B: Backend>(
+    pub(crate) fn predictor<B: ModelBackend>(
         mut self,
         shape: &ModelShape,
         device: &B::Device,

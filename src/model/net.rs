@@ -56,7 +56,7 @@ pub(crate) struct Block<B: Backend> {
 }
 
 /// The whole predictor. Its parameters are f32 whatever the precision the
-/// forward pass computes in (see [`Predictor::with_precision`]).
+/// forward pass computes in (see [`Compute`]).
 #[derive(Module, Debug)]
 pub(crate) struct Predictor<B: Backend> {
     token_embedding: Embedding<B>,
@@ -65,9 +65,9 @@ pub(crate) struct Predictor<B: Backend> {
     final_norm: LayerNorm<B>,
     head: Linear<B>,
     d_model: usize,
-    /// The format of the products and activations (not saved: a
-    /// checkpoint holds f32 parameters whatever trained them).
-    precision: Precision,
+    /// How the forward pass computes (not saved: a checkpoint holds the
+    /// f32 parameters whatever computed with them).
+    compute: Compute,
 }
 
 /// haiku's `TruncatedNormal(std)`, the initialiser searchless_chess's
@@ -122,19 +122,35 @@ impl<B: Backend> Block<B> {
     }
 }
 
-/// How a forward pass computes: in f32, or with bf16 products and
-/// activations (PyTorch's autocast): every linear layer's input and weights
-/// are cast to bf16 and its output stays bf16 (attention and SwiGLU run on
-/// it), while the residual stream, the layer norms, the head's bias and
-/// the log-softmax stay f32. The parameters, their gradients and the
-/// optimiser are f32 either way (master weights).
+/// How a forward pass computes.
+///
+/// - `precision`: f32, or bf16 products and activations (PyTorch's
+///   autocast): every linear layer's input and weights are cast to bf16 and
+///   its output stays bf16 (attention and SwiGLU run on it), while the
+///   residual stream, the layer norms, the head's bias and the log-softmax
+///   stay f32. The parameters, their gradients and the optimiser are f32
+///   either way (master weights).
+/// - `fused_projections`: one product for a block's q|k|v and one for its
+///   gate|up, their weights concatenated (the backend's
+///   [`ModelBackend::FEW_KERNELS`]), or a product per projection.
 #[derive(Debug, Clone, Copy)]
-struct Compute(Precision);
+struct Compute {
+    precision: Precision,
+    fused_projections: bool,
+}
 
 impl Compute {
+    /// f32, and the projections as the backend prefers them.
+    fn new<B: ModelBackend>() -> Compute {
+        Compute {
+            precision: Precision::F32,
+            fused_projections: B::FEW_KERNELS,
+        }
+    }
+
     /// `t` in the products' format.
     fn narrow<B: Backend, const D: usize>(self, t: Tensor<B, D>) -> Tensor<B, D> {
-        match self.0 {
+        match self.precision {
             Precision::F32 => t,
             Precision::Bf16 => t.cast(FloatDType::BF16),
         }
@@ -142,7 +158,7 @@ impl Compute {
 
     /// `t` back in f32.
     fn widen<B: Backend, const D: usize>(self, t: Tensor<B, D>) -> Tensor<B, D> {
-        match self.0 {
+        match self.precision {
             Precision::F32 => t,
             Precision::Bf16 => t.cast(FloatDType::F32),
         }
@@ -165,7 +181,7 @@ impl<B: ModelBackend> Block<B> {
         let h = self.attn_norm.forward(x.clone());
         // [b, t, d] -> [b, heads, t, dh]
         let split = |p: Tensor<B, 3>| p.reshape([b, t, self.heads, dh]).swap_dims(1, 2);
-        let (q, k, v) = if B::FEW_KERNELS {
+        let (q, k, v) = if compute.fused_projections {
             let w = Tensor::cat(
                 vec![
                     self.q.weight.val(),
@@ -191,7 +207,7 @@ impl<B: ModelBackend> Block<B> {
         );
         let x = x + compute.widen(out);
         let h = self.mlp_norm.forward(x.clone());
-        let gated = if B::FEW_KERNELS {
+        let gated = if compute.fused_projections {
             let ffn = self.up.weight.dims()[1];
             let w = Tensor::cat(vec![self.gate.weight.val(), self.up.weight.val()], 1);
             let both = compute.product(h, w);
@@ -204,7 +220,7 @@ impl<B: ModelBackend> Block<B> {
     }
 }
 
-impl<B: Backend> Predictor<B> {
+impl<B: ModelBackend> Predictor<B> {
     /// A freshly initialised predictor (draws from the backend's RNG: seed
     /// it with `B::seed` for a reproducible start).
     pub(crate) fn new(shape: &ModelShape, device: &B::Device) -> Predictor<B> {
@@ -229,7 +245,7 @@ impl<B: Backend> Predictor<B> {
             final_norm: LayerNormConfig::new(shape.d_model).init(device),
             head: linear(shape.d_model, shape.outputs, true, device),
             d_model: shape.d_model,
-            precision: Precision::F32,
+            compute: Compute::new::<B>(),
         }
     }
 
@@ -338,14 +354,22 @@ impl<B: Backend> Predictor<B> {
             final_norm,
             head,
             d_model: d,
-            precision: Precision::F32,
+            compute: Compute::new::<B>(),
         })
     }
 
     /// The same predictor computing in `precision` (f32 parameters either
     /// way; see [`Compute`]).
     pub(crate) fn with_precision(mut self, precision: Precision) -> Predictor<B> {
-        self.precision = precision;
+        self.compute.precision = precision;
+        self
+    }
+
+    /// The same predictor with its projections fused or not, whatever the
+    /// backend prefers (tests run the GPU's form on the CPU).
+    #[cfg(test)]
+    fn with_fused_projections(mut self, fused: bool) -> Predictor<B> {
+        self.compute.fused_projections = fused;
         self
     }
 }
@@ -355,7 +379,7 @@ impl<B: ModelBackend> Predictor<B> {
     /// token. `sequences` are whole records `[batch, seq_len]` (the target
     /// included); the shift right happens here.
     pub(crate) fn forward(&self, sequences: Tensor<B, 2, Int>) -> Tensor<B, 2> {
-        let compute = Compute(self.precision);
+        let compute = self.compute;
         let [b, t] = sequences.dims();
         let device = sequences.device();
         let inputs = Tensor::cat(
@@ -573,5 +597,77 @@ mod tests {
             .to_vec()
             .unwrap();
         assert_ne!(pa, pc);
+    }
+
+    /// The GPU's form of a block (one product for q|k|v, one for gate|up,
+    /// their outputs split by narrowing) computes what the separate
+    /// products compute, forward and backward: run here on the CPU.
+    #[test]
+    fn fused_projections_compute_the_separate_products() {
+        type A = burn::backend::Autodiff<B>;
+        let device = Default::default();
+        A::seed(&device, 3);
+        let shape = ModelShape::preset(Preset::Tiny, RecordSet::ActionValue, 32);
+        let separate = Predictor::<A>::new(&shape, &device);
+        assert!(!separate.compute.fused_projections, "the CPU's own form");
+        let fused = separate.clone().with_fused_projections(true);
+        let tokens: Vec<i32> = (0..5 * 79).map(|i| (i * 11 + 3) % 1968).collect();
+        let run = |model: &Predictor<A>| {
+            let out = model.forward(tokens_tensor::<A>(&tokens, 79, &device));
+            let weights: Vec<f32> = (0..5 * 32).map(|i| (i % 7) as f32 - 3.0).collect();
+            let w = Tensor::<A, 2>::from_data(TensorData::new(weights, [5, 32]), &device);
+            let mut grads = (out.clone() * w).sum().backward();
+            let block = &model.blocks[1];
+            let grad = |p: &Linear<A>, g: &mut _| -> Vec<f32> {
+                p.weight
+                    .grad_remove(g)
+                    .unwrap()
+                    .into_data()
+                    .to_vec()
+                    .unwrap()
+            };
+            let g: Vec<Vec<f32>> = [
+                &block.q,
+                &block.k,
+                &block.v,
+                &block.gate,
+                &block.up,
+                &block.down,
+            ]
+            .into_iter()
+            .map(|p| grad(p, &mut grads))
+            .collect();
+            (out.into_data().to_vec::<f32>().unwrap(), g)
+        };
+        let (out_s, grads_s) = run(&separate);
+        let (out_f, grads_f) = run(&fused);
+        let close = |a: &[f32], b: &[f32], what: &str| {
+            let (mut diff, mut norm) = (0.0f64, 0.0f64);
+            for (x, y) in a.iter().zip(b) {
+                diff += f64::from(x - y).powi(2);
+                norm += f64::from(*y).powi(2);
+            }
+            let rel = (diff / norm).sqrt();
+            assert!(
+                a.len() == b.len() && rel < 1e-5,
+                "{what}: relative error {rel}"
+            );
+        };
+        close(&out_f, &out_s, "log-probabilities");
+        for (i, (f, s)) in grads_f.iter().zip(&grads_s).enumerate() {
+            close(f, s, &format!("gradient {i} of q, k, v, gate, up, down"));
+        }
+        // Mixed bf16 takes the same path.
+        let mixed = fused.with_precision(Precision::Bf16);
+        let (out_m, _) = run(&mixed);
+        let rel = {
+            let (mut d, mut n) = (0.0f64, 0.0f64);
+            for (x, y) in out_m.iter().zip(&out_s) {
+                d += f64::from(x - y).powi(2);
+                n += f64::from(*y).powi(2);
+            }
+            (d / n).sqrt()
+        };
+        assert!(rel > 0.0 && rel < 1e-2, "mixed bf16: relative error {rel}");
     }
 }

@@ -154,7 +154,9 @@ pub struct TrainOptions {
         help_heading = "Logs and checkpoints"
     )]
     pub marginal_records: usize,
-    /// Backend (cuda needs a binary built with --features cuda).
+    /// Backend (cuda needs a binary built with --features cuda; there the
+    /// linear layers' products run in cuBLASLt when it loads, or burn's with
+    /// CHESSBENCH_PRODUCTS=burn).
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu, help_heading = "Resources")]
     pub device: DeviceKind,
     /// Floating-point format of the products and activations (bf16: mixed

@@ -42,7 +42,7 @@ use super::{
 use crate::{
     chess::{RecordSet, actions::NUM_ACTIONS, value::ValueBuckets},
     model::{
-        CheckpointError, DeviceKind, ModelBackend, ModelShape, Predictor, TrainBackend,
+        CheckpointError, DeviceKind, ModelBackend, ModelShape, Predictor, Products, TrainBackend,
         checkpoint::{latest, load_module, read_state},
         tokens_tensor, tune_allocator,
     },
@@ -132,6 +132,10 @@ pub struct Summary {
     pub data_wait_share: Option<f64>,
     pub train_flops_per_sample: f64,
     pub device: String,
+    /// The implementation of the linear layers' products (burn's in
+    /// summaries written before the field existed).
+    #[serde(default)]
+    pub products: Products,
     pub eval: Option<EvalResult>,
     /// The recipe's total steps (not in `summary.json`).
     #[serde(skip)]
@@ -157,9 +161,10 @@ impl Report for Summary {
         if let (Some(loss), Some(rate)) = (self.last_loss, self.samples_per_s) {
             writeln!(
                 out,
-                "  last train loss {loss:.4}; {rate:.0} samples/s ({:.2} GFLOP/s of model FLOPs) on {}; waiting for data {:.1}% of the time",
+                "  last train loss {loss:.4}; {rate:.0} samples/s ({:.2} GFLOP/s of model FLOPs) on {} ({:?} products); waiting for data {:.1}% of the time",
                 rate * self.train_flops_per_sample / 1e9,
                 self.device,
+                self.products,
                 100.0 * self.data_wait_share.unwrap_or(0.0)
             )?;
         }
@@ -394,6 +399,9 @@ fn train_on<B: TrainBackend>(
     device: B::Device,
 ) -> Result<Summary, TrainError> {
     tune_allocator();
+    // Which products run is decided (and any warning printed) before the
+    // first step.
+    let products = <B as ModelBackend>::products();
     let out = config.out_dir();
     if options.restart && out.exists() {
         for name in ["checkpoints", "metrics.csv", "eval.csv", "summary.json"] {
@@ -653,6 +661,7 @@ fn train_on<B: TrainBackend>(
         data_wait_share: (steps_this_run > 0).then(|| total_wait / run_secs.max(1e-9)),
         train_flops_per_sample: shape.train_flops_per_sample(),
         device: format!("{:?}", device),
+        products,
         eval: last_eval.or_else(|| read_last_eval(&eval_path)),
         steps: config.steps,
     };

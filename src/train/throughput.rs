@@ -54,7 +54,9 @@ pub struct BenchStepOptions {
     /// Untimed steps first.
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
-    /// Backend.
+    /// Backend (cuda needs a binary built with --features cuda; there the
+    /// linear layers' products run in cuBLASLt when it loads, or burn's with
+    /// CHESSBENCH_PRODUCTS=burn).
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
     /// Floating-point format of the products and activations (bf16: mixed
@@ -101,6 +103,13 @@ impl Report for StepTiming {
             self.device,
             self.products,
         )?;
+        if self.product_fallbacks > 0 {
+            writeln!(
+                out,
+                "  {} products fell back to burn's (a cuBLASLt call failed; see the warning)",
+                self.product_fallbacks
+            )?;
+        }
         if let Some(phases) = &self.phases {
             let total: f64 = phases.iter().map(|(_, s)| s).sum();
             for (name, s) in phases {
@@ -138,6 +147,8 @@ pub struct StepTiming {
     pub device: String,
     /// The implementation of the linear layers' products.
     pub products: Products,
+    /// Products that fell back to burn's (a vendor call that failed).
+    pub product_fallbacks: u64,
     pub seconds: f64,
     pub samples_per_s: f64,
     pub model_flops_per_s: f64,
@@ -167,6 +178,8 @@ fn sync<B: Backend>(device: &B::Device) {
 
 fn run<B: TrainBackend>(bench: &StepBench, device: B::Device) -> Result<StepTiming, TrainError> {
     tune_allocator();
+    // Decided (and any warning printed) before anything is timed.
+    let products = <B as ModelBackend>::products();
     B::seed(&device, 0);
     let shape = bench.shape;
     let n = bench.batch_size;
@@ -227,7 +240,8 @@ fn run<B: TrainBackend>(bench: &StepBench, device: B::Device) -> Result<StepTimi
         bench: bench.clone(),
         params: shape.num_params(),
         device: format!("{device:?}"),
-        products: <B as ModelBackend>::products(),
+        products,
+        product_fallbacks: <B as ModelBackend>::product_fallbacks(),
         seconds,
         samples_per_s,
         model_flops_per_s: samples_per_s * shape.train_flops_per_sample(),

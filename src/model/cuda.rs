@@ -31,9 +31,7 @@ use std::{
 
 use burn::{
     backend::{Autodiff, autodiff::checkpoint::strategy::CheckpointStrategy},
-    tensor::{
-        DType, Shape, Tensor, TensorData, TensorPrimitive, backend::Backend, ops::FloatTensor,
-    },
+    tensor::{DType, Shape, Tensor, TensorData, TensorPrimitive, ops::FloatTensor},
 };
 use burn_cubecl::{
     BoolElement, CubeBackend, FloatElement, IntElement, kernel::into_contiguous, tensor::CubeTensor,
@@ -51,7 +49,7 @@ use cudarc::{
 
 use super::{
     backend::{ModelBackend, Products},
-    gemm::{self, Gemm, LtMatrix, LtPlan, Operand, lt_plan},
+    gemm::{self, Gemm, LtMatrix, LtPlan, Operand, burn_gemm, lt_plan},
 };
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
@@ -109,11 +107,11 @@ where
     }
 
     fn profiler_range(start: bool) {
-        profiler_range(start);
+        <Fusion<Cube<F, I, BT>> as ModelBackend>::profiler_range(start);
     }
 
     fn product_fallbacks() -> u64 {
-        product_fallbacks()
+        <Fusion<Cube<F, I, BT>> as ModelBackend>::product_fallbacks()
     }
 }
 
@@ -246,23 +244,6 @@ static FALLBACKS: AtomicU64 = AtomicU64::new(0);
 /// [`FALLBACKS`]' count.
 pub fn product_fallbacks() -> u64 {
     FALLBACKS.load(Ordering::Relaxed)
-}
-
-/// burn's own product of (transposed views of) `a` and `b`.
-fn burn_gemm<B: Backend>(
-    a: FloatTensor<B>,
-    b: FloatTensor<B>,
-    transpose_a: bool,
-    transpose_b: bool,
-) -> FloatTensor<B> {
-    let t = |x: FloatTensor<B>, yes: bool| {
-        let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
-        if yes { x.transpose() } else { x }
-    };
-    t(a, transpose_a)
-        .matmul(t(b, transpose_b))
-        .into_primitive()
-        .tensor()
 }
 
 /// Whether the linear layers' products run in cuBLASLt (decided once, on

@@ -116,6 +116,25 @@ pub(crate) fn project<B: Gemm, C: CheckpointStrategy, const D: usize>(
     Tensor::<Autodiff<B, C>, 2>::from_primitive(TensorPrimitive::Float(y)).reshape(out)
 }
 
+/// burn's own product `op(a) · op(b)` of (transposed views of) 2-D `a` and
+/// `b`: what a backend without a vendor GEMM, or a vendor call that failed,
+/// computes instead.
+pub(crate) fn burn_gemm<B: Backend>(
+    a: FloatTensor<B>,
+    b: FloatTensor<B>,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> FloatTensor<B> {
+    let t = |x: FloatTensor<B>, yes: bool| {
+        let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
+        if yes { x.transpose() } else { x }
+    };
+    t(a, transpose_a)
+        .matmul(t(b, transpose_b))
+        .into_primitive()
+        .tensor()
+}
+
 /// A 2-D operand as burn holds it: `rows x cols`, element `(i, j)` at
 /// `i * row_stride + j * col_stride` elements from its start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,8 +253,7 @@ mod tests {
     };
     use proptest::prelude::*;
 
-    /// The test implementation of the extension: burn's matmul on
-    /// (transposed views of) the operands.
+    /// The test implementation of the extension: burn's matmul.
     impl Gemm for Flex {
         fn gemm(
             a: FloatTensor<Self>,
@@ -243,14 +261,7 @@ mod tests {
             transpose_a: bool,
             transpose_b: bool,
         ) -> FloatTensor<Self> {
-            let t = |x: FloatTensor<Self>, yes: bool| {
-                let x = Tensor::<Flex, 2>::from_primitive(TensorPrimitive::Float(x));
-                if yes { x.transpose() } else { x }
-            };
-            t(a, transpose_a)
-                .matmul(t(b, transpose_b))
-                .into_primitive()
-                .tensor()
+            burn_gemm::<Self>(a, b, transpose_a, transpose_b)
         }
     }
 

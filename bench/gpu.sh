@@ -3,8 +3,8 @@
 # no network: the binaries come prebuilt in .gpu/ (`scripts/gpu-bundle`, see
 # there).
 #
-#   bench/gpu.sh PART...  PART: jit check step9 account step136 train eval
-#                               loader evalbench
+#   bench/gpu.sh PART...  PART: jit check step9 account step136 curves
+#                               train eval loader evalbench
 #
 #   jit        the first training step of a fresh process (kernel compiling
 #              and autotuning), f32 then bf16, each cold and then with the
@@ -29,6 +29,8 @@
 #              (K=128, batch STEP_BATCH_136M, default 512).
 #              STEP_PRODUCTS="cublaslt burn" adds burn with CubeCL's own
 #              products (CHESSBENCH_PRODUCTS=burn; a cold autotune, minutes)
+#   curves     the 9M ablation recipe, 300 steps in f32 and in mixed bf16
+#              from the same seed: their loss curves compared
 #   account    where one step's time goes, kernel by kernel: burn's 9M step
 #              under nsys (timed steps only) when the machine has it,
 #              CubeCL's own per-kernel profile otherwise, and PyTorch's
@@ -164,6 +166,34 @@ part_train() {
   grep -E "^bestmove" "$W/out.txt" | tee -a "$SUM"
 }
 
+# Mixed bf16 learns as f32 does: the 9M ablation recipe for CURVE_STEPS
+# (300) steps from the same seed in both precisions, then their loss curves
+# side by side (mean and largest difference of the logged losses).
+part_curves() {
+  local p steps=${CURVE_STEPS:-300}
+  for p in f32 bf16; do
+    rm -rf "runs/demo/train/curve_9m_$p"
+    run "curve-9m-cuda-$p-$steps" 300 "$CB" train --config pipeline/ablation.toml --run runs/demo \
+      --name "curve_9m_$p" --device cuda --precision "$p" --steps "$steps" --log-every 10 \
+      --checkpoint-every "$steps" --workers 8 --no-progress --json
+    cp "runs/demo/train/curve_9m_$p/metrics.csv" "$OUT/curve-9m-$p-metrics.csv" 2>/dev/null
+    cp "runs/demo/train/curve_9m_$p/eval.csv" "$OUT/curve-9m-$p-eval.csv" 2>/dev/null
+  done
+  python3 - "$OUT/curve-9m-f32-metrics.csv" "$OUT/curve-9m-bf16-metrics.csv" <<'PY' | tee -a "$SUM"
+import csv, sys
+try:
+    a, b = ({int(r["step"]): float(r["loss"]) for r in csv.DictReader(open(p))} for p in sys.argv[1:])
+except (OSError, KeyError, ValueError) as e:
+    sys.exit(f"curves: {e}")
+steps = sorted(set(a) & set(b))
+if not steps:
+    sys.exit("curves: no common steps")
+d = [b[s] - a[s] for s in steps]
+print(f"curves: {len(steps)} rows, bf16 - f32 loss mean {sum(d) / len(d):+.4f}, "
+      f"largest |diff| {max(map(abs, d)):.4f}; last f32 {a[steps[-1]]:.4f} bf16 {b[steps[-1]]:.4f}")
+PY
+}
+
 part_eval() {
   local name=av_9m_gpu
   for device in cuda cpu; do
@@ -270,8 +300,8 @@ part_account() {
 setup
 for part in "$@"; do
   case "$part" in
-    check | jit | train | eval | loader | evalbench | step9 | step136 | account) "part_$part" ;;
-    *) echo "unknown part $part (jit check step9 account step136 train eval loader evalbench)" >&2; exit 2 ;;
+    check | jit | train | curves | eval | loader | evalbench | step9 | step136 | account) "part_$part" ;;
+    *) echo "unknown part $part (jit check step9 account step136 curves train eval loader evalbench)" >&2; exit 2 ;;
   esac
 done
 # What burn-cuda compiled and tuned (kernel names, one line each).

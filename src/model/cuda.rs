@@ -252,20 +252,30 @@ pub fn vendor_products() -> bool {
     static CHOICE: OnceLock<bool> = OnceLock::new();
     *CHOICE.get_or_init(|| {
         let wanted = std::env::var(PRODUCTS_VAR).unwrap_or_default();
-        match wanted.as_str() {
-            "burn" => false,
-            "" | "cublaslt" | "auto" => match self_test(&CudaDevice::default()) {
-                Ok(()) => true,
-                Err(e) => {
-                    eprintln!("warning: cuBLASLt is not used ({e}); the linear layers run burn's matmul");
-                    false
-                }
-            },
-            other => {
-                eprintln!(
-                    "warning: {PRODUCTS_VAR}={other:?} is neither \"burn\" nor \"cublaslt\"; using cuBLASLt where it works"
-                );
-                self_test(&CudaDevice::default()).is_ok()
+        if wanted == "burn" {
+            return false;
+        }
+        if !matches!(wanted.as_str(), "" | "cublaslt" | "auto") {
+            eprintln!(
+                "warning: {PRODUCTS_VAR}={wanted:?} is neither \"burn\" nor \"cublaslt\"; using cuBLASLt where it works"
+            );
+        }
+        // cudarc panics on a symbol the loaded library lacks: that, too, is
+        // a library that cannot be used.
+        let tested = std::panic::catch_unwind(|| self_test(&CudaDevice::default()))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_default();
+                Err(LtError::SelfTest(format!("it panicked: {what}")))
+            });
+        match tested {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!("warning: cuBLASLt is not used ({e}); the linear layers run burn's matmul");
+                false
             }
         }
     })

@@ -2,14 +2,18 @@
 # chessbench: GPL-3.0-or-later. Runs google-deepmind/searchless_chess
 # (Apache-2.0), which is not vendored: pass a checkout with --searchless.
 """The reference for `make bench-eval`: searchless_chess's own predictor
-(JAX/XLA on CPU) on the same boards, one forward pass per board over all its
-legal moves (the action-value sequences their ActionValueEngine builds).
+(JAX/XLA, jitted, on its default device) on the same boards: one forward pass
+per board over all its legal moves (the action-value sequences their
+ActionValueEngine builds), or with --rows-per-pass R the boards' sequences
+packed in order into passes of R rows, the last padded, so XLA compiles one
+program (how an evaluation at GPU scale would batch them).
 
-Prints JSON: boards, moves, seconds (timed pass; a first pass compiles one
-XLA program per distinct number of legal moves and is not timed).
+Prints JSON: boards, moves, seconds (timed pass; a first pass compiles the
+XLA programs, one per distinct number of legal moves per board, and is not
+timed).
 
     searchless_forward_speed.py --searchless DIR --fens FENS.txt \
-        --layers 8 --d-model 256 --heads 8 --buckets 128
+        --layers 8 --d-model 256 --heads 8 --buckets 128 [--rows-per-pass R]
 """
 
 import argparse
@@ -28,6 +32,7 @@ def main() -> None:
     ap.add_argument("--d-model", type=int, required=True)
     ap.add_argument("--heads", type=int, required=True)
     ap.add_argument("--buckets", type=int, default=128)
+    ap.add_argument("--rows-per-pass", type=int, default=0, help="0: a pass per board")
     args = ap.parse_args()
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -65,8 +70,18 @@ def main() -> None:
         fen_tokens = np.stack([tokenizer.tokenize(board.fen()).astype(np.int32)] * len(moves))
         batches.append(np.concatenate([fen_tokens, actions, np.zeros_like(actions)], axis=1))
 
+    moves_total = int(sum(len(b) for b in batches))
+    if args.rows_per_pass > 0:
+        rows = np.concatenate(batches)
+        r = args.rows_per_pass
+        pad = (-len(rows)) % r
+        rows = np.concatenate([rows, np.zeros((pad, rows.shape[1]), dtype=rows.dtype)])
+        passes = [rows[i : i + r] for i in range(0, len(rows), r)]
+    else:
+        passes = batches
+
     def run() -> None:
-        for sequences in batches:
+        for sequences in passes:
             predict(params=params, targets=sequences, rng=None)[:, -1].block_until_ready()
 
     run()
@@ -77,7 +92,8 @@ def main() -> None:
         json.dumps(
             {
                 "boards": len(batches),
-                "moves": int(sum(len(b) for b in batches)),
+                "moves": moves_total,
+                "rows_per_pass": args.rows_per_pass,
                 "seconds": seconds,
                 "jax": jax.__version__,
                 "devices": str(jax.devices()),

@@ -1,31 +1,48 @@
-//! `make bench-eval`: evaluation throughput on this machine's CPU: boards
-//! per second through the model with each board's legal moves in one batch
-//! (how `chessbench eval`, puzzles, games and the UCI engine run), against
-//! the reference measured in the same run: the same boards with one
-//! sequence per forward pass. Positions: a fixed walk through 1,000 plies
-//! of pseudo-random play from the start (30 legal moves per board on
-//! average).
+//! `make bench-eval`: evaluation throughput, boards per second through the
+//! model (a board = all its legal moves scored), three ways, in the same
+//! run:
 //!
-//! On a GPU: `BENCH_DEVICE=cuda cargo bench --features cuda --bench eval`
-//! (or `make bench-eval BENCH_DEVICE=cuda`), or `chessbench eval ...
-//! --device cuda` on a real checkpoint (the report's boards/s column).
+//! - **across boards**: many boards' legal-move sequences in each forward
+//!   pass ([`predict_many`]: how `chessbench eval` scores metrics, puzzles
+//!   and games);
+//! - **per board**: one forward pass a board over its legal moves
+//!   ([`predict`]: how the UCI engine answers a move);
+//! - the reference, searchless_chess's own JAX predictor on the same boards
+//!   (below).
+//!
+//! Positions: a fixed walk through pseudo-random play from the start (30
+//! legal moves per board on average); action-value model with K = 128,
+//! randomly initialised (throughput does not depend on the weights).
 //!
 //! Environment: BENCH_PRESETS (default "tiny,9m"), BENCH_BOARDS (default
-//! 100), BENCH_DEVICE (`cpu`, the default, or `cuda`).
+//! 100), BENCH_MANY (boards of the across-boards path, default at least
+//! 1,000, the same walk repeated, so its passes are full), BENCH_DEVICE (`cpu`, the default, or
+//! `cuda`: `make bench-eval BENCH_DEVICE=cuda` builds with `--features
+//! cuda`), BENCH_PRECISIONS (default `f32`; `bf16` is CUDA only: bf16
+//! products and activations, f32 layer norms and log-softmax).
 //!
-//! JAX reference (issue 15: chessbench >= 1.0x JAX's CPU throughput on the
-//! 9M shape): with `SEARCHLESS_CHESS=DIR` (a google-deepmind/searchless_chess
-//! checkout) and `CHESSBENCH_JAX_PYTHON` (a Python with jax and dm-haiku,
-//! `make jax-deps`), their own predictor runs the same boards, one jitted
-//! forward pass per board over its legal moves
-//! (`bench/searchless_forward_speed.py`), right after ours.
+//! Each measurement also prints a JSON line, `{"name":
+//! "eval-PRESET-IMPL", "boards_per_s": ...}` with IMPL `burn-PRECISION`
+//! (across boards), `burn-PRECISION-perboard` or `jax-perboard` /
+//! `jax-f32` (JAX across boards): `bench/gpu.sh evalbench` keeps them.
+//!
+//! JAX reference: with `SEARCHLESS_CHESS=DIR` (a
+//! google-deepmind/searchless_chess checkout) and `CHESSBENCH_JAX_PYTHON` (a
+//! Python with jax and dm-haiku, `make jax-deps`), their predictor, jitted,
+//! runs the same boards (`bench/searchless_forward_speed.py`): one forward
+//! pass per board as their engines do, and on a GPU also with the boards'
+//! sequences packed into passes of the same size as ours (padded to one
+//! shape, so XLA compiles once).
 
 use std::{path::PathBuf, process::Command, time::Instant};
 
 use chessbench::{
-    chess::{RecordSet, push_sequence},
-    eval::{model::Model, policy::predict},
-    model::{DeviceKind, Preset},
+    chess::RecordSet,
+    eval::{
+        model::Model,
+        policy::{predict, predict_many},
+    },
+    model::{DeviceKind, Precision, Preset},
 };
 use shakmaty::{Chess, EnPassantMode, Position, fen::Fen};
 
@@ -46,19 +63,46 @@ fn boards(n: usize) -> Vec<Chess> {
     out
 }
 
+/// One measurement, printed as the JSON line `bench/gpu.sh` keeps.
+fn json(name: &str, boards: usize, moves: usize, seconds: f64, extra: &str) {
+    println!(
+        "{{\"name\":\"{name}\",\"boards\":{boards},\"moves\":{moves},\"seconds\":{seconds:.4},\"boards_per_s\":{:.2},\"moves_per_s\":{:.1}{extra}}}",
+        boards as f64 / seconds,
+        moves as f64 / seconds
+    );
+}
+
+fn env_or(key: &str, default: &str) -> String {
+    std::env::var(key).unwrap_or_else(|_| default.into())
+}
+
 fn main() {
-    let presets = std::env::var("BENCH_PRESETS").unwrap_or_else(|_| "tiny,9m".into());
-    let n: usize = std::env::var("BENCH_BOARDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100);
+    let presets = env_or("BENCH_PRESETS", "tiny,9m");
+    let n: usize = env_or("BENCH_BOARDS", "100")
+        .parse()
+        .expect("BENCH_BOARDS: a number of boards");
     let device = match std::env::var("BENCH_DEVICE").as_deref() {
         Ok("cuda") => DeviceKind::Cuda,
         Ok("cpu") | Err(_) => DeviceKind::Cpu,
         Ok(other) => panic!("BENCH_DEVICE={other}: expected cpu or cuda"),
     };
+    let precisions: Vec<Precision> = env_or("BENCH_PRECISIONS", "f32")
+        .split(',')
+        .map(|p| match p.trim() {
+            "f32" => Precision::F32,
+            "bf16" => Precision::Bf16,
+            other => panic!("BENCH_PRECISIONS: {other}: expected f32 or bf16"),
+        })
+        .collect();
     let positions = boards(n);
     let moves: usize = positions.iter().map(|p| p.legal_moves().len()).sum();
+    // The across-boards path on BENCH_MANY boards (default: at least
+    // 1,000, the walk repeated).
+    let many_n: usize = env_or("BENCH_MANY", &n.max(1000).to_string())
+        .parse()
+        .expect("BENCH_MANY: a number of boards");
+    let many: Vec<&Chess> = positions.iter().cycle().take(many_n).collect();
+    let many_moves: usize = many.iter().map(|p| p.legal_moves().len()).sum();
     let on = match device {
         DeviceKind::Cpu => format!(
             "CPU ({} threads)",
@@ -66,7 +110,10 @@ fn main() {
         ),
         DeviceKind::Cuda => "CUDA device 0".to_owned(),
     };
-    println!("eval throughput, action-value policy, K=128, {n} boards ({moves} legal moves), {on}");
+    println!(
+        "eval throughput, action-value policy, K=128, {on}: per board {n} boards ({moves} legal moves), across boards {} boards ({many_moves})",
+        many.len()
+    );
     for preset in presets.split(',') {
         let p = match preset.trim() {
             "tiny" => Preset::Tiny,
@@ -75,98 +122,142 @@ fn main() {
             "270m" => Preset::M270,
             other => panic!("unknown preset {other}"),
         };
-        let model = Model::random(p, RecordSet::ActionValue, 128, device)
-            .unwrap_or_else(|e| panic!("a {preset} model on {on}: {e}"));
-        let mut tokens = Vec::new();
-        // Warm up.
-        predict(&model, &positions[0], &mut tokens).unwrap();
-        let t = Instant::now();
-        for pos in &positions {
-            predict(&model, pos, &mut tokens).unwrap();
-        }
-        let batched = t.elapsed().as_secs_f64();
-        // Reference: one sequence per forward pass.
-        let t = Instant::now();
-        for pos in &positions {
-            let fen = Fen::from_position(pos, EnPassantMode::Legal).to_string();
-            let board = chessbench::chess::tokens::tokenize(&fen).unwrap();
-            let vocab = chessbench::chess::actions::vocabulary();
-            for m in pos.legal_moves() {
-                tokens.clear();
-                push_sequence(
-                    RecordSet::ActionValue,
-                    &board,
-                    vocab.index_of_move(&m).unwrap(),
-                    0,
-                    &mut tokens,
-                );
-                model.log_probs(&tokens).unwrap();
+        let mut across_f32 = None;
+        for &precision in &precisions {
+            let model = Model::random(p, RecordSet::ActionValue, 128, device)
+                .and_then(|m| m.with_precision(precision))
+                .unwrap_or_else(|e| panic!("a {preset} model on {on}: {e}"));
+            let prec = format!("{precision:?}").to_lowercase();
+            // Warm up both paths (a GPU compiles its kernels here).
+            predict_many(&model, &many[..many.len().min(64)]).unwrap();
+            let mut tokens = Vec::new();
+            predict(&model, &positions[0], &mut tokens).unwrap();
+            let t = Instant::now();
+            predict_many(&model, &many).unwrap();
+            let across = t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            for pos in &positions {
+                predict(&model, pos, &mut tokens).unwrap();
+            }
+            let per_board = t.elapsed().as_secs_f64();
+            println!(
+                "  {preset:<5} {prec:<4} across boards {:9.1} boards/s ({:9.0} moves/s) | per board {:8.1} boards/s ({:.1} ms a UCI move) | {:.2}x",
+                many.len() as f64 / across,
+                many_moves as f64 / across,
+                n as f64 / per_board,
+                1e3 * per_board / n as f64,
+                (many.len() as f64 / across) / (n as f64 / per_board)
+            );
+            json(
+                &format!("eval-{preset}-burn-{prec}"),
+                many.len(),
+                many_moves,
+                across,
+                "",
+            );
+            json(
+                &format!("eval-{preset}-burn-{prec}-perboard"),
+                n,
+                moves,
+                per_board,
+                "",
+            );
+            if precision == Precision::F32 {
+                across_f32 = Some((many.len() as f64 / across, n as f64 / per_board));
             }
         }
-        let single = t.elapsed().as_secs_f64();
-        println!(
-            "  {preset:<5} batched {:8.1} boards/s ({:8.0} moves/s) | one sequence per pass {:7.1} boards/s | ratio {:.2}x",
-            n as f64 / batched,
-            moves as f64 / batched,
-            n as f64 / single,
-            single / batched
-        );
-        if device == DeviceKind::Cpu {
-            jax_reference(p, &positions, batched);
+        if let Some(ours) = across_f32 {
+            jax_reference(p, &positions, device, ours);
         }
     }
 }
 
-/// Their predictor on the same boards (see the module docs), or why not.
-fn jax_reference(preset: Preset, positions: &[Chess], ours: f64) {
+/// Their predictor on the same boards (see the module docs), or why not:
+/// one pass a board against our per-board path, and on a GPU also packed
+/// into passes of our size against our across-boards path. `ours` is our
+/// f32 (across boards, per board) boards/s.
+fn jax_reference(preset: Preset, positions: &[Chess], device: DeviceKind, ours: (f64, f64)) {
     let Some(code) = std::env::var_os("SEARCHLESS_CHESS").map(PathBuf::from) else {
         println!("        JAX reference: skipped (SEARCHLESS_CHESS is not set)");
         return;
     };
-    let python = std::env::var("CHESSBENCH_JAX_PYTHON").unwrap_or_else(|_| "python3".into());
     let shape = chessbench::model::ModelShape::preset(preset, RecordSet::ActionValue, 128);
+    let label = match preset {
+        Preset::Tiny => "tiny",
+        Preset::M9 => "9m",
+        Preset::M136 => "136m",
+        Preset::M270 => "270m",
+    };
     let dir = tempfile::tempdir().unwrap();
-    let fens = dir.path().join("fens.txt");
-    let text: Vec<String> = positions
-        .iter()
-        .map(|p| Fen::from_position(p, EnPassantMode::Legal).to_string())
-        .collect();
-    std::fs::write(&fens, text.join("\n")).unwrap();
+    let write_fens = |file: &str, boards: &[&Chess]| {
+        let path = dir.path().join(file);
+        let text: Vec<String> = boards
+            .iter()
+            .map(|p| Fen::from_position(*p, EnPassantMode::Legal).to_string())
+            .collect();
+        std::fs::write(&path, text.join("\n")).unwrap();
+        path
+    };
+    let few: Vec<&Chess> = positions.iter().collect();
+    let mut runs = vec![("perboard", write_fens("few.txt", &few), 0, ours.1)];
+    if device == DeviceKind::Cuda {
+        let many: Vec<&Chess> = positions
+            .iter()
+            .cycle()
+            .take(positions.len().max(1000))
+            .collect();
+        let rows = chessbench::eval::model::sequences_per_pass(&shape)
+            .min(chessbench::eval::policy::BATCH_SEQUENCES);
+        runs.push(("f32", write_fens("many.txt", &many), rows, ours.0));
+    }
+    let python = std::env::var("CHESSBENCH_JAX_PYTHON").unwrap_or_else(|_| "python3".into());
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/searchless_forward_speed.py");
-    let out = Command::new(&python)
-        .arg(script)
-        .arg("--searchless")
-        .arg(&code)
-        .arg("--fens")
-        .arg(&fens)
-        .args(["--layers", &shape.layers.to_string()])
-        .args(["--d-model", &shape.d_model.to_string()])
-        .args(["--heads", &shape.heads.to_string()])
-        .output();
-    let out = match out {
-        Ok(o) if o.status.success() => o,
-        Ok(o) => {
-            let err = String::from_utf8_lossy(&o.stderr);
-            println!(
-                "        JAX reference failed: {}",
-                err.lines().last().unwrap_or("")
-            );
-            return;
-        }
-        Err(e) => {
-            println!("        JAX reference: cannot run {python}: {e}");
-            return;
-        }
-    };
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let secs = v["seconds"].as_f64().unwrap();
-    let boards = v["boards"].as_f64().unwrap();
-    println!(
-        "        JAX {} (their predictor, XLA CPU) {:8.1} boards/s ({:8.0} moves/s) | chessbench / JAX {:.2}x",
-        v["jax"].as_str().unwrap_or("?"),
-        boards / secs,
-        v["moves"].as_f64().unwrap() / secs,
-        secs / ours
-    );
+    for (mode, fens, rows, ours) in runs {
+        let out = Command::new(&python)
+            .arg(&script)
+            .arg("--searchless")
+            .arg(&code)
+            .arg("--fens")
+            .arg(&fens)
+            .args(["--layers", &shape.layers.to_string()])
+            .args(["--d-model", &shape.d_model.to_string()])
+            .args(["--heads", &shape.heads.to_string()])
+            .args(["--rows-per-pass", &rows.to_string()])
+            .output();
+        let out = match out {
+            Ok(o) if o.status.success() => o,
+            Ok(o) => {
+                let err = String::from_utf8_lossy(&o.stderr);
+                println!(
+                    "        JAX reference ({mode}) failed: {}",
+                    err.lines().last().unwrap_or("")
+                );
+                continue;
+            }
+            Err(e) => {
+                println!("        JAX reference: cannot run {python}: {e}");
+                return;
+            }
+        };
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let secs = v["seconds"].as_f64().unwrap();
+        let boards = v["boards"].as_f64().unwrap();
+        let moves = v["moves"].as_f64().unwrap();
+        println!(
+            "        JAX {} {mode} (their predictor, {}) {:9.1} boards/s ({:9.0} moves/s) | chessbench / JAX {:.2}x",
+            v["jax"].as_str().unwrap_or("?"),
+            v["devices"].as_str().unwrap_or("?"),
+            boards / secs,
+            moves / secs,
+            ours / (boards / secs)
+        );
+        json(
+            &format!("eval-{label}-jax-{mode}"),
+            boards as usize,
+            moves as usize,
+            secs,
+            &format!(",\"rows_per_pass\":{rows}"),
+        );
+    }
 }

@@ -29,7 +29,7 @@ use shakmaty::Chess;
 use super::{
     EvalError,
     game::parse_fen,
-    policy::{NeuralPlayer, argmax},
+    policy::{NeuralPlayer, Prediction, argmax, predict_many},
 };
 use crate::{
     chess::{RecordSet, legal::prepare, value::ValueBuckets},
@@ -273,51 +273,89 @@ pub(crate) fn score_model(
     player: &mut NeuralPlayer,
     boards: &[LabelledBoard],
     split: &str,
+    progress: impl FnMut(u64),
+) -> Result<StaticMetrics, EvalError> {
+    score_in_batches(player, boards, split, progress, BOARDS_PER_BATCH)
+}
+
+/// [`score_model`] with `per_batch` boards a batch.
+fn score_in_batches(
+    player: &mut NeuralPlayer,
+    boards: &[LabelledBoard],
+    split: &str,
     mut progress: impl FnMut(u64),
+    per_batch: usize,
 ) -> Result<StaticMetrics, EvalError> {
     let start = std::time::Instant::now();
     let policy = player.model.policy();
     let k = player.model.outputs();
     let buckets: Option<ValueBuckets> = player.model.buckets.clone();
     let mut acc = Accumulator::new();
-    for (i, board) in boards.iter().enumerate() {
-        let pos: Chess = parse_fen(&board.fen)?;
-        let p = player.predict(&pos)?;
-        let Some(sf) = aligned(&board.actions, &p.actions) else {
-            acc.skip();
-            continue;
-        };
-        match policy {
-            RecordSet::ActionValue | RecordSet::StateValue => {
-                let b = buckets.as_ref().expect("value policies have buckets");
-                for (row, &q) in p.log_probs.chunks(k).zip(&sf) {
-                    // Q(s, a) for action values; the successor's value for
-                    // its side to move (1 - Q) for state values.
-                    let y = if policy == RecordSet::ActionValue {
-                        q
-                    } else {
-                        1.0 - q
-                    };
-                    acc.add_nll(-f64::from(row[b.bucket(y)]));
-                    acc.add_entropy(entropy_of_log_probs(row));
-                }
-                acc.add_board(&p.scores, &sf, true);
-            }
-            RecordSet::BehavioralCloning => {
-                if let Some(best) = argmax(&sf) {
-                    acc.add_nll(-f64::from(p.log_probs[usize::from(p.actions[best])]));
-                }
-                acc.add_entropy(entropy_of_probs(&p.scores));
-                acc.add_board(&p.scores, &sf, false);
-            }
+    // Boards go through the model many at a time (their legal moves in
+    // shared forward passes); the metrics are summed board by board in
+    // order, as one at a time would.
+    let mut done = 0u64;
+    for group in boards.chunks(per_batch) {
+        let positions = group
+            .iter()
+            .map(|b| parse_fen(&b.fen))
+            .collect::<Result<Vec<Chess>, _>>()?;
+        let refs: Vec<&Chess> = positions.iter().collect();
+        let predictions = predict_many(&player.model, &refs)?;
+        for (board, p) in group.iter().zip(predictions) {
+            score_board(&mut acc, policy, k, buckets.as_ref(), board, &p);
         }
-        progress(i as u64 + 1);
+        done += group.len() as u64;
+        progress(done);
     }
     Ok(acc.finish(
         player.model.label(),
         split.to_owned(),
         start.elapsed().as_secs_f64(),
     ))
+}
+
+/// Boards per batch of [`score_model`] (about 30 legal moves each: near
+/// [`crate::eval::policy::BATCH_SEQUENCES`]).
+const BOARDS_PER_BATCH: usize = 1024;
+
+/// Adds one board's prediction `p` against its Stockfish labels.
+fn score_board(
+    acc: &mut Accumulator,
+    policy: RecordSet,
+    k: usize,
+    buckets: Option<&ValueBuckets>,
+    board: &LabelledBoard,
+    p: &Prediction,
+) {
+    let Some(sf) = aligned(&board.actions, &p.actions) else {
+        acc.skip();
+        return;
+    };
+    match policy {
+        RecordSet::ActionValue | RecordSet::StateValue => {
+            let b = buckets.expect("value policies have buckets");
+            for (row, &q) in p.log_probs.chunks(k).zip(&sf) {
+                // Q(s, a) for action values; the successor's value for
+                // its side to move (1 - Q) for state values.
+                let y = if policy == RecordSet::ActionValue {
+                    q
+                } else {
+                    1.0 - q
+                };
+                acc.add_nll(-f64::from(row[b.bucket(y)]));
+                acc.add_entropy(entropy_of_log_probs(row));
+            }
+            acc.add_board(&p.scores, &sf, true);
+        }
+        RecordSet::BehavioralCloning => {
+            if let Some(best) = argmax(&sf) {
+                acc.add_nll(-f64::from(p.log_probs[usize::from(p.actions[best])]));
+            }
+            acc.add_entropy(entropy_of_probs(&p.scores));
+            acc.add_board(&p.scores, &sf, false);
+        }
+    }
 }
 
 /// Scores Stockfish, re-searching each legal move with `settings`.
@@ -407,5 +445,150 @@ mod tests {
         let labels = [(3, 0.1), (7, 0.9)];
         assert_eq!(aligned(&labels, &[7, 3]), Some(vec![0.9, 0.1]));
         assert_eq!(aligned(&labels, &[7, 4]), None);
+    }
+
+    /// Boards scored many at a time give the metrics of boards scored one
+    /// at a time (every policy; 300 boards in batches of 128). The labels
+    /// are synthetic win probabilities: what is checked is the batching.
+    ///
+    /// A board's scores in a bigger pass may differ in the last bits (its
+    /// products summed in another order), which can swap two scores within
+    /// that distance or move one across a calibration bin's edge: a board
+    /// ranked differently must have scores that close, and is counted and
+    /// left out of the comparison (the batched metrics must also equal
+    /// those of the same predictions summed here, exactly).
+    #[test]
+    fn metrics_of_boards_scored_together_equal_boards_scored_alone() {
+        use crate::{
+            eval::{
+                model::Model,
+                policy::{PolicyOptions, predict, predict_many, tests::walk},
+            },
+            model::{DeviceKind, Preset},
+        };
+        use shakmaty::Position;
+        let boards: Vec<LabelledBoard> = walk(300)
+            .iter()
+            .enumerate()
+            .map(|(i, pos)| {
+                let mut actions: Vec<(u16, f64)> = crate::eval::policy::ordered_legal_moves(pos)
+                    .unwrap()
+                    .into_iter()
+                    .map(|(_, _, a)| (a, f64::from((u32::from(a) * 7919 + i as u32) % 101) / 100.0))
+                    .collect();
+                actions.sort_unstable_by_key(|&(a, _)| a);
+                LabelledBoard {
+                    board_id: i as u64,
+                    fen: crate::eval::game::fen_of(pos),
+                    actions,
+                }
+            })
+            .collect();
+        for policy in [
+            RecordSet::ActionValue,
+            RecordSet::StateValue,
+            RecordSet::BehavioralCloning,
+        ] {
+            let model = Model::random(Preset::Tiny, policy, 32, DeviceKind::Cpu).unwrap();
+            let mut player = NeuralPlayer::new(model, PolicyOptions::default(), None);
+            let mut reported = 0;
+            let together =
+                score_in_batches(&mut player, &boards, "test", |n| reported = n, 128).unwrap();
+            assert_eq!(reported, boards.len() as u64);
+            let k = player.model.outputs();
+            let buckets = player.model.buckets.clone();
+            // The predictions score_in_batches made, batch by batch.
+            let mut batched = Vec::new();
+            for group in boards.chunks(128) {
+                let positions: Vec<Chess> =
+                    group.iter().map(|b| parse_fen(&b.fen).unwrap()).collect();
+                let refs: Vec<&Chess> = positions.iter().collect();
+                batched.extend(predict_many(&player.model, &refs).unwrap());
+            }
+            let mut all = Accumulator::new();
+            for (board, p) in boards.iter().zip(&batched) {
+                score_board(&mut all, policy, k, buckets.as_ref(), board, p);
+            }
+            let same = all.finish(together.predictor.clone(), "test".into(), together.seconds);
+            assert_eq!(
+                StaticMetrics {
+                    boards_per_s: together.boards_per_s,
+                    ..same
+                },
+                together
+            );
+            // A board whose scores rank differently, or fall in another
+            // calibration bin, must owe it to near-equal scores (a float
+            // tie); it is counted and left out.
+            let bins = CALIBRATION_BINS as f64;
+            let ranks = |scores: &[f64]| {
+                let mut order: Vec<usize> = (0..scores.len()).collect();
+                order.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]).then(a.cmp(&b)));
+                let bin: Vec<i64> = scores.iter().map(|x| (x * bins).floor() as i64).collect();
+                (order, bin)
+            };
+            let close_call = |scores: &[f64]| {
+                let mut s = scores.to_vec();
+                s.sort_by(f64::total_cmp);
+                s.windows(2).any(|w| w[1] - w[0] <= 1e-6)
+                    || s.iter()
+                        .any(|x| ((x * bins).round() - x * bins).abs() <= 1e-6 * bins)
+            };
+            let (mut acc_t, mut acc) = (Accumulator::new(), Accumulator::new());
+            let mut tokens = Vec::new();
+            let mut ties = 0;
+            for (board, t) in boards.iter().zip(&batched) {
+                let pos: Chess = parse_fen(&board.fen).unwrap();
+                assert!(pos.legal_moves().len() == board.actions.len());
+                let p = predict(&player.model, &pos, &mut tokens).unwrap();
+                assert_eq!(p.actions, t.actions);
+                if ranks(&p.scores) != ranks(&t.scores) {
+                    assert!(
+                        close_call(&p.scores),
+                        "{policy:?}: {} ranks differently",
+                        board.fen
+                    );
+                    ties += 1;
+                    continue;
+                }
+                score_board(&mut acc_t, policy, k, buckets.as_ref(), board, t);
+                score_board(&mut acc, policy, k, buckets.as_ref(), board, &p);
+            }
+            println!(
+                "{policy:?}: {ties} of {} boards ranked differently by a float tie",
+                boards.len()
+            );
+            assert!(ties * 10 < boards.len(), "{policy:?}: {ties} float ties");
+            let together = acc_t.finish(together.predictor.clone(), "test".into(), 0.0);
+            let alone = acc.finish(together.predictor.clone(), "test".into(), 0.0);
+            assert_eq!(together.boards, alone.boards);
+            assert_eq!(together.boards_skipped, 0);
+            assert_eq!(together.moves, alone.moves);
+            assert_eq!(together.kendall_tau_boards, alone.kendall_tau_boards);
+            let close = |what: &str, a: Option<f64>, b: Option<f64>| match (a, b) {
+                (Some(a), Some(b)) => {
+                    assert!((a - b).abs() <= 1e-6, "{policy:?} {what}: {a} vs {b}")
+                }
+                (a, b) => assert_eq!(a, b, "{policy:?} {what}"),
+            };
+            close(
+                "accuracy",
+                Some(together.action_accuracy),
+                Some(alone.action_accuracy),
+            );
+            close("tau", together.kendall_tau, alone.kendall_tau);
+            close("log-loss", together.log_loss, alone.log_loss);
+            close("L2", together.l2_win_prob, alone.l2_win_prob);
+            close("entropy", together.entropy, alone.entropy);
+            assert_eq!(together.calibration.len(), alone.calibration.len());
+            for (a, b) in together.calibration.iter().zip(&alone.calibration) {
+                assert_eq!(a.moves, b.moves, "{policy:?} calibration");
+                close(
+                    "calibration",
+                    Some(a.mean_predicted),
+                    Some(b.mean_predicted),
+                );
+            }
+        }
     }
 }

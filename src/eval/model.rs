@@ -8,7 +8,8 @@ use super::EvalError;
 use crate::{
     chess::{RecordSet, value::ValueBuckets},
     model::{
-        CheckpointInfo, DeviceKind, ModelBackend, ModelShape, Predictor, Preset, Weights,
+        CheckpointInfo, DeviceKind, ModelBackend, ModelShape, Precision, Predictor, Preset,
+        Weights,
         checkpoint::{self, Recipe},
         cpu::CpuPredictor,
         tokens_tensor,
@@ -20,22 +21,54 @@ trait Forward {
     /// Log-probabilities, `rows x outputs` row-major, of `tokens` (`rows`
     /// sequences of `seq_len` tokens, the target slot included).
     fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, EvalError>;
+
+    /// Computes in `precision` from now on.
+    fn set_precision(&mut self, precision: Precision) -> Result<(), EvalError>;
 }
 
 struct BurnForward<B: ModelBackend> {
     model: Predictor<B>,
     device: B::Device,
+    /// Sequences per forward pass ([`sequences_per_pass`]).
+    pass_sequences: usize,
+}
+
+/// Bytes of activations one forward pass of the burn network may hold
+/// (a GPU's memory is far larger; this keeps room for the weights and
+/// CubeCL's pools while the products stay large).
+const PASS_BYTES: usize = 4 << 30;
+
+/// Sequences per forward pass of the burn network under [`PASS_BYTES`]:
+/// about `seq_len x d x (2 x widening + 8)` f32 values of activations live
+/// in a block per sequence (the residual, the norm, q|k|v, the attention's
+/// scores and context, gate|up): 1.9 MB a sequence for 9M (about 2,200 a
+/// pass), 7.8 MB for d = 1024 (about 550).
+pub fn sequences_per_pass(shape: &ModelShape) -> usize {
+    let per = shape.seq_len * shape.d_model * (2 * shape.widening + 8) * 4
+        + shape.heads * shape.seq_len * shape.seq_len * 4;
+    (PASS_BYTES / per.max(1)).max(1)
 }
 
 impl<B: ModelBackend> Forward for BurnForward<B> {
     fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, EvalError> {
-        let input = tokens_tensor::<B>(tokens, seq_len, &self.device);
-        self.model
-            .forward(input)
-            .into_data()
-            .convert::<f32>()
-            .to_vec::<f32>()
-            .map_err(|e| EvalError::Tensor(format!("{e:?}")))
+        let mut out = Vec::new();
+        for chunk in tokens.chunks(self.pass_sequences * seq_len) {
+            let input = tokens_tensor::<B>(chunk, seq_len, &self.device);
+            let rows = self
+                .model
+                .forward(input)
+                .into_data()
+                .convert::<f32>()
+                .to_vec::<f32>()
+                .map_err(|e| EvalError::Tensor(format!("{e:?}")))?;
+            out.extend_from_slice(&rows);
+        }
+        Ok(out)
+    }
+
+    fn set_precision(&mut self, precision: Precision) -> Result<(), EvalError> {
+        self.model = self.model.clone().with_precision(precision);
+        Ok(())
     }
 }
 
@@ -44,6 +77,13 @@ impl<B: ModelBackend> Forward for BurnForward<B> {
 impl Forward for CpuPredictor {
     fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, EvalError> {
         CpuPredictor::log_probs(self, tokens, seq_len).map_err(|e| EvalError::Tensor(e.to_string()))
+    }
+
+    fn set_precision(&mut self, precision: Precision) -> Result<(), EvalError> {
+        match precision {
+            Precision::F32 => Ok(()),
+            Precision::Bf16 => Err(EvalError::Bf16OnCpu),
+        }
     }
 }
 
@@ -76,7 +116,11 @@ fn load_on<B: ModelBackend>(
         Predictor::<B>::new(&state.shape, &device),
         &device,
     )?;
-    Ok(Box::new(BurnForward { model, device }))
+    Ok(Box::new(BurnForward {
+        pass_sequences: sequences_per_pass(&state.shape),
+        model,
+        device,
+    }))
 }
 
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -84,6 +128,7 @@ fn random_on<B: ModelBackend>(shape: &ModelShape, device: B::Device) -> Box<dyn 
     Box::new(BurnForward {
         model: Predictor::<B>::new(shape, &device),
         device,
+        pass_sequences: sequences_per_pass(shape),
     })
 }
 
@@ -96,6 +141,7 @@ pub struct Model {
     /// Bucket centres (value policies).
     pub buckets: Option<ValueBuckets>,
     forward: Box<dyn Forward>,
+    precision: Precision,
 }
 
 impl std::fmt::Debug for Model {
@@ -139,6 +185,7 @@ impl Model {
             weights,
             buckets,
             forward,
+            precision: Precision::F32,
         })
     }
 
@@ -179,7 +226,22 @@ impl Model {
             weights: Weights::Raw,
             buckets,
             forward,
+            precision: Precision::F32,
         })
+    }
+
+    /// The same model computing in `precision`: f32, or (CUDA) bf16
+    /// products and activations with the layer norms and the log-softmax in
+    /// f32, as training's mixed precision.
+    pub fn with_precision(mut self, precision: Precision) -> Result<Model, EvalError> {
+        self.forward.set_precision(precision)?;
+        self.precision = precision;
+        Ok(self)
+    }
+
+    /// The precision the model computes in.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// The policy the model was trained for.

@@ -34,6 +34,13 @@ use crate::{
 };
 
 /// Something that picks moves in games.
+///
+/// A player keeps one game at a time ([`Player::new_game`], then
+/// [`Player::choose`] for each of its moves), or several at once, each in a
+/// slot of its own ([`Player::slots`] > 1: [`Player::new_game_in`],
+/// [`Player::choose_many`]), choosing in each exactly as it would in that
+/// game alone. Puzzles and tournaments advance many games together with
+/// such players, so that a model scores many boards per forward pass.
 pub(crate) trait Player {
     /// A name for PGN headers and rating tables.
     fn name(&self) -> &str;
@@ -45,6 +52,19 @@ pub(crate) trait Player {
     /// has one (for UCI `info score`).
     fn last_score(&self) -> Option<f64> {
         None
+    }
+    /// Games this player can keep in progress at once: 1 when its games
+    /// share state (an engine process and its hash table).
+    fn slots(&self) -> usize {
+        1
+    }
+    /// [`Player::new_game`] for the game in `slot` (below [`Player::slots`]).
+    fn new_game_in(&mut self, _slot: usize) -> Result<(), EvalError> {
+        self.new_game()
+    }
+    /// A move in each of several games, given as `(slot, game)`.
+    fn choose_many(&mut self, games: &[(usize, &Game)]) -> Result<Vec<Move>, EvalError> {
+        games.iter().map(|(_, g)| self.choose(g)).collect()
     }
 }
 
@@ -67,8 +87,23 @@ pub struct Prediction {
 
 impl Prediction {
     /// Index of the best score (the first on ties).
-    pub(crate) fn best(&self) -> Option<usize> {
+    pub fn best(&self) -> Option<usize> {
         argmax(&self.scores)
+    }
+
+    /// Whether the two best scores are within [`FLOAT_TIE`]: a float tie,
+    /// where boards scored in another pass (summed in another order) may
+    /// pick the other move.
+    pub fn near_tie(&self) -> bool {
+        let mut top = [f64::NEG_INFINITY; 2];
+        for &s in self.scores.iter().filter(|s| !s.is_nan()) {
+            if s > top[0] {
+                top = [s, top[0]];
+            } else if s > top[1] {
+                top[1] = s;
+            }
+        }
+        top[1].is_finite() && top[0] - top[1] <= FLOAT_TIE
     }
 }
 
@@ -109,26 +144,41 @@ fn tokens_of(pos: &Chess) -> Result<[u8; crate::chess::tokens::SEQUENCE_LENGTH],
     })
 }
 
-/// Runs `model` on every legal move of `pos` (one batch).
+/// Runs `model` on every legal move of `pos` (one forward pass): the UCI
+/// engine's path, one board at a time. Many boards go through
+/// [`predict_many`].
 pub fn predict(model: &Model, pos: &Chess, tokens: &mut Vec<i32>) -> Result<Prediction, EvalError> {
     let legal = ordered_legal_moves(pos)?;
+    tokens.clear();
+    push_board(model.policy(), pos, &legal, tokens)?;
+    let log_probs = model.log_probs(tokens)?;
+    Ok(prediction(model, legal, log_probs))
+}
+
+/// Appends the sequences the model scores for `pos` (whose ordered legal
+/// moves are `legal`) to `tokens`: one per move for the value policies, one
+/// for behavioural cloning.
+fn push_board(
+    policy: RecordSet,
+    pos: &Chess,
+    legal: &[(String, Move, u16)],
+    tokens: &mut Vec<i32>,
+) -> Result<(), EvalError> {
     if legal.is_empty() {
         return Err(EvalError::Position {
             fen: fen_of(pos),
             message: "no legal moves".into(),
         });
     }
-    let policy = model.policy();
-    tokens.clear();
     let board = tokens_of(pos)?;
     match policy {
         RecordSet::ActionValue => {
-            for (_, _, action) in &legal {
+            for (_, _, action) in legal {
                 push_sequence(policy, &board, *action, 0, tokens);
             }
         }
         RecordSet::StateValue => {
-            for (_, m, _) in &legal {
+            for (_, m, _) in legal {
                 let mut next = pos.clone();
                 next.play_unchecked(*m);
                 push_sequence(policy, &tokens_of(&next)?, 0, 0, tokens);
@@ -136,9 +186,21 @@ pub fn predict(model: &Model, pos: &Chess, tokens: &mut Vec<i32>) -> Result<Pred
         }
         RecordSet::BehavioralCloning => push_sequence(policy, &board, 0, 0, tokens),
     }
-    let log_probs = model.log_probs(tokens)?;
+    Ok(())
+}
+
+/// Sequences one board contributes: a move's each, or one (cloning).
+fn board_rows(policy: RecordSet, legal: &[(String, Move, u16)]) -> usize {
+    match policy {
+        RecordSet::BehavioralCloning => 1,
+        _ => legal.len(),
+    }
+}
+
+/// The prediction of a board from its rows of log-probabilities.
+fn prediction(model: &Model, legal: Vec<(String, Move, u16)>, log_probs: Vec<f32>) -> Prediction {
     let k = model.outputs();
-    let scores = match policy {
+    let scores = match model.policy() {
         RecordSet::ActionValue => log_probs
             .chunks(k)
             .map(|row| model.expected_value(row))
@@ -156,11 +218,90 @@ pub fn predict(model: &Model, pos: &Chess, tokens: &mut Vec<i32>) -> Result<Pred
         }
     };
     let (moves, actions) = legal.into_iter().map(|(_, m, a)| (m, a)).unzip();
-    Ok(Prediction {
+    Prediction {
         moves,
         actions,
         scores,
         log_probs,
+    }
+}
+
+/// Sequences (legal moves) the boards of one [`predict_many`] batch add up
+/// to at most: the model splits them into passes its memory allows
+/// ([`Model::log_probs`]); a board is never split between batches.
+pub const BATCH_SEQUENCES: usize = 32 * 1024;
+
+/// A batch of boards, tokenised: their legal moves and their sequences.
+struct Batch {
+    legal: Vec<Vec<(String, Move, u16)>>,
+    tokens: Vec<i32>,
+}
+
+/// The predictions of many boards, in order, [`predict`]'s for each: the
+/// boards' sequences go through the model together, up to
+/// [`BATCH_SEQUENCES`] at a time, and the next batch is tokenised on
+/// another thread while the model runs the current one.
+pub fn predict_many(model: &Model, positions: &[&Chess]) -> Result<Vec<Prediction>, EvalError> {
+    if let [pos] = positions {
+        // One board (the UCI engine): no thread to overlap with.
+        return Ok(vec![predict(model, pos, &mut Vec::new())?]);
+    }
+    let policy = model.policy();
+    let seq_len = model.seq_len();
+    let mut out = Vec::with_capacity(positions.len());
+    std::thread::scope(|scope| {
+        let (send, batches) = std::sync::mpsc::sync_channel::<Result<Batch, EvalError>>(1);
+        scope.spawn(move || {
+            let mut batch = Batch {
+                legal: Vec::new(),
+                tokens: Vec::new(),
+            };
+            for pos in positions {
+                let step = ordered_legal_moves(pos).and_then(|legal| {
+                    let rows = board_rows(policy, &legal);
+                    let full = !batch.legal.is_empty()
+                        && batch.tokens.len() / seq_len + rows > BATCH_SEQUENCES;
+                    if full {
+                        let done = std::mem::replace(
+                            &mut batch,
+                            Batch {
+                                legal: Vec::new(),
+                                tokens: Vec::with_capacity(BATCH_SEQUENCES * seq_len),
+                            },
+                        );
+                        if send.send(Ok(done)).is_err() {
+                            return Ok(false);
+                        }
+                    }
+                    push_board(policy, pos, &legal, &mut batch.tokens)?;
+                    batch.legal.push(legal);
+                    Ok(true)
+                });
+                match step {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(e) => {
+                        let _ = send.send(Err(e));
+                        return;
+                    }
+                }
+            }
+            if !batch.legal.is_empty() {
+                let _ = send.send(Ok(batch));
+            }
+        });
+        for batch in batches {
+            let batch = batch?;
+            let log_probs = model.log_probs(&batch.tokens)?;
+            let width = model.outputs();
+            let mut at = 0;
+            for legal in batch.legal {
+                let n = board_rows(policy, &legal) * width;
+                out.push(prediction(model, legal, log_probs[at..at + n].to_vec()));
+                at += n;
+            }
+        }
+        Ok(out)
     })
 }
 
@@ -189,19 +330,27 @@ pub(crate) struct PolicyOptions {
     pub decisive: Option<Decisive>,
 }
 
+/// Scores this close are a float tie (see [`Prediction::near_tie`]).
+pub const FLOAT_TIE: f64 = 1e-6;
+
 /// The decisiveness rule's thresholds (the paper: top five above 99%).
 pub(crate) const DECISIVE_TOP: usize = 5;
 pub(crate) const DECISIVE_THRESHOLD: f64 = 0.99;
 
-/// A trained model playing moves.
+/// A trained model playing moves, in any number of games at once (its
+/// boards scored together, [`predict_many`]).
 pub(crate) struct NeuralPlayer {
     pub model: Model,
     pub options: PolicyOptions,
     name: String,
-    tokens: Vec<i32>,
-    decisive_engine: Option<Engine>,
+    /// The decisiveness rule's Stockfish of each game slot, started on
+    /// first use (its hash table belongs to that slot's game).
+    decisive_engines: Vec<Option<Engine>>,
     /// Moves the decisiveness rule handed to Stockfish.
     pub decisive_moves: u64,
+    /// Moves chosen where the two best scores were within [`FLOAT_TIE`]
+    /// (another summation order of the same pass could pick the other).
+    pub near_ties: u64,
     last_score: Option<f64>,
 }
 
@@ -211,33 +360,34 @@ impl NeuralPlayer {
             name: name.unwrap_or_else(|| model.label()),
             model,
             options,
-            tokens: Vec::new(),
-            decisive_engine: None,
+            decisive_engines: Vec::new(),
             decisive_moves: 0,
+            near_ties: 0,
             last_score: None,
         }
     }
 
-    /// The model's prediction for a position without history.
-    pub(crate) fn predict(&mut self, pos: &Chess) -> Result<Prediction, EvalError> {
-        predict(&self.model, pos, &mut self.tokens)
-    }
-
-    /// The prediction in a game, with the workarounds applied to `scores`.
-    pub(crate) fn analyse(&mut self, game: &Game) -> Result<Prediction, EvalError> {
-        let mut p = predict(&self.model, game.position(), &mut self.tokens)?;
+    /// The predictions of `games`' positions with the paper's repetition
+    /// workaround applied to the scores.
+    fn analyse_many(&self, games: &[(usize, &Game)]) -> Result<Vec<Prediction>, EvalError> {
+        let positions: Vec<&Chess> = games.iter().map(|(_, g)| g.position()).collect();
+        let mut predictions = predict_many(&self.model, &positions)?;
         if self.options.repetition_draw && self.model.policy() != RecordSet::BehavioralCloning {
-            for (m, s) in p.moves.iter().zip(p.scores.iter_mut()) {
-                if game.draw_claimable_after(m) {
-                    *s = 0.5;
+            for ((_, game), p) in games.iter().zip(&mut predictions) {
+                for (m, s) in p.moves.iter().zip(p.scores.iter_mut()) {
+                    if game.draw_claimable_after(m) {
+                        *s = 0.5;
+                    }
                 }
             }
         }
-        Ok(p)
+        Ok(predictions)
     }
 
+    /// The decisiveness rule's choice in `game` (slot `slot`), if it fires.
     fn decide_with_stockfish(
         &mut self,
+        slot: usize,
         game: &Game,
         p: &Prediction,
     ) -> Result<Option<Move>, EvalError> {
@@ -247,11 +397,36 @@ impl NeuralPlayer {
         if self.model.policy() == RecordSet::BehavioralCloning {
             return Ok(None);
         }
-        let chosen = decisive_choice(&mut self.decisive_engine, decisive, game, p)?;
+        if self.decisive_engines.len() <= slot {
+            self.decisive_engines.resize_with(slot + 1, || None);
+        }
+        let chosen = decisive_choice(&mut self.decisive_engines[slot], decisive, game, p)?;
         if chosen.is_some() {
             self.decisive_moves += 1;
         }
         Ok(chosen)
+    }
+
+    /// The move in `game` from its prediction `p`, and its score.
+    fn pick(
+        &mut self,
+        slot: usize,
+        game: &Game,
+        p: &Prediction,
+    ) -> Result<(Move, Option<f64>), EvalError> {
+        if let Some(m) = self.decide_with_stockfish(slot, game, p)? {
+            let score = p.moves.iter().position(|x| *x == m).map(|i| p.scores[i]);
+            return Ok((m, score));
+        }
+        let best = p.best().ok_or_else(|| EvalError::Position {
+            fen: fen_of(game.position()),
+            message: "the model scored every move NaN".into(),
+        })?;
+        if p.near_tie() {
+            self.near_ties += 1;
+        }
+        let score = (self.model.policy() != RecordSet::BehavioralCloning).then(|| p.scores[best]);
+        Ok((p.moves[best], score))
     }
 }
 
@@ -307,30 +482,41 @@ impl Player for NeuralPlayer {
     }
 
     fn new_game(&mut self) -> Result<(), EvalError> {
-        if let Some(e) = &mut self.decisive_engine {
+        self.new_game_in(0)
+    }
+
+    fn choose(&mut self, game: &Game) -> Result<Move, EvalError> {
+        let p = self.analyse_many(&[(0, game)])?.remove(0);
+        let (m, score) = self.pick(0, game, &p)?;
+        self.last_score = score;
+        Ok(m)
+    }
+
+    fn last_score(&self) -> Option<f64> {
+        self.last_score
+    }
+
+    fn slots(&self) -> usize {
+        usize::MAX
+    }
+
+    fn new_game_in(&mut self, slot: usize) -> Result<(), EvalError> {
+        if let Some(Some(e)) = self.decisive_engines.get_mut(slot) {
             e.new_game(ENGINE_TIMEOUT)
                 .map_err(|e| EvalError::engine("ucinewgame", e))?;
         }
         Ok(())
     }
 
-    fn choose(&mut self, game: &Game) -> Result<Move, EvalError> {
-        let p = self.analyse(game)?;
-        if let Some(m) = self.decide_with_stockfish(game, &p)? {
-            self.last_score = p.moves.iter().position(|x| *x == m).map(|i| p.scores[i]);
-            return Ok(m);
+    fn choose_many(&mut self, games: &[(usize, &Game)]) -> Result<Vec<Move>, EvalError> {
+        let predictions = self.analyse_many(games)?;
+        let mut moves = Vec::with_capacity(games.len());
+        for ((slot, game), p) in games.iter().zip(&predictions) {
+            let (m, score) = self.pick(*slot, game, p)?;
+            self.last_score = score;
+            moves.push(m);
         }
-        let best = p.best().ok_or_else(|| EvalError::Position {
-            fen: fen_of(game.position()),
-            message: "the model scored every move NaN".into(),
-        })?;
-        self.last_score =
-            (self.model.policy() != RecordSet::BehavioralCloning).then(|| p.scores[best]);
-        Ok(p.moves[best])
-    }
-
-    fn last_score(&self) -> Option<f64> {
-        self.last_score
+        Ok(moves)
     }
 }
 
@@ -414,9 +600,71 @@ impl Player for EnginePlayer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::eval::game::parse_fen;
+    use crate::{eval::game::parse_fen, model::DeviceKind, model::Preset};
+
+    /// Positions of a pseudo-random walk from the start (restarted now and
+    /// then): varied boards with 1 to 40-odd legal moves.
+    pub(crate) fn walk(n: usize) -> Vec<Chess> {
+        let mut out = Vec::new();
+        let mut pos = Chess::default();
+        let mut i = 7usize;
+        while out.len() < n {
+            let moves = pos.legal_moves();
+            if moves.is_empty() || pos.halfmoves() > 40 {
+                pos = Chess::default();
+                continue;
+            }
+            out.push(pos.clone());
+            i = i.wrapping_mul(31).wrapping_add(17);
+            pos.play_unchecked(moves[i % moves.len()]);
+        }
+        out
+    }
+
+    /// Many boards in shared forward passes predict what each board alone
+    /// predicts (every policy): the same moves and actions, and the same
+    /// log-probabilities and scores to within float rounding (a row's
+    /// products may be summed in another order in a bigger pass).
+    #[test]
+    fn boards_predicted_together_equal_boards_predicted_alone() {
+        let boards = walk(150);
+        let refs: Vec<&Chess> = boards.iter().collect();
+        for policy in [
+            RecordSet::ActionValue,
+            RecordSet::StateValue,
+            RecordSet::BehavioralCloning,
+        ] {
+            let model = Model::random(Preset::Tiny, policy, 32, DeviceKind::Cpu).unwrap();
+            let together = predict_many(&model, &refs).unwrap();
+            assert_eq!(together.len(), boards.len());
+            let mut tokens = Vec::new();
+            let (mut worst_lp, mut worst_score) = (0.0f64, 0.0f64);
+            for (pos, t) in boards.iter().zip(&together) {
+                let alone = predict(&model, pos, &mut tokens).unwrap();
+                assert_eq!(t.moves, alone.moves);
+                assert_eq!(t.actions, alone.actions);
+                assert_eq!(t.log_probs.len(), alone.log_probs.len());
+                for (a, b) in t.log_probs.iter().zip(&alone.log_probs) {
+                    worst_lp = worst_lp.max(f64::from((a - b).abs()) / f64::from(b.abs()).max(1.0));
+                }
+                for (a, b) in t.scores.iter().zip(&alone.scores) {
+                    worst_score = worst_score.max((a - b).abs());
+                }
+            }
+            // A few ulps of f32: log-probabilities of order 1-10.
+            assert!(
+                worst_lp < 2e-6,
+                "{policy:?}: log-probabilities differ by {worst_lp}"
+            );
+            assert!(
+                worst_score < 1e-6,
+                "{policy:?}: scores differ by {worst_score}"
+            );
+            println!("{policy:?}: log-probs {worst_lp:.1e} (relative), scores {worst_score:.1e}");
+        }
+    }
 
     #[test]
     fn argmax_takes_the_first_maximum_and_skips_nan() {

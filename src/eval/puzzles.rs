@@ -206,34 +206,117 @@ pub(crate) struct PuzzleResult {
 }
 
 /// Plays `puzzle` with `player`.
+#[cfg(test)]
 pub(crate) fn solve(puzzle: &Puzzle, player: &mut dyn Player) -> Result<PuzzleResult, EvalError> {
-    player.new_game()?;
-    let mut game = Game::new(puzzle.start.clone());
-    let needed = (puzzle.moves.len() / 2) as u32;
-    let mut found = 0;
-    let mut solved = true;
-    for (i, expected) in puzzle.moves.iter().enumerate() {
-        if i % 2 == 1 {
-            let chosen = player.choose(&game)?;
-            if chosen != *expected {
-                game.play(&chosen);
-                solved = game.position().is_checkmate();
-                if solved {
-                    found += 1;
+    Ok(solve_many(std::slice::from_ref(puzzle), player, |_| {})?.remove(0))
+}
+
+/// Puzzles a player that keeps many games at once (a model) solves
+/// together: their boards are scored in one batch per move.
+pub(crate) const PUZZLES_AT_ONCE: usize = 256;
+
+/// A puzzle being solved: its game and how far the solution got.
+struct Attempt {
+    index: usize,
+    game: Game,
+    /// The next solution move to play (even: the opponent's, odd: the
+    /// solver's).
+    next: usize,
+    found: u32,
+}
+
+/// Plays `puzzles` with `player`, in order, up to [`PUZZLES_AT_ONCE`] at a
+/// time when the player can keep that many games ([`Player::slots`]):
+/// each is played exactly as alone (the opponent's moves are the
+/// solution's; the solver must find every one of its own, or mate).
+/// `progress` gets the number of puzzles finished.
+pub(crate) fn solve_many(
+    puzzles: &[Puzzle],
+    player: &mut dyn Player,
+    mut progress: impl FnMut(u64),
+) -> Result<Vec<PuzzleResult>, EvalError> {
+    let slots = player.slots().clamp(1, PUZZLES_AT_ONCE);
+    let mut results: Vec<Option<PuzzleResult>> = vec![None; puzzles.len()];
+    let mut table: Vec<Option<Attempt>> = (0..slots).map(|_| None).collect();
+    let mut queued = 0;
+    let mut finished = 0u64;
+    loop {
+        // Fill free slots and play the opponent's moves up to the solver's
+        // turn; a puzzle whose solution runs out is solved.
+        for (slot, seat) in table.iter_mut().enumerate() {
+            loop {
+                if seat.is_none() {
+                    if queued == puzzles.len() {
+                        break;
+                    }
+                    player.new_game_in(slot)?;
+                    *seat = Some(Attempt {
+                        index: queued,
+                        game: Game::new(puzzles[queued].start.clone()),
+                        next: 0,
+                        found: 0,
+                    });
+                    queued += 1;
                 }
-                break;
+                let a = seat.as_mut().expect("filled above");
+                let puzzle = &puzzles[a.index];
+                while a.next < puzzle.moves.len() && a.next % 2 == 0 {
+                    a.game.play(&puzzle.moves[a.next]);
+                    a.next += 1;
+                }
+                if a.next < puzzle.moves.len() {
+                    break;
+                }
+                results[a.index] = Some(result(puzzle, true, a.found));
+                *seat = None;
+                finished += 1;
+                progress(finished);
             }
-            found += 1;
         }
-        game.play(expected);
+        let turns: Vec<(usize, &Game)> = table
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, seat)| seat.as_ref().map(|a| (slot, &a.game)))
+            .collect();
+        if turns.is_empty() {
+            break;
+        }
+        let chosen = player.choose_many(&turns)?;
+        let slots_moved: Vec<usize> = turns.iter().map(|(slot, _)| *slot).collect();
+        for (slot, m) in slots_moved.into_iter().zip(chosen) {
+            let a = table[slot].as_mut().expect("a puzzle in every turn's slot");
+            let puzzle = &puzzles[a.index];
+            let expected = &puzzle.moves[a.next];
+            if m == *expected {
+                a.found += 1;
+                a.game.play(expected);
+                a.next += 1;
+                continue;
+            }
+            // A different move solves the puzzle only if it mates.
+            a.game.play(&m);
+            let mates = a.game.position().is_checkmate();
+            results[a.index] = Some(result(puzzle, mates, a.found + u32::from(mates)));
+            table[slot] = None;
+            finished += 1;
+            progress(finished);
+        }
     }
-    Ok(PuzzleResult {
+    Ok(results
+        .into_iter()
+        .map(|r| r.expect("every puzzle finished"))
+        .collect())
+}
+
+fn result(puzzle: &Puzzle, solved: bool, found: u32) -> PuzzleResult {
+    let needed = (puzzle.moves.len() / 2) as u32;
+    PuzzleResult {
         id: puzzle.id.clone(),
         rating: puzzle.rating,
         solved,
         moves_needed: needed,
         moves_found: found.min(needed),
-    })
+    }
 }
 
 /// Width of the rating buckets of Figure 2.
@@ -448,5 +531,50 @@ mod tests {
             ),
             (1000, 2, 1)
         );
+    }
+
+    /// A player kept to one game at a time (what a batching player does
+    /// with the games taken one by one).
+    pub(crate) struct Alone<'a>(pub &'a mut dyn Player);
+    impl Player for Alone<'_> {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn new_game(&mut self) -> Result<(), EvalError> {
+            self.0.new_game()
+        }
+        fn choose(&mut self, game: &Game) -> Result<Move, EvalError> {
+            self.0.choose(game)
+        }
+    }
+
+    /// A model solving puzzles many at a time (their boards in shared
+    /// forward passes) gets each puzzle's result it gets alone.
+    #[test]
+    fn puzzles_solved_together_equal_puzzles_solved_alone() {
+        use crate::{
+            chess::RecordSet,
+            eval::{
+                model::Model,
+                policy::{NeuralPlayer, PolicyOptions},
+            },
+            model::{DeviceKind, Preset},
+        };
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("data/lichess_db_puzzle_head1000.csv");
+        let puzzles = read_puzzles(&path, Some(120)).unwrap();
+        let model =
+            Model::random(Preset::Tiny, RecordSet::ActionValue, 32, DeviceKind::Cpu).unwrap();
+        let mut player = NeuralPlayer::new(model, PolicyOptions::default(), None);
+        assert!(player.slots() > 1);
+        let mut finished = Vec::new();
+        let together = solve_many(&puzzles, &mut player, |n| finished.push(n)).unwrap();
+        assert_eq!(finished, (1..=puzzles.len() as u64).collect::<Vec<_>>());
+        let alone = solve_many(&puzzles, &mut Alone(&mut player), |_| {}).unwrap();
+        assert_eq!(together, alone);
+        // Not trivially equal: a random model solves some and fails most.
+        let solved = together.iter().filter(|r| r.solved).count();
+        assert!(solved < puzzles.len(), "{solved}");
+        assert!(together.iter().any(|r| r.moves_found > 0));
     }
 }

@@ -35,7 +35,7 @@ use super::{
 };
 use crate::{
     chess::RecordSet,
-    model::{DeviceKind, Weights, tune_allocator},
+    model::{DeviceKind, Precision, Weights, tune_allocator},
     sql::Session,
     store::commit::{remove_file_if_exists, write_atomic},
     uci::{
@@ -63,6 +63,10 @@ pub struct EvalOptions {
     /// Where the model runs.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
+    /// What the model computes in: f32, or bf16 products and activations
+    /// with f32 layer norms and log-softmax (--device cuda only).
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    pub precision: Precision,
     /// Run only these parts (repeatable) [default: all].
     #[arg(long, value_enum, value_delimiter = ',')]
     pub only: Vec<Part>,
@@ -120,6 +124,11 @@ pub struct EvalOptions {
     /// The adjudication threshold in centipawns.
     #[arg(long, value_name = "CP", default_value_t = tournament::ADJUDICATION_CP, help_heading = "Games")]
     pub adjudicate_cp: i32,
+    /// Games played at once against each opponent: the model scores their
+    /// boards together, one batch a move. Each game has its own Stockfish
+    /// (opponent, adjudicator), so this many of each run at a time.
+    #[arg(long, value_name = "N", default_value_t = 16, help_heading = "Games")]
+    pub games_at_once: usize,
     /// The player whose Elo is fixed [default: the first opponent].
     #[arg(long, help_heading = "Games")]
     pub anchor: Option<String>,
@@ -198,12 +207,14 @@ pub struct EvalConfig {
     pub max_plies: Option<usize>,
     pub adjudicate: Option<Opponent>,
     pub adjudicate_cp: i32,
+    pub games_at_once: usize,
     pub anchor: Option<String>,
     pub anchor_elo: f64,
     pub repetition_draw: bool,
     pub decisive: Option<Opponent>,
     pub engine: PathBuf,
     pub device: DeviceKind,
+    pub precision: Precision,
     pub out: PathBuf,
     pub parts: Vec<Part>,
 }
@@ -245,12 +256,14 @@ impl EvalOptions {
             max_plies: (self.max_plies > 0).then_some(self.max_plies),
             adjudicate: engine_only(&self.adjudicate.0, "adjudicate")?,
             adjudicate_cp: self.adjudicate_cp,
+            games_at_once: self.games_at_once.max(1),
             anchor: self.anchor.clone(),
             anchor_elo: self.anchor_elo,
             repetition_draw: self.repetition_draw,
             decisive: engine_only(&self.decisive, "decisive")?,
             engine: self.engine.clone(),
             device: self.device,
+            precision: self.precision,
             parts: if self.only.is_empty() {
                 vec![Part::Metrics, Part::Puzzles, Part::Games]
             } else {
@@ -269,6 +282,8 @@ pub struct EvalSummary {
     pub policy: RecordSet,
     pub params: u64,
     pub weights: Weights,
+    pub device: DeviceKind,
+    pub precision: Precision,
     pub metrics: Option<StaticMetrics>,
     pub oracle: Option<StaticMetrics>,
     pub puzzles: Vec<PuzzleSummary>,
@@ -286,11 +301,13 @@ impl Report for EvalSummary {
         let s = self;
         writeln!(
             out,
-            "evaluated {} step {} ({:?}, {:.2}M parameters) in {:.0} s",
+            "evaluated {} step {} ({:?}, {:.2}M parameters, {:?} {:?}) in {:.0} s",
             s.name,
             s.step,
             s.policy,
             s.params as f64 / 1e6,
+            s.device,
+            s.precision,
             s.seconds
         )?;
         let f = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.4}"));
@@ -388,7 +405,8 @@ fn opponent_player(config: &EvalConfig, o: &Opponent) -> Result<Box<dyn Player>,
             o.name(),
         )?),
         Opponent::Checkpoint(p) => {
-            let model = Model::load(p, config.weights, config.device)?;
+            let model =
+                Model::load(p, config.weights, config.device)?.with_precision(config.precision)?;
             let name = model.label();
             Box::new(NeuralPlayer::new(model, policy_options(config), Some(name)))
         }
@@ -415,7 +433,8 @@ pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, Eval
         path: config.out.clone(),
         source,
     })?;
-    let model = Model::load(&config.checkpoint, config.weights, config.device)?;
+    let model = Model::load(&config.checkpoint, config.weights, config.device)?
+        .with_precision(config.precision)?;
     let mut player = NeuralPlayer::new(model, policy_options(config), None);
     let name = player.name().to_owned();
     let mut skipped = Vec::new();
@@ -427,6 +446,8 @@ pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, Eval
         policy: player.model.policy(),
         params: player.model.state.shape.num_params(),
         weights: config.weights,
+        device: config.device,
+        precision: config.precision,
         metrics: None,
         oracle: None,
         puzzles: Vec::new(),
@@ -501,11 +522,7 @@ pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, Eval
                     let t = Instant::now();
                     let b = bar(progress, list.len() as u64, "puzzles");
                     b.set_message(pl.name().to_owned());
-                    let mut results = Vec::with_capacity(list.len());
-                    for (i, pz) in list.iter().enumerate() {
-                        results.push(puzzles::solve(pz, pl)?);
-                        b.set_position(i as u64 + 1);
-                    }
+                    let results = puzzles::solve_many(&list, pl, |done| b.set_position(done))?;
                     b.finish_and_clear();
                     puzzle_rows.extend(results.iter().map(|r| (pl.name().to_owned(), r.clone())));
                     Ok(puzzles::summarise(
@@ -529,39 +546,52 @@ pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, Eval
             tournament::read_openings(config.openings.as_deref(), config.openings_count)?;
         let total = (openings.len() * 2 * config.opponents.len()) as u64;
         let b = bar(progress, total, "games");
-        let mut adjudicator = match &config.adjudicate {
-            Some(Opponent::Stockfish { limit, skill }) => Some(tournament::Adjudicator::start(
-                &engine_config(config, *skill),
-                *limit,
-                config.adjudicate_cp,
-            )?),
-            _ => None,
+        let pairings: Vec<tournament::Pairing> = openings
+            .iter()
+            .enumerate()
+            .flat_map(|(i, opening)| {
+                [true, false].map(|model_white| tournament::Pairing {
+                    opening,
+                    model_white,
+                    round: format!("{}.{}", i + 1, if model_white { 1 } else { 2 }),
+                })
+            })
+            .collect();
+        let slots = config.games_at_once.min(pairings.len()).max(1);
+        let mut adjudicators = match &config.adjudicate {
+            Some(Opponent::Stockfish { limit, skill }) => (0..slots)
+                .map(|_| {
+                    tournament::Adjudicator::start(
+                        &engine_config(config, *skill),
+                        *limit,
+                        config.adjudicate_cp,
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => Vec::new(),
         };
         for o in &config.opponents {
-            let mut opp = opponent_player(config, o)?;
+            // A checkpoint keeps every game at once; an engine's games
+            // share its process, so each slot gets its own.
+            let mut opps: Vec<Box<dyn Player>> = vec![opponent_player(config, o)?];
+            if opps[0].slots() == 1 {
+                for _ in 1..slots {
+                    opps.push(opponent_player(config, o)?);
+                }
+            }
+            let opponent = opps[0].name().to_owned();
+            let mut seats: Vec<&mut dyn Player> = opps
+                .iter_mut()
+                .map(|p| &mut **p as &mut dyn Player)
+                .collect();
             let (mut w, mut d, mut l) = (0u64, 0u64, 0u64);
-            for (i, opening) in openings.iter().enumerate() {
-                for model_white in [true, false] {
-                    let round = format!("{}.{}", i + 1, if model_white { 1 } else { 2 });
-                    let g = if model_white {
-                        tournament::play_game(
-                            &mut player,
-                            opp.as_mut(),
-                            opening,
-                            config.max_plies,
-                            adjudicator.as_mut(),
-                            &round,
-                        )?
-                    } else {
-                        tournament::play_game(
-                            opp.as_mut(),
-                            &mut player,
-                            opening,
-                            config.max_plies,
-                            adjudicator.as_mut(),
-                            &round,
-                        )?
-                    };
+            let played = tournament::play_games(
+                &mut player,
+                &mut seats,
+                adjudicators.iter_mut().collect(),
+                &pairings,
+                config.max_plies,
+                |g, model_white| {
                     let s = g.record().white_score;
                     let model_score = if model_white { s } else { 1.0 - s };
                     match model_score {
@@ -570,13 +600,13 @@ pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, Eval
                         _ => d += 1,
                     }
                     b.inc(1);
-                    b.set_message(format!("{name} vs {}: +{w} ={d} -{l}", opp.name()));
-                    games.push(g);
-                }
-            }
+                    b.set_message(format!("{name} vs {opponent}: +{w} ={d} -{l}"));
+                },
+            )?;
+            games.extend(played);
             let n = w + d + l;
             summary.games.push(MatchSummary {
-                opponent: opp.name().to_owned(),
+                opponent,
                 games: n,
                 wins: w,
                 draws: d,

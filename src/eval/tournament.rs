@@ -358,69 +358,240 @@ impl PlayedGame {
 
 /// Plays one game from `opening` between `white` and `black`, ended by the
 /// rules, the optional length cap, or `adjudicator` after any move.
+#[cfg(test)]
 pub(crate) fn play_game(
     white: &mut dyn Player,
     black: &mut dyn Player,
     opening: &Opening,
     max_plies: Option<usize>,
-    mut adjudicator: Option<&mut Adjudicator>,
+    adjudicator: Option<&mut Adjudicator>,
     round: &str,
 ) -> Result<PlayedGame, EvalError> {
-    white.new_game()?;
-    black.new_game()?;
-    if let Some(a) = adjudicator.as_deref_mut() {
-        a.new_game()?;
-    }
-    let mut game = Game::new(Chess::default());
-    for m in &opening.moves {
-        game.play(m);
-    }
-    let (result, termination) = loop {
-        if let Some(end) = game.outcome(max_plies) {
-            break end;
-        }
-        let mover: &mut dyn Player = if game.position().turn().is_white() {
-            &mut *white
-        } else {
-            &mut *black
-        };
-        let m = mover.choose(&game)?;
-        if !game.position().is_legal(m) {
-            return Err(EvalError::Position {
-                fen: fen_of(game.position()),
-                message: format!("{} chose the illegal move {m}", mover.name()),
-            });
-        }
-        game.play(&m);
-        // searchless_chess evaluates after every move, before its loop
-        // checks the rules.
-        if let Some(a) = adjudicator.as_deref_mut()
-            && let Some(r) = a.verdict(&game)?
-        {
-            break (r, Termination::Adjudicated);
-        }
+    let mut opponents: Vec<&mut dyn Player> = vec![black];
+    let adjudicators: Vec<&mut Adjudicator> = adjudicator.into_iter().collect();
+    let pairing = Pairing {
+        opening,
+        model_white: true,
+        round: round.to_owned(),
     };
+    Ok(play_games(
+        white,
+        &mut opponents,
+        adjudicators,
+        std::slice::from_ref(&pairing),
+        max_plies,
+        |_, _| {},
+    )?
+    .remove(0))
+}
+
+/// A game to play between the model and an opponent.
+pub(crate) struct Pairing<'a> {
+    pub opening: &'a Opening,
+    pub model_white: bool,
+    /// The PGN `Round` tag.
+    pub round: String,
+}
+
+/// A game in progress in one slot.
+struct Table<'a> {
+    index: usize,
+    pairing: &'a Pairing<'a>,
+    game: Game,
+}
+
+/// Plays `pairings` between `model` and an opponent, several games at a
+/// time, each exactly as it would be played alone: both players and the
+/// adjudicator start it as a new game, the opening is played, then the side
+/// to move chooses until the rules, the length cap or the adjudicator (after
+/// any move, as searchless_chess's tournament) end it.
+///
+/// `opponents` holds one player that keeps every game at once
+/// ([`Player::slots`], a checkpoint), or one player per slot (engines,
+/// whose games share a process); `adjudicators` none, or one per slot. The
+/// slots are as many as the opponents given (or the adjudicators, when the
+/// one opponent keeps many games), at most as many as `model` keeps. On each
+/// round the model chooses its move in every game where it is to move in
+/// one batch. The games come back in the order of `pairings`; `done` hears
+/// of each as it ends, with whether the model had white.
+pub(crate) fn play_games(
+    model: &mut dyn Player,
+    opponents: &mut [&mut dyn Player],
+    mut adjudicators: Vec<&mut Adjudicator>,
+    pairings: &[Pairing],
+    max_plies: Option<usize>,
+    mut done: impl FnMut(&PlayedGame, bool),
+) -> Result<Vec<PlayedGame>, EvalError> {
+    assert!(!opponents.is_empty(), "a tournament needs an opponent");
+    let shared = opponents.len() == 1 && opponents[0].slots() > 1;
+    let mut slots = if shared {
+        adjudicators.len().max(1)
+    } else {
+        opponents.len()
+    };
+    slots = slots.min(model.slots()).min(pairings.len()).max(1);
+    assert!(
+        adjudicators.is_empty() || adjudicators.len() >= slots,
+        "one adjudicator per slot"
+    );
+    let model_name = model.name().to_owned();
+    let opponent_name = opponents[0].name().to_owned();
+    let mut results: Vec<Option<PlayedGame>> = (0..pairings.len()).map(|_| None).collect();
+    let mut tables: Vec<Option<Table>> = (0..slots).map(|_| None).collect();
+    let mut queued = 0;
+    loop {
+        // Finished games leave their slot; free slots take the next pairing.
+        for slot in 0..slots {
+            loop {
+                if tables[slot].is_none() {
+                    if queued == pairings.len() {
+                        break;
+                    }
+                    let pairing = &pairings[queued];
+                    model.new_game_in(slot)?;
+                    if shared {
+                        opponents[0].new_game_in(slot)?;
+                    } else {
+                        opponents[slot].new_game()?;
+                    }
+                    if let Some(a) = adjudicators.get_mut(slot) {
+                        a.new_game()?;
+                    }
+                    let mut game = Game::new(Chess::default());
+                    for m in &pairing.opening.moves {
+                        game.play(m);
+                    }
+                    tables[slot] = Some(Table {
+                        index: queued,
+                        pairing,
+                        game,
+                    });
+                    queued += 1;
+                }
+                let t = tables[slot].as_ref().expect("filled above");
+                let Some(end) = t.game.outcome(max_plies) else {
+                    break;
+                };
+                let t = tables[slot].take().expect("checked above");
+                let played = finish(&t, &model_name, &opponent_name, end);
+                done(&played, t.pairing.model_white);
+                results[t.index] = Some(played);
+            }
+        }
+        if tables.iter().all(Option::is_none) {
+            break;
+        }
+        // Who is to move where.
+        let model_to_move =
+            |t: &Table| t.game.position().turn().is_white() == t.pairing.model_white;
+        let model_turns: Vec<(usize, &Game)> = tables
+            .iter()
+            .enumerate()
+            .filter_map(|(s, t)| {
+                t.as_ref()
+                    .filter(|t| model_to_move(t))
+                    .map(|t| (s, &t.game))
+            })
+            .collect();
+        let opponent_turns: Vec<(usize, &Game)> = tables
+            .iter()
+            .enumerate()
+            .filter_map(|(s, t)| {
+                t.as_ref()
+                    .filter(|t| !model_to_move(t))
+                    .map(|t| (s, &t.game))
+            })
+            .collect();
+        let mut moves: Vec<(usize, Move, String)> = Vec::new();
+        if !model_turns.is_empty() {
+            let chosen = model.choose_many(&model_turns)?;
+            moves.extend(
+                model_turns
+                    .iter()
+                    .zip(chosen)
+                    .map(|((s, _), m)| (*s, m, model_name.clone())),
+            );
+        }
+        if shared && !opponent_turns.is_empty() {
+            let chosen = opponents[0].choose_many(&opponent_turns)?;
+            moves.extend(
+                opponent_turns
+                    .iter()
+                    .zip(chosen)
+                    .map(|((s, _), m)| (*s, m, opponent_name.clone())),
+            );
+        } else {
+            for (s, game) in &opponent_turns {
+                let m = opponents[*s].choose(game)?;
+                moves.push((*s, m, opponent_name.clone()));
+            }
+        }
+        for (slot, m, mover) in moves {
+            let t = tables[slot].as_mut().expect("a game in every mover's slot");
+            if !t.game.position().is_legal(m) {
+                return Err(EvalError::Position {
+                    fen: fen_of(t.game.position()),
+                    message: format!("{mover} chose the illegal move {m}"),
+                });
+            }
+            t.game.play(&m);
+            // searchless_chess evaluates after every move, before its loop
+            // checks the rules.
+            if let Some(a) = adjudicators.get_mut(slot)
+                && let Some(r) = a.verdict(&t.game)?
+            {
+                let t = tables[slot].take().expect("checked above");
+                let played = finish(
+                    &t,
+                    &model_name,
+                    &opponent_name,
+                    (r, Termination::Adjudicated),
+                );
+                done(&played, t.pairing.model_white);
+                results[t.index] = Some(played);
+            }
+        }
+    }
+    Ok(results
+        .into_iter()
+        .map(|g| g.expect("every pairing played"))
+        .collect())
+}
+
+/// The record of a finished game.
+fn finish(
+    t: &Table,
+    model: &str,
+    opponent: &str,
+    (result, termination): (GameResult, Termination),
+) -> PlayedGame {
+    let (white, black) = if t.pairing.model_white {
+        (model, opponent)
+    } else {
+        (opponent, model)
+    };
+    let opening = &t.pairing.opening.name;
     let headers = [
         ("Event", "chessbench evaluation".to_owned()),
         ("Site", "chessbench".to_owned()),
         ("Date", "????.??.??".to_owned()),
-        ("Round", round.to_owned()),
-        ("White", white.name().to_owned()),
-        ("Black", black.name().to_owned()),
+        ("Round", t.pairing.round.clone()),
+        ("White", white.to_owned()),
+        ("Black", black.to_owned()),
         ("Result", result.pgn().to_owned()),
-        ("Opening", opening.name.clone()),
+        ("Opening", opening.clone()),
         ("Termination", termination.name().to_owned()),
-        ("PlyCount", game.moves().len().to_string()),
+        ("PlyCount", t.game.moves().len().to_string()),
     ];
-    Ok(PlayedGame {
-        white: white.name().to_owned(),
-        black: black.name().to_owned(),
-        opening: opening.name.clone(),
+    PlayedGame {
+        white: white.to_owned(),
+        black: black.to_owned(),
+        opening: opening.clone(),
         result: result.pgn(),
         termination: termination.name(),
-        plies: game.moves().len(),
-        pgn: game.pgn(&headers, result.pgn()),
-    })
+        plies: t.game.moves().len(),
+        pgn: t.game.pgn(&headers, result.pgn()),
+    }
 }
 
 #[cfg(test)]
@@ -512,6 +683,113 @@ mod tests {
         let verdict = adjudicate(r.best().unwrap().score, ADJUDICATION_CP).unwrap();
         let white_won = adjudicated.result == "1-0";
         assert_eq!(verdict == g.position().turn().is_white(), white_won);
+    }
+
+    /// Games played several at a time (the model's boards scored in one
+    /// pass, one engine and adjudicator per slot, or one checkpoint
+    /// opponent keeping every game) are move for move the games played one
+    /// at a time: real Stockfish at fixed node limits, one thread.
+    #[test]
+    fn games_played_together_equal_games_played_alone() {
+        use crate::{
+            chess::RecordSet,
+            eval::{
+                model::Model,
+                policy::{Decisive, EnginePlayer, NeuralPlayer, PolicyOptions},
+            },
+            model::{DeviceKind, Preset},
+        };
+        let Some(config) = crate::testing::stockfish() else {
+            return;
+        };
+        let openings = read_openings(None, 3).unwrap();
+        let pairings: Vec<Pairing> = openings
+            .iter()
+            .enumerate()
+            .flat_map(|(i, opening)| {
+                [true, false].map(|model_white| Pairing {
+                    opening,
+                    model_white,
+                    round: format!("{}", i + 1),
+                })
+            })
+            .collect();
+        let player = |policy| {
+            let model = Model::random(Preset::Tiny, policy, 32, DeviceKind::Cpu).unwrap();
+            let options = PolicyOptions {
+                repetition_draw: true,
+                decisive: Some(Decisive {
+                    engine: config.clone(),
+                    limit: Limit::Nodes(200),
+                }),
+            };
+            NeuralPlayer::new(model, options, None)
+        };
+        let mut model = player(RecordSet::ActionValue);
+        let mut checkpoint = player(RecordSet::StateValue);
+        let adjudicators = |slots: usize| -> Vec<Adjudicator> {
+            (0..slots)
+                .map(|_| Adjudicator::start(&config, Limit::Nodes(2000), ADJUDICATION_CP).unwrap())
+                .collect()
+        };
+        let pgns = |games: Vec<PlayedGame>| games.into_iter().map(|g| g.pgn).collect::<Vec<_>>();
+        let mut against_engines = |slots: usize| {
+            let mut engines: Vec<EnginePlayer> = (0..slots)
+                .map(|_| EnginePlayer::start(&config, Limit::Nodes(1), "sf".into()).unwrap())
+                .collect();
+            let mut opponents: Vec<&mut dyn Player> =
+                engines.iter_mut().map(|e| e as &mut dyn Player).collect();
+            let mut adjudicators = adjudicators(slots);
+            let mut ended = 0;
+            let games = play_games(
+                &mut model,
+                &mut opponents,
+                adjudicators.iter_mut().collect(),
+                &pairings,
+                Some(80),
+                |_, _| ended += 1,
+            )
+            .unwrap();
+            assert_eq!(ended, pairings.len());
+            pgns(games)
+        };
+        // Boards scored in another pass may sum in another order: a move
+        // whose two best scores are within a float tie may differ, and the
+        // games after it. With no such move the games are identical.
+        let alone = against_engines(1);
+        let together = against_engines(4);
+        assert_eq!(alone.len(), pairings.len());
+        let ties = std::mem::take(&mut model.near_ties);
+        if ties == 0 {
+            assert_eq!(alone, together);
+        } else {
+            println!("{ties} float ties: the games may part after one, not compared");
+        }
+        let mut against_checkpoint = |slots: usize| {
+            let mut opponents: Vec<&mut dyn Player> = vec![&mut checkpoint];
+            let mut adjudicators = adjudicators(slots);
+            pgns(
+                play_games(
+                    &mut model,
+                    &mut opponents,
+                    adjudicators.iter_mut().collect(),
+                    &pairings,
+                    Some(80),
+                    |_, _| {},
+                )
+                .unwrap(),
+            )
+        };
+        let alone = against_checkpoint(1);
+        let together = against_checkpoint(6);
+        let ties = model.near_ties + checkpoint.near_ties;
+        if ties == 0 {
+            assert_eq!(alone, together);
+        } else {
+            println!("{ties} float ties: the games may part after one, not compared");
+        }
+        // The games are real games: some end before the cap, with moves.
+        assert!(alone.iter().all(|pgn| pgn.contains("1. ")), "{alone:?}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `chessbench uci`: a trained model as a UCI engine (for GUIs, cutechess,
-//! lichess-bot). One `go` = one forward pass over the legal moves; time
-//! controls and limits are accepted and ignored (the policy does not
+//! lichess-bot). One `go` = one forward pass over the legal moves (one
+//! board: its latency is the `time` of the `info` line before `bestmove`);
+//! time controls and limits are accepted and ignored (the policy does not
 //! search). Bad commands are answered with `info string error: ...` and the
 //! engine keeps going.
 
@@ -19,7 +20,7 @@ use super::{
 };
 use crate::{
     chess::value::centipawns_to_win_probability,
-    model::{DeviceKind, Weights},
+    model::{DeviceKind, Precision, Weights},
     uci::{Command, Position},
 };
 
@@ -49,12 +50,17 @@ pub struct UciOptions {
     /// Where the model runs.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub device: DeviceKind,
+    /// What the model computes in: f32, or bf16 products and activations
+    /// with f32 layer norms and log-softmax (--device cuda only).
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    pub precision: Precision,
 }
 
 /// Loads the model `options` names and serves UCI on standard input and
 /// output.
 pub fn run(options: &UciOptions) -> Result<(), EvalError> {
-    let model = Model::load(&options.checkpoint, options.weights, options.device)?;
+    let model = Model::load(&options.checkpoint, options.weights, options.device)?
+        .with_precision(options.precision)?;
     let name = model.label();
     let mut player = NeuralPlayer::new(
         model,
@@ -174,17 +180,25 @@ pub(crate) fn serve(
                     say(&mut output, "bestmove 0000")?;
                     continue;
                 }
+                // One forward pass over this board's legal moves: its
+                // latency is the move's `time` (ms).
+                let started = std::time::Instant::now();
                 match player.choose(game) {
                     Ok(m) => {
+                        let ms = started.elapsed().as_millis();
                         let uci = m.to_uci(CastlingMode::Standard);
-                        if let Some(p) = player.last_score() {
-                            say(
+                        match player.last_score() {
+                            Some(p) => say(
                                 &mut output,
                                 &format!(
-                                    "info depth 1 score cp {} nodes 1 pv {uci}",
+                                    "info depth 1 score cp {} nodes 1 time {ms} pv {uci}",
                                     win_probability_to_centipawns(p)
                                 ),
-                            )?;
+                            )?,
+                            None => say(
+                                &mut output,
+                                &format!("info depth 1 nodes 1 time {ms} pv {uci}"),
+                            )?,
                         }
                         say(&mut output, &format!("bestmove {uci}"))?;
                     }
@@ -244,7 +258,14 @@ mod tests {
         assert_eq!(lines[0], "id name chessbench test");
         assert!(lines.contains(&"uciok") && lines.contains(&"readyok"));
         assert_eq!(lines.last(), Some(&"bestmove a2a3"));
-        assert!(out.contains("info depth 1 score cp 0 nodes 1 pv a2a3"));
+        // The move's latency is reported as its `time` (ms).
+        let info = out
+            .lines()
+            .find(|l| l.starts_with("info depth 1 score cp 0 nodes 1 time "))
+            .unwrap_or_else(|| panic!("no info line with a time: {out}"));
+        let ms: u64 = info.split(' ').nth(9).unwrap().parse().unwrap();
+        assert!(ms < 60_000, "{info}");
+        assert!(info.ends_with(" pv a2a3"), "{info}");
         assert_eq!(out.matches("bestmove").count(), 1, "nothing after quit");
     }
 

@@ -11,7 +11,8 @@
 #              caches of the cold run (run it first: later parts compile
 #              the same kernels)
 #   check      the CUDA test (tests/cuda.rs): one step on CUDA vs the CPU,
-#              f32 and mixed bf16
+#              f32 and mixed bf16; the fused attention kernels against
+#              their reference; boards scored together vs alone
 #   train      `chessbench train` of the 9M action-value model (the ablation
 #              recipe, batch 1024) on the demo run, on CUDA: TRAIN_STEPS
 #              (100) steps, then resumed to twice that from its checkpoint;
@@ -19,7 +20,10 @@
 #   eval       `chessbench eval --device cuda` on that checkpoint, then the
 #              same on the CPU (the two must agree)
 #   loader     the loader bench (1 and all cores) on the demo run
-#   evalbench  `make bench-eval BENCH_DEVICE=cuda`: boards/s, 9M/136M/270M
+#   evalbench  the carried bench-eval (benches/eval.rs) on CUDA: boards/s
+#              across boards (bf16, f32), per board (a UCI move's latency)
+#              and searchless_chess's JAX predictor, 9M/136M/270M
+#              (EVAL_PRESETS), runs eval-PRESET-IMPL
 #   step9      training step, samples/s: PyTorch eager and torch.compile
 #   step136    (bench/torch_reference.py), searchless_chess's JAX step
 #              (bench/searchless_step_speed.py) and burn (`chessbench
@@ -28,11 +32,16 @@
 #              (mixed: PyTorch `amp-bf16`); 9M (K=32, batch 1024) and 136M
 #              (K=128, batch STEP_BATCH_136M, default 512).
 #              STEP_PRODUCTS="cublaslt burn" adds burn with CubeCL's own
-#              products (CHESSBENCH_PRODUCTS=burn; a cold autotune, minutes)
+#              products (CHESSBENCH_PRODUCTS=burn; a cold autotune, minutes);
+#              STEP_ATTENTION="fused burn" adds burn's attention instead of
+#              the fused kernels (CHESSBENCH_ATTENTION=burn, runs
+#              step-burn-burnattention-...)
 #   curves     the 9M ablation recipe, 300 steps in f32 and in mixed bf16
 #              from the same seed: their loss curves compared
 #   account    where one step's time goes, kernel by kernel: burn's 9M step
-#              under nsys (timed steps only) when the machine has it,
+#              (with the fused attention, then with burn's: the attention's
+#              share before and after) under nsys (timed steps only) when
+#              the machine has it,
 #              CubeCL's own per-kernel profile otherwise, and PyTorch's
 #              torch.compile step under torch.profiler; grouped into a
 #              table by bench/kernel_account.py
@@ -149,7 +158,7 @@ EOF
 
 part_check() {
   run cuda-test "${CHECK_LIMIT:-300}" "$W/bin/cuda-test" --test-threads=1 --nocapture
-  grep -E "^(Tiny|M9)|test result" "$W/out.txt" | tee -a "$SUM"
+  grep -E "^(Tiny|M9|F32|Bf16|BF16)|test result" "$W/out.txt" | tee -a "$SUM"
 }
 
 part_train() {
@@ -209,10 +218,25 @@ part_loader() {
   tail -4 "$W/out.txt" | tee -a "$SUM"
 }
 
+# Evaluation throughput per preset: across boards (bf16 and f32), per board
+# (the UCI engine's latency) and searchless_chess's JAX predictor on the same
+# boards (a pass per board, and packed as ours); every eval-PRESET-IMPL line
+# goes to results.jsonl.
 part_evalbench() {
-  BENCH_DEVICE=cuda BENCH_PRESETS=${EVAL_PRESETS:-9m,136m,270m} BENCH_BOARDS=${EVAL_BOARDS:-200} \
-    run evalbench-cuda 300 "$W/bin/bench-eval"
-  tail -8 "$W/out.txt" | tee -a "$SUM"
+  local preset
+  for preset in ${EVAL_PRESETS:-9m 136m 270m}; do
+    BENCH_DEVICE=cuda BENCH_PRESETS=$preset BENCH_BOARDS=${EVAL_BOARDS:-200} \
+      BENCH_PRECISIONS=${EVAL_PRECISIONS:-bf16,f32} SEARCHLESS_CHESS=$BUNDLE/searchless \
+      CHESSBENCH_JAX_PYTHON=python3 run "evalbench-$preset" "${EVAL_LIMIT:-200}" "$W/bin/bench-eval"
+    grep -v '^{' "$W/out.txt" | grep -E 'boards/s' | tee -a "$SUM"
+    python3 - "$W/out.txt" "evalbench-$preset" >>"$RES" <<'EOF'
+import json, sys
+for line in open(sys.argv[1], errors="replace"):
+    if line.startswith('{"name":"eval-'):
+        d = json.loads(line)
+        print(json.dumps({"run": d["name"], "part": sys.argv[2], **d}))
+EOF
+  done
 }
 
 # Cold start: the first step of a fresh process compiles every kernel
@@ -243,14 +267,17 @@ step_shape() { # PRESET BUCKETS BATCH STEPS
       case $impl in
         burn)
           for products in ${STEP_PRODUCTS:-cublaslt}; do
+          for attn in ${STEP_ATTENTION:-fused}; do
             name=$([ "$products" = burn ] && echo burncubecl || echo burn)
-            CHESSBENCH_PRODUCTS=$products run "step-$name-$preset-$p-b$batch" "${BURN_LIMIT:-200}" "$CB" \
-              bench-step --model "$preset" --buckets "$k" --batch-size "$batch" --steps "$steps" --warmup 3 \
-              --device cuda --precision "$p" --json
-            [ "${STEP_PROFILE:-1}" = 1 ] && CHESSBENCH_PRODUCTS=$products run \
+            [ "$attn" = burn ] && name=$name-burnattention
+            CHESSBENCH_PRODUCTS=$products CHESSBENCH_ATTENTION=$attn run "step-$name-$preset-$p-b$batch" \
+              "${BURN_LIMIT:-200}" "$CB" bench-step --model "$preset" --buckets "$k" --batch-size "$batch" \
+              --steps "$steps" --warmup 3 --device cuda --precision "$p" --json
+            [ "${STEP_PROFILE:-1}" = 1 ] && CHESSBENCH_PRODUCTS=$products CHESSBENCH_ATTENTION=$attn run \
               "step-$name-$preset-$p-b$batch-profile" "${BURN_LIMIT:-200}" "$CB" bench-step --model "$preset" \
               --buckets "$k" --batch-size "$batch" --steps "$steps" --warmup 3 --device cuda --precision "$p" \
               --profile --json
+          done
           done ;;
         torch) run "step-torch-$preset-$tp-b$batch" 120 python3 bench/torch_reference.py --preset "$preset" \
           --buckets "$k" --batch "$batch" --steps "$steps" --warmup 5 --device cuda --precision "$tp" ;;
@@ -274,20 +301,27 @@ part_step136() { step_shape 136m 128 "${STEP_BATCH_136M:-512}" "${STEP_STEPS_136
 part_account() {
   local p args=(bench-step --model 9m --buckets 32 --batch-size 1024 --steps "${ACCOUNT_STEPS:-10}"
     --warmup 3 --device cuda --json)
+  # Each precision with the fused attention, then burn's (its share before
+  # and after).
+  local a n
   for p in ${ACCOUNT_PRECISIONS:-f32 bf16}; do
+  for a in ${ACCOUNT_ATTENTION:-fused burn}; do
+    n=account-burn-9m-$p-$a-attention
+    export CHESSBENCH_ATTENTION=$a
     if [ -n "${NSYS:-}" ]; then
-      run "account-burn-9m-$p" 300 "$NSYS" profile -t cuda --capture-range=cudaProfilerApi \
-        --capture-range-end=stop --force-overwrite true -o "$W/account-burn-9m-$p" "$CB" "${args[@]}" \
-        --precision "$p"
-      "$NSYS" stats -r cuda_gpu_kern_sum -f csv -o "$OUT/account-burn-9m-$p" --force-overwrite true \
-        "$W/account-burn-9m-$p.nsys-rep" >>"$LOG" 2>&1 ||
-        "$NSYS" stats -r gpukernsum -f csv -o "$OUT/account-burn-9m-$p" "$W/account-burn-9m-$p.nsys-rep" >>"$LOG" 2>&1
-      python3 bench/kernel_account.py --nsys "$(ls "$OUT"/account-burn-9m-"$p"*.csv | head -1)" \
-        --steps "${ACCOUNT_STEPS:-10}" --title "burn 9M $p" | tee "$OUT/account-burn-9m-$p.md" >>"$SUM"
+      run "$n" 300 "$NSYS" profile -t cuda --capture-range=cudaProfilerApi \
+        --capture-range-end=stop --force-overwrite true -o "$W/$n" "$CB" "${args[@]}" --precision "$p"
+      "$NSYS" stats -r cuda_gpu_kern_sum -f csv -o "$OUT/$n" --force-overwrite true \
+        "$W/$n.nsys-rep" >>"$LOG" 2>&1 ||
+        "$NSYS" stats -r gpukernsum -f csv -o "$OUT/$n" "$W/$n.nsys-rep" >>"$LOG" 2>&1
+      python3 bench/kernel_account.py --nsys "$(ls "$OUT"/"$n"*.csv | head -1)" \
+        --steps "${ACCOUNT_STEPS:-10}" --title "burn 9M $p, $a attention" | tee "$OUT/$n.md" >>"$SUM"
     else
-      CUBECL_DEBUG_OPTION=profile CUBECL_DEBUG_LOG="$OUT/account-burn-9m-$p-cubecl.txt" \
-        run "account-burn-9m-$p" 300 "$CB" "${args[@]}" --precision "$p"
+      CUBECL_DEBUG_OPTION=profile CUBECL_DEBUG_LOG="$OUT/$n-cubecl.txt" \
+        run "$n" 300 "$CB" "${args[@]}" --precision "$p"
     fi
+    unset CHESSBENCH_ATTENTION
+  done
   done
   run "account-torchcompile-9m-amp-bf16" 200 python3 bench/torch_reference.py --preset 9m --buckets 32 \
     --batch 1024 --steps "${ACCOUNT_STEPS:-10}" --warmup 5 --device cuda --precision amp-bf16 --compile \

@@ -116,3 +116,103 @@ fn nine_million_mixed_bf16_stays_within_bf16_of_the_cpu() {
         Precision::Bf16,
     );
 }
+
+/// Positions of a pseudo-random walk from the start (restarted now and
+/// then): varied boards with 1 to 40-odd legal moves.
+fn walk(n: usize) -> Vec<shakmaty::Chess> {
+    use shakmaty::Position;
+    let mut out = Vec::new();
+    let mut pos = shakmaty::Chess::default();
+    let mut i = 7usize;
+    while out.len() < n {
+        let moves = pos.legal_moves();
+        if moves.is_empty() || pos.halfmoves() > 40 {
+            pos = shakmaty::Chess::default();
+            continue;
+        }
+        out.push(pos.clone());
+        i = i.wrapping_mul(31).wrapping_add(17);
+        pos.play_unchecked(moves[i % moves.len()]);
+    }
+    out
+}
+
+/// Evaluation at GPU scale: 3,000 boards scored together (many boards'
+/// legal moves in each forward pass) give what each board scored alone
+/// gives (one pass a board, as the UCI engine), f32 and bf16: the same best
+/// move except where the two best scores are within 1e-6 (a float tie,
+/// counted and printed), and expected values within 1e-6 (f32; bf16 within
+/// 1e-3: a row's products may be tiled differently in a bigger pass).
+#[test]
+fn nine_million_boards_scored_together_equal_boards_scored_alone() {
+    use chessbench::{
+        eval::{
+            model::Model,
+            policy::{predict, predict_many},
+        },
+        model::DeviceKind,
+    };
+    let boards = walk(3000);
+    let refs: Vec<&shakmaty::Chess> = boards.iter().collect();
+    for (precision, tolerance) in [(Precision::F32, 1e-6), (Precision::Bf16, 1e-3)] {
+        let model = Model::random(Preset::M9, RecordSet::ActionValue, 128, DeviceKind::Cuda)
+            .and_then(|m| m.with_precision(precision))
+            .expect("the 9M model on CUDA");
+        let together = predict_many(&model, &refs).expect("boards scored together");
+        let mut tokens = Vec::new();
+        let (mut ties, mut worst) = (0, 0.0f64);
+        for (pos, t) in boards.iter().zip(&together) {
+            let alone = predict(&model, pos, &mut tokens).expect("a board alone");
+            assert_eq!(t.moves, alone.moves);
+            for (a, b) in t.scores.iter().zip(&alone.scores) {
+                worst = worst.max((a - b).abs());
+            }
+            if t.best() != alone.best() {
+                let mut s = alone.scores.clone();
+                s.sort_by(|a, b| b.total_cmp(a));
+                assert!(
+                    s.len() > 1 && s[0] - s[1] <= 1e-6,
+                    "{precision:?}: a different best move without a tie: {:?}",
+                    t.moves
+                );
+                ties += 1;
+            }
+        }
+        println!(
+            "{precision:?}: {} boards, scores within {worst:.1e}, {ties} float ties",
+            boards.len()
+        );
+        assert!(
+            worst <= tolerance,
+            "{precision:?}: scores differ by {worst}"
+        );
+    }
+}
+
+/// The fused attention kernels against the tiled reference on the CPU
+/// (`make test` checks that reference against burn's attention within
+/// 1e-4): forward, log-sum-exp and all three gradients, the 9M head (32),
+/// the 136M/270M head (128) and an odd shape; f32 within 1e-4 relative
+/// (no tensor cores on either side), bf16 tensors within 2e-2 (bf16's
+/// rounding of the outputs and gradients: 8 bits of mantissa, 4e-3, with
+/// room for the tiles' sums over bf16 inputs).
+#[test]
+fn fused_attention_kernels_equal_the_reference() {
+    use burn::tensor::DType;
+    use chessbench::model::cuda_attention::kernel_errors;
+    let device = cubecl::cuda::CudaDevice::default();
+    for (dtype, bound) in [(DType::F32, 1e-4f32), (DType::BF16, 2e-2)] {
+        let errors = kernel_errors(&device, dtype).expect("the kernels ran");
+        for (shape, what, e) in &errors {
+            println!("{dtype:?} {shape:?} {what}: {e:.1e}");
+        }
+        for (shape, what, e) in errors {
+            assert!(e <= bound, "{dtype:?} {shape:?} {what}: {e:e} relative");
+        }
+    }
+    assert_eq!(
+        <burn::backend::Cuda<f32, i32> as chessbench::model::ModelBackend>::attention(),
+        chessbench::model::AttentionKernel::Fused,
+        "the fused attention failed its start-up test"
+    );
+}

@@ -43,6 +43,18 @@ pub trait ModelBackend: Backend {
         0
     }
 
+    /// A block's attention, `softmax(q k^T / sqrt(dim)) v` over
+    /// `[batch, heads, seq, dim]` without a mask: burn's `module::attention`
+    /// unless the backend has a fused kernel ([`super::attention`]).
+    fn attend(q: Tensor<Self, 4>, k: Tensor<Self, 4>, v: Tensor<Self, 4>) -> Tensor<Self, 4> {
+        burn::tensor::module::attention(q, k, v, None, None, Default::default())
+    }
+
+    /// Which implementation [`Self::attend`] runs (reported with timings).
+    fn attention() -> AttentionKernel {
+        AttentionKernel::Burn
+    }
+
     /// Starts (`true`) or stops the range an external profiler records
     /// (NVIDIA's `nsys profile --capture-range=cudaProfilerApi`), so a
     /// kernel account covers the timed steps only. Nothing on the CPU.
@@ -58,6 +70,18 @@ pub enum Products {
     Burn,
     /// NVIDIA's cuBLASLt, loaded at run time (CUDA only).
     Cublaslt,
+}
+
+/// The attention behind each block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionKernel {
+    /// burn's `module::attention` (under autodiff: the scores materialised
+    /// and differentiated op by op).
+    #[default]
+    Burn,
+    /// The project's fused kernels, forward and backward (CUDA only).
+    Fused,
 }
 
 impl ModelBackend for Flex {}

@@ -48,7 +48,9 @@ use cudarc::{
 };
 
 use super::{
-    backend::{ModelBackend, Products},
+    attention,
+    backend::{AttentionKernel, ModelBackend, Products},
+    cuda_attention,
     gemm::{self, Gemm, LtMatrix, LtPlan, Operand, burn_gemm, lt_plan},
 };
 
@@ -74,6 +76,18 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> ModelBackend for Fusion<Cu
         } else {
             Products::Burn
         }
+    }
+
+    fn attend(q: Tensor<Self, 4>, k: Tensor<Self, 4>, v: Tensor<Self, 4>) -> Tensor<Self, 4> {
+        if cuda_attention::use_fused(q.dims(), q.dtype()) {
+            attention::fused_attention_inference(q, k, v)
+        } else {
+            burn::tensor::module::attention(q, k, v, None, None, Default::default())
+        }
+    }
+
+    fn attention() -> AttentionKernel {
+        cuda_attention::attention_kernel()
     }
 
     fn profiler_range(start: bool) {
@@ -104,6 +118,18 @@ where
 
     fn products() -> Products {
         <Fusion<Cube<F, I, BT>> as ModelBackend>::products()
+    }
+
+    fn attend(q: Tensor<Self, 4>, k: Tensor<Self, 4>, v: Tensor<Self, 4>) -> Tensor<Self, 4> {
+        if cuda_attention::use_fused(q.dims(), q.dtype()) {
+            attention::fused_attention(q, k, v)
+        } else {
+            burn::tensor::module::attention(q, k, v, None, None, Default::default())
+        }
+    }
+
+    fn attention() -> AttentionKernel {
+        cuda_attention::attention_kernel()
     }
 
     fn profiler_range(start: bool) {

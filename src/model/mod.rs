@@ -6,18 +6,21 @@
 //! writes checkpoints, evaluation reads them; the two stages share this
 //! foundation and the files, nothing else.
 
+pub mod attention;
 pub(crate) mod backend;
 pub(crate) mod checkpoint;
 pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod cuda_attention;
 pub(crate) mod device;
 pub(crate) mod gemm;
 pub mod haiku;
 pub(crate) mod net;
 pub(crate) mod shape;
 
-pub use backend::{ModelBackend, Products, TrainBackend};
+pub use backend::{AttentionKernel, ModelBackend, Products, TrainBackend};
 pub(crate) use checkpoint::{CheckpointError, CheckpointInfo, Weights};
 pub use device::{DeviceKind, Precision, tune_allocator};
 pub(crate) use net::{Predictor, tokens_tensor};

@@ -24,8 +24,6 @@ use burn::{
         Distribution, FloatDType, Int, Tensor, TensorData,
         activation::{log_softmax, silu},
         backend::Backend,
-        module::attention,
-        ops::AttentionModuleOptions,
     },
 };
 
@@ -200,7 +198,7 @@ impl<B: ModelBackend> Block<B> {
             let project = |p: &Linear<B>| split(compute.product(h.clone(), p.weight.val()));
             (project(&self.q), project(&self.k), project(&self.v))
         };
-        let context = attention(q, k, v, None, None, AttentionModuleOptions::default());
+        let context = B::attend(q, k, v);
         let out = compute.product(
             context.swap_dims(1, 2).reshape([b, t, d]),
             self.out.weight.val(),

@@ -24,8 +24,8 @@ use super::{
 use crate::{
     chess::{RecordSet, value::ValueBuckets},
     model::{
-        DeviceKind, ModelBackend, ModelShape, Precision, Predictor, Preset, Products, TrainBackend,
-        tokens_tensor, tune_allocator,
+        AttentionKernel, DeviceKind, ModelBackend, ModelShape, Precision, Predictor, Preset,
+        Products, TrainBackend, tokens_tensor, tune_allocator,
     },
     ui::Report,
 };
@@ -92,7 +92,7 @@ impl Report for StepTiming {
     fn render(&self, out: &mut dyn Write) -> io::Result<()> {
         writeln!(
             out,
-            "{:.2}M parameters, batch {}, {:?}: {:.0} samples/s, {:.2} model TFLOP/s ({} steps in {:.2} s on {}, {:?} products)",
+            "{:.2}M parameters, batch {}, {:?}: {:.0} samples/s, {:.2} model TFLOP/s ({} steps in {:.2} s on {}, {:?} products, {:?} attention)",
             self.params as f64 / 1e6,
             self.bench.batch_size,
             self.bench.precision,
@@ -102,6 +102,7 @@ impl Report for StepTiming {
             self.seconds,
             self.device,
             self.products,
+            self.attention,
         )?;
         if self.product_fallbacks > 0 {
             writeln!(
@@ -149,6 +150,8 @@ pub struct StepTiming {
     pub products: Products,
     /// Products that fell back to burn's (a vendor call that failed).
     pub product_fallbacks: u64,
+    /// The blocks' attention: burn's, or the fused kernels.
+    pub attention: AttentionKernel,
     pub seconds: f64,
     pub samples_per_s: f64,
     pub model_flops_per_s: f64,
@@ -180,6 +183,7 @@ fn run<B: TrainBackend>(bench: &StepBench, device: B::Device) -> Result<StepTimi
     tune_allocator();
     // Decided (and any warning printed) before anything is timed.
     let products = <B as ModelBackend>::products();
+    let attention = <B as ModelBackend>::attention();
     B::seed(&device, 0);
     let shape = bench.shape;
     let n = bench.batch_size;
@@ -242,6 +246,7 @@ fn run<B: TrainBackend>(bench: &StepBench, device: B::Device) -> Result<StepTimi
         device: format!("{device:?}"),
         products,
         product_fallbacks: <B as ModelBackend>::product_fallbacks(),
+        attention,
         seconds,
         samples_per_s,
         model_flops_per_s: samples_per_s * shape.train_flops_per_sample(),

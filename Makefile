@@ -17,7 +17,7 @@ FUZZ_CASES  ?= 20000
 
 .PHONY: all build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-scale \
-        test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-cuda gpu-bundle stockfish doc clean
+        test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-kernels test-cuda gpu-bundle stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -200,6 +200,11 @@ parity-paired: $(RUN)/annotate/.done | $(DUCKDB_LIB)
 ## The CUDA build compiles (no GPU needed; it needs one to run).
 check-cuda: | $(DUCKDB_LIB)
 	$(CARGO) check --locked --features cuda --all-targets
+
+## The fused attention's kernels as CubeCL compiles them for CUDA, run on the
+## CPU as C++ (no GPU needed; g++): src/model/cuda_attention.rs.
+test-kernels: | $(DUCKDB_LIB)
+	$(CARGO) test --locked --features cuda --lib cuda_attention -- --nocapture
 
 ## On a machine with an NVIDIA GPU and Rust: the CUDA test (one training
 ## step on CUDA against the CPU, tests/cuda.rs).

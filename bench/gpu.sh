@@ -130,6 +130,17 @@ EOF
   mkdir -p "$ROOT/target"
   cp "$ROOT/cubecl.toml" "$W/cubecl.toml.orig"
   trap 'cp "$W/cubecl.toml.orig" "$ROOT/cubecl.toml"' EXIT
+  # CubeCL's compiled-kernel cache is keyed by a kernel's name and
+  # arguments, not its body: kernels from another bundle's binaries (a warm
+  # machine after a rebuild) would load silently. Cleared when the
+  # binaries change.
+  local stamp
+  stamp=$(cat "$BUNDLE"/bin/*.xz | sha256sum | cut -c1-16)
+  if [ "$(cat "$ROOT/target/.bundle-stamp" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$ROOT/target/cuda"
+    mkdir -p "$ROOT/target"
+    echo "$stamp" >"$ROOT/target/.bundle-stamp"
+  fi
   cat >"$ROOT/cubecl.toml" <<EOF
 [compilation]
 cache = "target"

@@ -453,10 +453,13 @@ mod kernels {
             let start = t * tile;
             load_tile::<F>(q, &mut qs, base, start, seq, dim, tile);
             load_tile::<F>(d_out, &mut dos, base, start, seq, dim, tile);
-            let u = UNIT_POS_X as usize;
-            if u < tile && start + u < seq {
-                row_lse[u] = lse[head * seq + start + u];
-                row_delta[u] = delta[head * seq + start + u];
+            let mut u = UNIT_POS_X as usize;
+            while u < tile {
+                if start + u < seq {
+                    row_lse[u] = lse[head * seq + start + u];
+                    row_delta[u] = delta[head * seq + start + u];
+                }
+                u += CUBE_DIM_X as usize;
             }
             sync_cube();
             if active {
@@ -749,5 +752,305 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<
                 },
             )
             .outputs()
+    }
+}
+
+/// The kernels as CubeCL compiles them for CUDA, run on the CPU: their CUDA
+/// C (CubeCL's own compiler, the source NVRTC gets on a GPU) is compiled as
+/// C++ against `tests/kernels/shim.h` (a thread per unit, a barrier for
+/// `__syncthreads`, shared memory filled with NaN) and run by
+/// `tests/kernels/emulate.cpp` against a double-precision reference. What
+/// this cannot show: warp scheduling, the GPU's memory model, speed.
+#[cfg(test)]
+mod emulated {
+    use std::{path::Path, process::Command};
+
+    use burn_cubecl::cubecl::{
+        Compiler,
+        ir::{
+            AddressType, DeviceProperties, ElemType, FloatKind, HardwareProperties,
+            MemoryDeviceProperties, StorageType, UIntKind, VectorSize,
+        },
+        prelude::*,
+        profile::TimingMethod,
+    };
+    use cubecl_cpp::{
+        cuda::{CudaDialect, mma::CudaWmmaCompiler},
+        shared::{CompilationOptions, CppCompiler},
+    };
+
+    use super::{KEY_TILE, kernels::*, units};
+
+    /// An H100's limits (what the compiler consults).
+    fn properties() -> DeviceProperties {
+        let hardware = HardwareProperties {
+            load_width: 128,
+            plane_size_min: 32,
+            plane_size_max: 32,
+            max_bindings: 1024,
+            max_shared_memory_size: 227 * 1024,
+            max_cube_count: (u32::MAX, 65535, 65535),
+            max_units_per_cube: 1024,
+            max_cube_dim: (1024, 1024, 64),
+            num_streaming_multiprocessors: Some(132),
+            num_cpu_cores: None,
+            num_tensor_cores: Some(4),
+            min_tensor_cores_dim: Some(8),
+            max_vector_size: VectorSize::MAX,
+        };
+        let memory = MemoryDeviceProperties {
+            max_page_size: 1 << 34,
+            alignment: 32,
+        };
+        let mut p =
+            DeviceProperties::new(Default::default(), memory, hardware, TimingMethod::System);
+        cubecl_cpp::register_supported_types(&mut p);
+        p
+    }
+
+    /// The CUDA C of kernel `which` (`fwd`, `dq`, `dkdv`).
+    fn cuda_source(which: &str, seq: usize, dim: usize, dtype: StorageType) -> String {
+        let arg = TensorCompilationArg { inplace: None };
+        let mut b = KernelBuilder::default();
+        b.runtime_properties(Default::default());
+        b.device_properties(&properties());
+        let settings = |name: &str| {
+            KernelSettings::default()
+                .cube_dim(CubeDim::new_1d(units(seq)))
+                .address_type(AddressType::U32)
+                .kernel_name(name)
+        };
+        macro_rules! tensors {
+            ($b:ident, $t:ty, $f:ident) => {
+                <Tensor<$t> as LaunchArg>::$f(&arg, &mut $b)
+            };
+        }
+        let definition = match which {
+            "fwd" => {
+                use attention_forward_kernel::*;
+                type E = DynamicScalar<_F>;
+                b.scope.register_type::<E>(dtype);
+                AddressType::U32.register(&mut b.scope);
+                let (q, k, v) = (
+                    tensors!(b, E, expand),
+                    tensors!(b, E, expand),
+                    tensors!(b, E, expand),
+                );
+                let out = tensors!(b, E, expand_output);
+                let lse = tensors!(b, f32, expand_output);
+                let scale = <f32 as LaunchArg>::expand(&Default::default(), &mut b);
+                expand::<E>(
+                    &mut b.scope,
+                    q,
+                    k,
+                    v,
+                    out,
+                    lse,
+                    scale,
+                    seq,
+                    dim,
+                    KEY_TILE,
+                    dtype,
+                );
+                b.build(settings("attention_forward_kernel"))
+            }
+            "dq" => {
+                use attention_dq_kernel::*;
+                type E = DynamicScalar<_F>;
+                b.scope.register_type::<E>(dtype);
+                AddressType::U32.register(&mut b.scope);
+                let (q, k, v) = (
+                    tensors!(b, E, expand),
+                    tensors!(b, E, expand),
+                    tensors!(b, E, expand),
+                );
+                let out = tensors!(b, E, expand);
+                let lse = tensors!(b, f32, expand);
+                let d_out = tensors!(b, E, expand);
+                let dq = tensors!(b, E, expand_output);
+                let delta = tensors!(b, f32, expand_output);
+                let scale = <f32 as LaunchArg>::expand(&Default::default(), &mut b);
+                expand::<E>(
+                    &mut b.scope,
+                    q,
+                    k,
+                    v,
+                    out,
+                    lse,
+                    d_out,
+                    dq,
+                    delta,
+                    scale,
+                    seq,
+                    dim,
+                    KEY_TILE,
+                    dtype,
+                );
+                b.build(settings("attention_dq_kernel"))
+            }
+            _ => {
+                use attention_dkdv_kernel::*;
+                type E = DynamicScalar<_F>;
+                b.scope.register_type::<E>(dtype);
+                AddressType::U32.register(&mut b.scope);
+                let (q, k, v) = (
+                    tensors!(b, E, expand),
+                    tensors!(b, E, expand),
+                    tensors!(b, E, expand),
+                );
+                let lse = tensors!(b, f32, expand);
+                let delta = tensors!(b, f32, expand);
+                let d_out = tensors!(b, E, expand);
+                let dk = tensors!(b, E, expand_output);
+                let dv = tensors!(b, E, expand_output);
+                let scale = <f32 as LaunchArg>::expand(&Default::default(), &mut b);
+                expand::<E>(
+                    &mut b.scope,
+                    q,
+                    k,
+                    v,
+                    lse,
+                    delta,
+                    d_out,
+                    dk,
+                    dv,
+                    scale,
+                    seq,
+                    dim,
+                    KEY_TILE,
+                    dtype,
+                );
+                b.build(settings("attention_dkdv_kernel"))
+            }
+        };
+        let mut compiler = CppCompiler::<CudaDialect<CudaWmmaCompiler>>::default();
+        let options = CompilationOptions {
+            warp_size: 32,
+            ..Default::default()
+        };
+        let address = StorageType::Scalar(ElemType::UInt(UIntKind::U32));
+        let kernel = compiler
+            .compile(definition, &options, ExecutionMode::Checked, address)
+            .expect("CubeCL compiles the kernel");
+        format!("{kernel}")
+    }
+
+    /// The kernel's CUDA C as a C++ namespace `ns` for emulate.cpp: its
+    /// dynamic shared memory becomes the shim's buffer, whose size (the
+    /// last shared array's end) it declares.
+    fn as_cpp(source: &str, ns: &str) -> String {
+        let mut shared = 0;
+        let lines: Vec<&str> = source.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            // "// Shared array size: N, B bytes" then "T *x = reinterpret_cast<T*>(&dynamic_shared_mem[OFF]);"
+            let Some(rest) = line.trim().strip_prefix("// Shared array size: ") else {
+                continue;
+            };
+            let bytes: usize = rest
+                .split(", ")
+                .nth(1)
+                .and_then(|b| b.trim_end_matches(" bytes").parse().ok())
+                .expect("a shared array's size");
+            let next = lines.get(i + 1).copied().unwrap_or("");
+            let offset: usize = next
+                .split("dynamic_shared_mem[")
+                .nth(1)
+                .and_then(|r| r.split(']').next())
+                .and_then(|o| o.parse().ok())
+                .expect("a shared array's offset");
+            shared = shared.max(offset + bytes);
+        }
+        let body = source.replace("extern \"C\" ", "");
+        let body = body
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("#include <cuda"))
+            .map(|l| {
+                if l.contains("extern __shared__") && l.contains("dynamic_shared_mem[]") {
+                    "uint8* dynamic_shared_mem = g_shared;".to_owned()
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        format!("namespace {ns} {{\nconstexpr unsigned SHARED_BYTES = {shared};\n{body}\n}}\n")
+    }
+
+    /// Largest relative errors of the kernels on `heads` heads of
+    /// `seq x dim` in `elem` (`float` or `__nv_bfloat16`): out, lse, delta,
+    /// dq, dk, dv.
+    fn emulate(seq: usize, dim: usize, heads: usize, elem: &str) -> Vec<(String, f64)> {
+        let dtype = match elem {
+            "float" => StorageType::Scalar(ElemType::Float(FloatKind::F32)),
+            _ => StorageType::Scalar(ElemType::Float(FloatKind::BF16)),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        for (which, ns, file) in [
+            ("fwd", "fwd", "k_fwd.inc"),
+            ("dq", "dqk", "k_dq.inc"),
+            ("dkdv", "dkdvk", "k_dkdv.inc"),
+        ] {
+            let source = cuda_source(which, seq, dim, dtype);
+            std::fs::write(dir.path().join(file), as_cpp(&source, ns)).unwrap();
+        }
+        let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels");
+        let exe = dir.path().join("emulate");
+        let built = Command::new("g++")
+            .args(["-std=c++20", "-O1", "-w"])
+            .arg(format!("-DSEQ={seq}"))
+            .arg(format!("-DDIM={dim}"))
+            .arg(format!("-DELEM={elem}"))
+            .arg(format!("-I{}", kernels.display()))
+            .arg(format!("-I{}", dir.path().display()))
+            .arg(kernels.join("emulate.cpp"))
+            .arg("-o")
+            .arg(&exe)
+            .arg("-lpthread")
+            .output()
+            .expect("g++ runs");
+        assert!(
+            built.status.success(),
+            "the kernels' CUDA C does not compile as C++: {}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let ran = Command::new(&exe).arg(heads.to_string()).output().unwrap();
+        assert!(
+            ran.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+        let text = String::from_utf8_lossy(&ran.stdout).into_owned();
+        let words: Vec<&str> = text.split_whitespace().collect();
+        words
+            .chunks(2)
+            .map(|w| {
+                (
+                    w[0].to_owned(),
+                    w[1].parse::<f64>().unwrap_or(f64::INFINITY),
+                )
+            })
+            .collect()
+    }
+
+    /// The three kernels on the 9M head (79 x 32), the 136M/270M head
+    /// (79 x 128), a sequence shorter than a tile and one ending one row
+    /// into a tile, in f32 (within 1e-5 of the double reference) and with
+    /// bf16 tensors (2e-2: bf16's rounding of what they store).
+    #[test]
+    fn the_kernels_compiled_for_cuda_compute_attention_and_its_backward() {
+        if Command::new("g++").arg("--version").output().is_err() {
+            crate::testing::missing("no g++ to compile the kernels' CUDA C for the CPU");
+            return;
+        }
+        for (seq, dim, heads) in [(79, 32, 3), (79, 128, 1), (5, 7, 2), (33, 16, 2)] {
+            for (elem, bound) in [("float", 1e-5), ("__nv_bfloat16", 2e-2)] {
+                let errors = emulate(seq, dim, heads, elem);
+                println!("{seq} x {dim} {elem}: {errors:?}");
+                assert_eq!(errors.len(), 6, "{errors:?}");
+                for (what, e) in errors {
+                    assert!(e <= bound, "{seq} x {dim} {elem} {what}: {e:e} relative");
+                }
+            }
+        }
     }
 }

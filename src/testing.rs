@@ -86,3 +86,24 @@ pub fn python_has(modules: &str) -> bool {
     }
     ok
 }
+
+/// Positions of a pseudo-random walk from the start (restarted after 40
+/// plies without a capture or pawn move, or at the end of a game): varied
+/// boards with 1 to 40-odd legal moves, the same every time.
+pub fn walk(n: usize) -> Vec<shakmaty::Chess> {
+    use shakmaty::Position;
+    let mut out = Vec::new();
+    let mut pos = shakmaty::Chess::default();
+    let mut i = 7usize;
+    while out.len() < n {
+        let moves = pos.legal_moves();
+        if moves.is_empty() || pos.halfmoves() > 40 {
+            pos = shakmaty::Chess::default();
+            continue;
+        }
+        out.push(pos.clone());
+        i = i.wrapping_mul(31).wrapping_add(17);
+        pos.play_unchecked(moves[i % moves.len()]);
+    }
+    out
+}

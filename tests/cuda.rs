@@ -117,26 +117,6 @@ fn nine_million_mixed_bf16_stays_within_bf16_of_the_cpu() {
     );
 }
 
-/// Positions of a pseudo-random walk from the start (restarted now and
-/// then): varied boards with 1 to 40-odd legal moves.
-fn walk(n: usize) -> Vec<shakmaty::Chess> {
-    use shakmaty::Position;
-    let mut out = Vec::new();
-    let mut pos = shakmaty::Chess::default();
-    let mut i = 7usize;
-    while out.len() < n {
-        let moves = pos.legal_moves();
-        if moves.is_empty() || pos.halfmoves() > 40 {
-            pos = shakmaty::Chess::default();
-            continue;
-        }
-        out.push(pos.clone());
-        i = i.wrapping_mul(31).wrapping_add(17);
-        pos.play_unchecked(moves[i % moves.len()]);
-    }
-    out
-}
-
 /// Evaluation at GPU scale: 3,000 boards scored together (many boards'
 /// legal moves in each forward pass) give what each board scored alone
 /// gives (one pass a board, as the UCI engine), f32 and bf16: the same best
@@ -152,7 +132,7 @@ fn nine_million_boards_scored_together_equal_boards_scored_alone() {
         },
         model::DeviceKind,
     };
-    let boards = walk(3000);
+    let boards = chessbench::testing::walk(3000);
     let refs: Vec<&shakmaty::Chess> = boards.iter().collect();
     for (precision, tolerance) in [(Precision::F32, 1e-6), (Precision::Bf16, 1e-3)] {
         let model = Model::random(Preset::M9, RecordSet::ActionValue, 128, DeviceKind::Cuda)

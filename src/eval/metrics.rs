@@ -462,12 +462,12 @@ mod tests {
         use crate::{
             eval::{
                 model::Model,
-                policy::{PolicyOptions, predict, predict_many, tests::walk},
+                policy::{PolicyOptions, predict, predict_many},
             },
             model::{DeviceKind, Preset},
         };
         use shakmaty::Position;
-        let boards: Vec<LabelledBoard> = walk(300)
+        let boards: Vec<LabelledBoard> = crate::testing::walk(300)
             .iter()
             .enumerate()
             .map(|(i, pos)| {

@@ -600,28 +600,9 @@ impl Player for EnginePlayer {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::{eval::game::parse_fen, model::DeviceKind, model::Preset};
-
-    /// Positions of a pseudo-random walk from the start (restarted now and
-    /// then): varied boards with 1 to 40-odd legal moves.
-    pub(crate) fn walk(n: usize) -> Vec<Chess> {
-        let mut out = Vec::new();
-        let mut pos = Chess::default();
-        let mut i = 7usize;
-        while out.len() < n {
-            let moves = pos.legal_moves();
-            if moves.is_empty() || pos.halfmoves() > 40 {
-                pos = Chess::default();
-                continue;
-            }
-            out.push(pos.clone());
-            i = i.wrapping_mul(31).wrapping_add(17);
-            pos.play_unchecked(moves[i % moves.len()]);
-        }
-        out
-    }
 
     /// Many boards in shared forward passes predict what each board alone
     /// predicts (every policy): the same moves and actions, and the same
@@ -629,7 +610,7 @@ pub(crate) mod tests {
     /// products may be summed in another order in a bigger pass).
     #[test]
     fn boards_predicted_together_equal_boards_predicted_alone() {
-        let boards = walk(150);
+        let boards = crate::testing::walk(150);
         let refs: Vec<&Chess> = boards.iter().collect();
         for policy in [
             RecordSet::ActionValue,

@@ -290,12 +290,7 @@ pub fn vendor_products() -> bool {
         // a library that cannot be used.
         let tested = std::panic::catch_unwind(|| self_test(&CudaDevice::default()))
             .unwrap_or_else(|panic| {
-                let what = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                    .unwrap_or_default();
-                Err(LtError::SelfTest(format!("it panicked: {what}")))
+                Err(LtError::SelfTest(format!("it panicked: {}", panic_message(&*panic))))
             });
         match tested {
             Ok(()) => true,
@@ -305,6 +300,15 @@ pub fn vendor_products() -> bool {
             }
         }
     })
+}
+
+/// The message of a caught panic (a start-up test that panicked).
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
 }
 
 /// cuBLASLt against burn's matmul on a few shapes and transpositions, in f32

@@ -36,6 +36,7 @@ use cubecl::cuda::{CudaDevice, CudaRuntime};
 use super::{
     attention::{self, FusedAttention, Heads, KEY_TILE},
     backend::AttentionKernel,
+    cuda::panic_message,
 };
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
@@ -89,14 +90,7 @@ pub fn fused_enabled() -> bool {
             );
         }
         let tested = std::panic::catch_unwind(|| self_test(&CudaDevice::default()))
-            .unwrap_or_else(|panic| {
-                let what = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                    .unwrap_or_default();
-                Err(format!("it panicked: {what}"))
-            });
+            .unwrap_or_else(|panic| Err(format!("it panicked: {}", panic_message(&*panic))));
         match tested {
             Ok(()) => true,
             Err(e) => {

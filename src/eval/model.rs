@@ -61,7 +61,11 @@ impl<B: ModelBackend> Forward for BurnForward<B> {
                 .convert::<f32>()
                 .to_vec::<f32>()
                 .map_err(|e| EvalError::Tensor(format!("{e:?}")))?;
-            out.extend_from_slice(&rows);
+            if out.is_empty() {
+                out = rows;
+            } else {
+                out.extend_from_slice(&rows);
+            }
         }
         Ok(out)
     }

@@ -598,38 +598,95 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Cube<F,
     }
 }
 
-/// The fused backend's attention: custom operations of the fusion stream,
-/// run by the CubeCL backend's kernels when the stream reaches them.
+/// Which of the kernels' passes a fusion operation runs.
+#[derive(Debug, Clone, Copy)]
+enum Pass {
+    /// q, k, v -> out, lse.
+    Forward,
+    /// q, k, v, out, lse, d_out -> dq, dk, dv.
+    Backward,
+}
+
+/// A pass of the fused attention in burn's fusion stream, run by the
+/// CubeCL backend's kernels when the stream reaches it.
+#[derive(Debug)]
+struct AttentionOp<F, I, BT> {
+    desc: CustomOpIr,
+    pass: Pass,
+    _backend: std::marker::PhantomData<(F, I, BT)>,
+}
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for AttentionOp<F, I, BT>
+{
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<
+            <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
+        >,
+    ) {
+        type B<F, I, BT> = Cube<F, I, BT>;
+        let inputs: Vec<_> = self
+            .desc
+            .inputs
+            .iter()
+            .map(|t| handles.get_float_tensor::<B<F, I, BT>>(t))
+            .collect();
+        let mut inputs = inputs.into_iter();
+        let mut next = || inputs.next().expect("an input per operand");
+        let outputs: Vec<_> = match self.pass {
+            Pass::Forward => {
+                let (out, lse) = B::<F, I, BT>::attention_forward(next(), next(), next());
+                vec![out, lse]
+            }
+            Pass::Backward => {
+                B::<F, I, BT>::attention_backward(next(), next(), next(), next(), next(), next())
+                    .into()
+            }
+        };
+        for (ir, t) in self.desc.outputs.iter().zip(outputs) {
+            handles.register_float_tensor::<B<F, I, BT>>(&ir.id, t);
+        }
+    }
+}
+
+/// A tensor of the fused CUDA backend.
+type FusedTensor<F, I, BT> = FloatTensor<Fusion<Cube<F, I, BT>>>;
+
+/// Registers `pass` on `inputs` in the fusion stream, its outputs described
+/// by `outputs`.
+fn register<F: FloatElement, I: IntElement, BT: BoolElement>(
+    pass: Pass,
+    inputs: Vec<FusedTensor<F, I, BT>>,
+    outputs: &[TensorIr],
+) -> Vec<FusedTensor<F, I, BT>> {
+    let client = inputs[0].client.clone();
+    let streams = OperationStreams::with_inputs(inputs.iter());
+    let name = match pass {
+        Pass::Forward => "chessbench_attention_forward",
+        Pass::Backward => "chessbench_attention_backward",
+    };
+    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new(name, &irs, outputs);
+    client.register(
+        streams,
+        OperationIr::Custom(desc.clone()),
+        AttentionOp::<F, I, BT> {
+            desc,
+            pass,
+            _backend: std::marker::PhantomData,
+        },
+    )
+}
+
+/// The fused backend's attention: custom operations of the fusion stream
+/// ([`AttentionOp`]).
 impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<Cube<F, I, BT>> {
     fn attention_forward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        #[derive(Debug)]
-        struct ForwardOp<F, I, BT> {
-            desc: CustomOpIr,
-            _backend: std::marker::PhantomData<(F, I, BT)>,
-        }
-
-        impl<F: FloatElement, I: IntElement, BT: BoolElement>
-            Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for ForwardOp<F, I, BT>
-        {
-            fn execute(
-                &self,
-                handles: &mut HandleContainer<
-                    <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
-                >,
-            ) {
-                let ([q, k, v], [out, lse]) = self.desc.as_fixed();
-                let get = |h: &mut HandleContainer<_>, t| h.get_float_tensor::<Cube<F, I, BT>>(t);
-                let (q, k, v) = (get(handles, q), get(handles, k), get(handles, v));
-                let (o, l) = <Cube<F, I, BT> as FusedAttention>::attention_forward(q, k, v);
-                handles.register_float_tensor::<Cube<F, I, BT>>(&out.id, o);
-                handles.register_float_tensor::<Cube<F, I, BT>>(&lse.id, l);
-            }
-        }
-
         let shape = q.shape.clone();
         let dims: [usize; 4] = shape.dims::<4>();
         // Checked here, on the caller's thread: inside the fusion stream a
@@ -646,29 +703,13 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<
             "fused attention of {dims:?} in {:?}",
             q.dtype
         );
-        let client = q.client.clone();
-        let streams = OperationStreams::with_inputs([&q, &k, &v]);
-        let out = TensorIr::uninit(client.create_empty_handle(), shape, q.dtype);
+        let out = TensorIr::uninit(q.client.create_empty_handle(), shape, q.dtype);
         let lse = TensorIr::uninit(
-            client.create_empty_handle(),
+            q.client.create_empty_handle(),
             Shape::new([dims[0], dims[1], dims[2]]),
             DType::F32,
         );
-        let desc = CustomOpIr::new(
-            "chessbench_attention_forward",
-            &[q.into_ir(), k.into_ir(), v.into_ir()],
-            &[out, lse],
-        );
-        let [out, lse] = client
-            .register(
-                streams,
-                OperationIr::Custom(desc.clone()),
-                ForwardOp::<F, I, BT> {
-                    desc,
-                    _backend: std::marker::PhantomData,
-                },
-            )
-            .outputs();
+        let [out, lse] = register::<F, I, BT>(Pass::Forward, vec![q, k, v], &[out, lse]).outputs();
         (out, lse)
     }
 
@@ -680,37 +721,6 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<
         lse: FloatTensor<Self>,
         d_out: FloatTensor<Self>,
     ) -> [FloatTensor<Self>; 3] {
-        #[derive(Debug)]
-        struct BackwardOp<F, I, BT> {
-            desc: CustomOpIr,
-            _backend: std::marker::PhantomData<(F, I, BT)>,
-        }
-
-        impl<F: FloatElement, I: IntElement, BT: BoolElement>
-            Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for BackwardOp<F, I, BT>
-        {
-            fn execute(
-                &self,
-                handles: &mut HandleContainer<
-                    <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
-                >,
-            ) {
-                let ([q, k, v, out, lse, d_out], [dq, dk, dv]) = self.desc.as_fixed();
-                let get = |h: &mut HandleContainer<_>, t| h.get_float_tensor::<Cube<F, I, BT>>(t);
-                let grads = <Cube<F, I, BT> as FusedAttention>::attention_backward(
-                    get(handles, q),
-                    get(handles, k),
-                    get(handles, v),
-                    get(handles, out),
-                    get(handles, lse),
-                    get(handles, d_out),
-                );
-                for (ir, g) in [dq, dk, dv].into_iter().zip(grads) {
-                    handles.register_float_tensor::<Cube<F, I, BT>>(&ir.id, g);
-                }
-            }
-        }
-
         let shape = q.shape.clone();
         let dtype = q.dtype;
         assert!(
@@ -720,32 +730,9 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<
                 && lse.dtype == DType::F32,
             "fused attention backward of mixed formats or shapes"
         );
-        let client = q.client.clone();
-        let streams = OperationStreams::with_inputs([&q, &k, &v, &out, &lse, &d_out]);
-        let grads =
-            [0, 1, 2].map(|_| TensorIr::uninit(client.create_empty_handle(), shape.clone(), dtype));
-        let desc = CustomOpIr::new(
-            "chessbench_attention_backward",
-            &[
-                q.into_ir(),
-                k.into_ir(),
-                v.into_ir(),
-                out.into_ir(),
-                lse.into_ir(),
-                d_out.into_ir(),
-            ],
-            &grads,
-        );
-        client
-            .register(
-                streams,
-                OperationIr::Custom(desc.clone()),
-                BackwardOp::<F, I, BT> {
-                    desc,
-                    _backend: std::marker::PhantomData,
-                },
-            )
-            .outputs()
+        let grads = [0, 1, 2]
+            .map(|_| TensorIr::uninit(q.client.create_empty_handle(), shape.clone(), dtype));
+        register::<F, I, BT>(Pass::Backward, vec![q, k, v, out, lse, d_out], &grads).outputs()
     }
 }
 

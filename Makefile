@@ -13,18 +13,42 @@ DUCKDB_LIB  := .duckdb/1.5.6/libduckdb.so
 PYTHON      ?= python3
 PIPELINE    ?= pipeline/demo.toml
 RUN         ?= runs/demo
+# The longer demo: more annotated boards and training steps. The benchmarks,
+# the parity checks and the GPU bundle use its run.
+LONG_PIPELINE := pipeline/demo-long.toml
+LONG_RUN    := runs/demo-long
+BENCH_RUN   ?= $(LONG_RUN)
+# What makes BENCH_RUN annotated: the long demo, or the default pipeline's run.
+BENCH_READY := $(if $(filter $(LONG_RUN),$(BENCH_RUN)),long-annotated,$(BENCH_RUN)/annotate/.done)
 FUZZ_CASES  ?= 20000
 
-.PHONY: all build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
+.PHONY: all demo-long long-annotated docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-scale \
         test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-kernels test-cuda gpu-bundle stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
 
-## Demo pipeline (as far as it exists): ingest, annotate, train the tiny
-## action-value model, print Table A1, execute the notebooks into HTML.
+## The demo pipeline (pipeline/demo.toml -> runs/demo): ingest, annotate,
+## train the tiny action-value model, evaluate it, print Table A1, execute the
+## notebooks into HTML.
 all: annotate train eval stats notebooks
+
+## The longer demo (pipeline/demo-long.toml -> runs/demo-long), every stage.
+demo-long:
+	$(MAKE) all PIPELINE=$(LONG_PIPELINE) RUN=$(LONG_RUN)
+
+long-annotated:
+	$(MAKE) annotate PIPELINE=$(LONG_PIPELINE) RUN=$(LONG_RUN)
+
+## docs/cli.md: every command's --help, generated from the code.
+docs: $(BIN)
+	$(BIN) help-markdown > docs/cli.md
+
+## Runs the shell blocks of README.md and docs/*.md against a copy of the
+## evaluated demo run (scripts/doc-test); lists the blocks marked not run.
+test-docs: $(RUN)/report/eval.json
+	$(PYTHON) scripts/doc-test --bin $(BIN) --run $(RUN)
 
 build: $(BIN)
 
@@ -41,7 +65,7 @@ $(DUCKDB_LIB): scripts/fetch-libduckdb
 	@touch $@
 
 $(RUN)/manifest.json: $(BIN) $(PIPELINE)
-	$(BIN) ingest --config $(PIPELINE) --out $(RUN)
+	$(BIN) ingest --config $(PIPELINE) $(RUN)
 
 ingest: $(RUN)/manifest.json
 
@@ -61,7 +85,7 @@ annotate: $(RUN)/annotate/.done
 # Training resumes from its newest checkpoint; summary.json is written last.
 TRAIN_NAME  ?= av_tiny
 $(RUN)/train/$(TRAIN_NAME)/summary.json: $(BIN) $(PIPELINE) $(RUN)/annotate/.done
-	$(BIN) train --config $(PIPELINE) --run $(RUN)
+	$(BIN) train --config $(PIPELINE) $(RUN)
 
 ## The [train] recipe of $(PIPELINE) on the annotated demo run (CPU).
 train: $(RUN)/train/$(TRAIN_NAME)/summary.json
@@ -132,13 +156,12 @@ bench-annotate: | stockfish $(DUCKDB_LIB)
 	$(CARGO) bench --locked --bench annotate
 
 ## Table A1 query time (SQL vs the Rust stats) and Parquet vs .bag bytes per
-## record of each ChessBench set, on the demo run (or BENCH_RUN=...).
-BENCH_RUN   ?= $(RUN)
-bench-sql: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
+## record of each ChessBench set, on the long demo run (or BENCH_RUN=...).
+bench-sql: $(BENCH_READY) | $(DUCKDB_LIB)
 	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) $(CARGO) bench --locked --bench sql
 
-## Training-data loader samples/s (per worker thread) on the demo run.
-bench-loader: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
+## Training-data loader samples/s (per worker thread) on the long demo run.
+bench-loader: $(BENCH_READY) | $(DUCKDB_LIB)
 	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) $(CARGO) bench --locked --bench loader
 
 ## Trainer steps/s and model FLOPs per second (burn on CPU) against the same
@@ -155,7 +178,7 @@ SCALE_GAMES ?= 100000
 bench-scale: | $(DUCKDB_LIB)
 	SCALE_GAMES=$(SCALE_GAMES) $(CARGO) bench --locked --bench scale
 
-bench-train: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
+bench-train: $(BENCH_READY) | $(DUCKDB_LIB)
 	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) $(CARGO) bench --locked --bench train
 
 ## Checks on the trained demo run: the action-value model's test log-loss
@@ -163,7 +186,7 @@ bench-train: $(BENCH_RUN)/annotate/.done | $(DUCKDB_LIB)
 test-demo: $(RUN)/train/$(TRAIN_NAME)/summary.json
 	CHESSBENCH_DEMO_RUN=$(abspath $(RUN)) $(CARGO) test --locked --test it train::demo_ -- --ignored --nocapture
 
-## searchless_chess's own code as the reference (issue 15). Their code is
+## searchless_chess's own code as the reference. Their code is
 ## not vendored: SEARCHLESS_CHESS names a checkout of
 ## google-deepmind/searchless_chess (tested at 90ae0e6); JAX_PYTHON a
 ## Python with their dependencies (`make jax-deps` makes .venv-jax, ~1.1 GB).
@@ -188,13 +211,13 @@ test-published: | $(DUCKDB_LIB) stockfish
 ## Learning parity on the demo run: their training and ours, same recipe,
 ## test log-loss per seed (SEEDS="0 1").
 SEEDS       ?= 0 1
-parity: $(RUN)/annotate/.done
-	bench/parity.sh $(RUN) $(SEARCHLESS_CHESS) $(JAX_PYTHON) $(SEEDS)
+parity: $(BENCH_READY)
+	bench/parity.sh $(BENCH_RUN) $(SEARCHLESS_CHESS) $(JAX_PYTHON) $(SEEDS)
 
 ## Learning parity on paired runs: chessbench trains from their initial
 ## parameters on their batches in their order (benches/parity_paired.rs).
-parity-paired: $(RUN)/annotate/.done | $(DUCKDB_LIB)
-	CHESSBENCH_BENCH_RUN=$(abspath $(RUN)) SEARCHLESS_CHESS=$(abspath $(SEARCHLESS_CHESS)) \
+parity-paired: $(BENCH_READY) | $(DUCKDB_LIB)
+	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) SEARCHLESS_CHESS=$(abspath $(SEARCHLESS_CHESS)) \
 	  CHESSBENCH_JAX_PYTHON=$(JAX_PYTHON) SEEDS="$(SEEDS)" $(CARGO) bench --locked --bench parity_paired
 
 ## The CUDA build compiles (no GPU needed; it needs one to run).
@@ -211,11 +234,11 @@ test-kernels: | $(DUCKDB_LIB)
 test-cuda: | $(DUCKDB_LIB)
 	$(CARGO) test --release --locked --features cuda --test cuda -- --nocapture --test-threads=1
 
-## For a GPU machine without Rust (issue 16): the CUDA binaries, the
+## For a GPU machine without Rust: the CUDA binaries, the
 ## annotated demo run, searchless_chess's src/ and two wheels, packed into
 ## .gpu/ for bench/gpu.sh (needs SEARCHLESS_CHESS=checkout).
-gpu-bundle: $(RUN)/annotate/.done | $(DUCKDB_LIB)
-	scripts/gpu-bundle $(SEARCHLESS_CHESS) $(RUN)
+gpu-bundle: $(BENCH_READY) | $(DUCKDB_LIB)
+	scripts/gpu-bundle $(SEARCHLESS_CHESS) $(BENCH_RUN)
 
 ## A real single-node Slurm cluster (slurm-wlm, munge; needs root): a 4-task
 ## job array must equal an unsharded run. Not part of `make test`, see README.

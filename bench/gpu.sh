@@ -124,7 +124,7 @@ EOF
     /usr/local/cuda*/nsight-systems*/bin/nsys 2>/dev/null | head -1)
   # burn-cuda compiles every kernel at run time (NVRTC) and autotunes each
   # matrix product shape: keep compiled PTX and autotune results in
-  # ./target for the whole visit (as the repository's cubecl.toml does),
+  # ./target for the whole measurement (as the repository's cubecl.toml does),
   # tune at the minimal level, and log what gets compiled and tuned. The
   # repository's cubecl.toml is put back on exit.
   mkdir -p "$ROOT/target"
@@ -175,8 +175,8 @@ part_check() {
 part_train() {
   local name=av_9m_gpu
   rm -rf runs/demo/train/$name
-  local common=(train --config pipeline/ablation.toml --run runs/demo --name "$name" --device cuda
-    --log-every 10 --workers 8 --no-progress --json)
+  local common=(train runs/demo --config pipeline/ablation.toml --name "$name" --device cuda
+    --log-every 10 --jobs 8 --no-progress --json)
   local steps=${TRAIN_STEPS:-100}
   run "train-9m-cuda-$steps" 200 "$CB" "${common[@]}" --steps "$steps" --checkpoint-every $((steps / 2))
   run "train-9m-cuda-resume-$((2 * steps))" 200 "$CB" "${common[@]}" --steps $((2 * steps)) \
@@ -193,9 +193,9 @@ part_curves() {
   local p steps=${CURVE_STEPS:-300}
   for p in f32 bf16; do
     rm -rf "runs/demo/train/curve_9m_$p"
-    run "curve-9m-cuda-$p-$steps" 300 "$CB" train --config pipeline/ablation.toml --run runs/demo \
+    run "curve-9m-cuda-$p-$steps" 300 "$CB" train runs/demo --config pipeline/ablation.toml \
       --name "curve_9m_$p" --device cuda --precision "$p" --steps "$steps" --log-every 10 \
-      --checkpoint-every "$steps" --workers 8 --no-progress --json
+      --checkpoint-every "$steps" --jobs 8 --no-progress --json
     cp "runs/demo/train/curve_9m_$p/metrics.csv" "$OUT/curve-9m-$p-metrics.csv" 2>/dev/null
     cp "runs/demo/train/curve_9m_$p/eval.csv" "$OUT/curve-9m-$p-eval.csv" 2>/dev/null
   done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # chessbench: GPL-3.0-or-later.
-# Learning parity with searchless_chess (issue 15): trains the tiny
+# Learning parity with searchless_chess: trains the tiny
 # action-value model with the same recipe in both codebases, on the demo
 # run's train split (exported as ChessBench .bag files), and prints both
 # test log-losses per seed. searchless_chess runs its own model, loss,
@@ -37,7 +37,7 @@ for seed in "${seeds[@]}"; do
         "$(printf '%s' "$ref" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["test_log_loss"])')"
     name=parity_seed$seed
     rm -rf "$run/train/$name"
-    "$bin" train --run "$run" --name "$name" --model tiny --policy action_value --buckets 32 \
+    "$bin" train "$run" --name "$name" --model tiny --policy action_value --buckets 32 \
         --loss cross_entropy --batch-size 128 --learning-rate 2e-3 --steps "$steps" \
         --seed "$seed" --eval-records 100000000 --no-progress >/dev/null
     printf '%-18s %5s %14.4f\n' chessbench "$seed" \

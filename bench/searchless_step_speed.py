@@ -2,7 +2,7 @@
 # chessbench: GPL-3.0-or-later. Runs google-deepmind/searchless_chess
 # (Apache-2.0), which is not vendored: pass a checkout with --searchless.
 """searchless_chess's own training step, timed: the reference for
-`chessbench bench-step` on a GPU (issue 16).
+`chessbench bench-step` on a GPU.
 
 Their predictor (`transformer.py`, the config of their train.py: learned
 positions, no causal mask, final LayerNorm), their loss (`make_loss_fn`),

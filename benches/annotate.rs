@@ -5,7 +5,7 @@
 //!    CHESSBENCH_BENCH_BOARDS (default 2048) boards of the pgn-reader Lichess
 //!    sample with a nodes limit (CHESSBENCH_BENCH_NODES, default 1000) on all
 //!    cores. Utilisation = time inside engine searches (`go` to `bestmove`)
-//!    / (wall time x workers). Target (issue 3): >= 95%. Measured twice:
+//!    / (wall time x workers). Target: >= 95%. Measured twice:
 //!    with `ucinewgame` before every board (the default: reproducible
 //!    values; Stockfish clears 16 MiB of hash and its histories, ~2 ms,
 //!    outside any search) and without it (the pipeline's own overhead).
@@ -188,11 +188,10 @@ fn main() {
     for r in &runs {
         run(&[
             "ingest",
+            r.to_str().unwrap(),
             pgn.to_str().unwrap(),
             "--split",
             "train",
-            "--out",
-            r.to_str().unwrap(),
         ]);
     }
     let (b, n) = (boards.to_string(), nodes.to_string());

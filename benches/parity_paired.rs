@@ -1,5 +1,5 @@
 //! `make parity-paired`: learning parity with searchless_chess on paired
-//! runs (issue 15, item 0). `make parity` compares independent runs, whose
+//! runs. `make parity` compares independent runs, whose
 //! test log-losses differ by their random streams (initial parameters,
 //! data order) as much as by any difference of recipe. Here each seed is
 //! one pair: searchless_chess trains with its own code (`training.train`,

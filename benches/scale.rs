@@ -1,4 +1,4 @@
-//! `make bench-scale` (issue 14): every stage at N/10 and N generated games
+//! `make bench-scale`: every stage at N/10 and N generated games
 //! (SCALE_GAMES=N, default 100,000), one process per stage, with its wall
 //! time, records per second, peak RSS (from the OS: `wait4`'s rusage of the
 //! child), bytes on disk, and the ratio of N to N/10.
@@ -18,7 +18,7 @@
 //!
 //! Ingest is compared with pgn-reader's `parallel_validate` example (parse
 //! and validate every move, nothing written) on the same generated
-//! `.pgn.zst`, run right after it (issue 14's target: >= 0.8x). Beside it
+//! `.pgn.zst`, run right after it (the target: >= 0.8x). Beside it
 //! the bench prints the most any ingest writing these tables could reach:
 //! the reference's CPU seconds against them plus the CPU seconds of the
 //! work it cannot skip, timed on the ingested boards (their legal moves in
@@ -686,9 +686,8 @@ fn main() {
                             "--test-fraction",
                             "0.05",
                         ])
-                        .arg(&input)
-                        .arg("--out")
                         .arg(&run)
+                        .arg(&input)
                         .args(["--memory-limit", &memory]),
                     &log(&name),
                 )
@@ -841,7 +840,7 @@ fn main() {
             // A short CPU training run on the imported action values.
             let c = measure(
                 Command::new(BIN)
-                    .args(["train", "--no-progress", "--run"])
+                    .args(["train", "--no-progress"])
                     .arg(&run)
                     .args([
                         "--split",

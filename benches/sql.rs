@@ -1,5 +1,5 @@
 //! `make bench` (SQL layer and interop), on an annotated run
-//! (CHESSBENCH_BENCH_RUN, default runs/demo; `make bench-sql` makes it).
+//! (CHESSBENCH_BENCH_RUN, default runs/demo-long; `make bench-sql` makes it).
 //!
 //! 1. Table A1 query time: `chessbench sql RUN table_a1` (embedded DuckDB,
 //!    views loaded, Parquet footers plus one column scan), against the
@@ -13,7 +13,7 @@
 //!    imported back with `chessbench bag import`, so exactly the records'
 //!    information, counting every table needed to rebuild them (boards for
 //!    the FEN, legal_moves for the move, the value table).
-//!    Target (issue 4): action values >= 10x smaller in Parquet.
+//!    Target: action values >= 10x smaller in Parquet.
 //!    Export and import throughput are printed too.
 
 use std::{
@@ -61,7 +61,7 @@ fn dir_bytes(dir: &Path, ext: &str) -> u64 {
 
 fn main() {
     let run_dir = PathBuf::from(
-        std::env::var("CHESSBENCH_BENCH_RUN").unwrap_or_else(|_| "runs/demo".to_owned()),
+        std::env::var("CHESSBENCH_BENCH_RUN").unwrap_or_else(|_| "runs/demo-long".to_owned()),
     );
     if !run_dir.join("state_values").is_dir() {
         eprintln!(

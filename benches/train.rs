@@ -1,13 +1,13 @@
 //! `make bench-train`: the training step on this machine's CPU (burn's flex
 //! backend), against references measured in the same run:
-//! - the data loader (one worker) on the bench run: issue 5 wants it >= 3x
+//! - the data loader (one worker) on the bench run, which should be >= 3x
 //!   faster than the step consumes;
 //! - PyTorch (`bench/torch_reference.py`, same architecture, step, batch
-//!   and precision) when `import torch` works: issue 5's target on a GPU is
+//!   and precision) when `import torch` works; the target on a GPU is
 //!   burn >= 0.8x PyTorch; on a GPU run `chessbench bench-step --device cuda`
 //!   and the script with `--device cuda` (see README).
 //!
-//! Environment: CHESSBENCH_BENCH_RUN (default runs/demo), BENCH_PRESETS
+//! Environment: CHESSBENCH_BENCH_RUN (default runs/demo-long), BENCH_PRESETS
 //! (default "tiny:256,9m:64", PRESET:BATCH pairs), BENCH_STEPS (default 10).
 
 use std::{
@@ -83,7 +83,7 @@ fn torch_rate(preset: &str, batch: usize, steps: usize, threads: usize) -> Optio
 
 fn main() {
     let run =
-        PathBuf::from(std::env::var("CHESSBENCH_BENCH_RUN").unwrap_or_else(|_| "runs/demo".into()));
+        PathBuf::from(std::env::var("CHESSBENCH_BENCH_RUN").unwrap_or_else(|_| "runs/demo-long".into()));
     let presets = std::env::var("BENCH_PRESETS").unwrap_or_else(|_| "tiny:256,9m:64".into());
     let steps: usize = std::env::var("BENCH_STEPS")
         .ok()

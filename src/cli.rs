@@ -56,20 +56,7 @@ pub struct Pipeline {
 #[derive(Subcommand)]
 pub enum Command {
     /// Turn PGN dumps into games, boards, legal_moves and rejects tables.
-    #[command(
-        long_about = "Read Lichess PGN dumps (.pgn, .pgn.zst or '-' for standard input; zstd is \
-detected from the data), keep Standard games from the standard start with at least one move, play every \
-move and write, per split, hive-partitioned Parquet tables into RUN_DIR:\n\n\
-  games/split=S/        one row per accepted game\n\
-  boards/split=S/       one row per distinct board (full FEN): the state-value records\n\
-  legal_moves/split=S/  one row per (board, legal move): the action-value records\n\
-  rejects/split=S/      one row per skipped or malformed game, with reason and position\n\n\
-Everything is staged and committed atomically with manifest.json; an interrupted ingest leaves no \
-partial table. Board deduplication spills to disk when its tables are full, within --memory-limit.\n\n\
-Stream a month from the web without storing it:\n\
-  curl -sL https://database.lichess.org/standard/lichess_db_standard_rated_2023-01.pgn.zst \\\n\
-    | chessbench ingest - --out runs/2023-01 --sample-games 10000 --seed 1"
-    )]
+    #[command(long_about = ingest_about())]
     Ingest(Box<Staged<IngestOptions>>),
     /// Stockfish state values and action values for every board of a run.
     #[command(
@@ -128,7 +115,7 @@ Recipes live in the [train] table of a pipeline file (pipeline/demo.toml: tiny m
 cores; pipeline/ablation.toml: the paper's 9M ablation; pipeline/paper.toml: the main setup); \
 options given here override the file.\n\n\
   chessbench train --config pipeline/demo.toml\n\
-  chessbench train --run runs/demo --policy behavioral_cloning --steps 500 --batch-size 256\n\
+  chessbench train runs/demo --policy behavioral_cloning --steps 500 --batch-size 256\n\
   chessbench train --config pipeline/ablation.toml --device cuda   # needs --features cuda"
     )]
     Train(Box<TrainArgs>),
@@ -169,6 +156,9 @@ with `info string error: ...`; the engine keeps running. For GUIs, cutechess-cli
   cutechess-cli -engine cmd=chessbench arg=uci arg=--checkpoint arg=runs/demo/train/av_tiny ..."
     )]
     Uci(UciOptions),
+    /// Print every command's --help as Markdown (docs/cli.md is this output).
+    #[command(hide = true)]
+    HelpMarkdown,
 }
 
 /// A stage that reads a pipeline file: `--config` and its options.
@@ -247,4 +237,59 @@ counts, centipawns, depths) are null. The split is committed atomically and repl
 same name."
     )]
     Import(ImportOptions),
+}
+
+/// `chessbench ingest --help`'s description, with what its memory limit
+/// covers computed from the constants the budget uses.
+fn ingest_about() -> String {
+    format!(
+        "Read Lichess PGN dumps (.pgn, .pgn.zst or '-' for standard input; zstd is detected from \
+the data), keep Standard games from the standard start with at least one move, play every move and \
+write, per split, hive-partitioned Parquet tables into RUN_DIR:\n\n\
+  games/split=S/        one row per accepted game\n\
+  boards/split=S/       one row per distinct board (full FEN): the state-value records\n\
+  legal_moves/split=S/  one row per (board, legal move): the action-value records\n\
+  rejects/split=S/      one row per skipped or malformed game, with reason and position\n\n\
+Everything is staged and committed atomically with manifest.json; an interrupted ingest leaves no \
+partial table. Inputs on the command line follow RUN_DIR.\n\n\
+{}\n\n\
+Stream a month from the web without storing it:\n\
+  curl -sL https://database.lichess.org/standard/lichess_db_standard_rated_2023-01.pgn.zst \\\n\
+    | chessbench ingest runs/2023-01 - --sample-games 10000 --seed 1",
+        chessbench::ingest::config::memory_note()
+    )
+}
+
+/// Every command's long help as one Markdown page: a section per command
+/// (`## chessbench ingest`, linked as `cli.md#chessbench-ingest`) holding its
+/// `--help` text, rendered 100 columns wide. `docs/cli.md` is this output, so
+/// the flag reference is the code's.
+pub fn markdown_reference() -> String {
+    use clap::CommandFactory;
+    let mut out = String::from(
+        "# Command-line reference\n\n\
+Generated from the code by `make docs` (`chessbench help-markdown`); a test fails when it is \
+out of date. `chessbench COMMAND --help` prints the same text.\n",
+    );
+    fn section(out: &mut String, path: &str, command: &mut clap::Command) {
+        if command.is_hide_set() {
+            return;
+        }
+        let help = command.render_long_help().to_string();
+        let help: Vec<&str> = help.lines().map(str::trim_end).collect();
+        out.push_str(&format!("\n## {path}\n\n```text\n{}\n```\n", help.join("\n").trim_end()));
+        let names: Vec<String> = command
+            .get_subcommands()
+            .map(|c| c.get_name().to_owned())
+            .filter(|n| n != "help")
+            .collect();
+        for name in names {
+            let sub = command.find_subcommand_mut(&name).expect("listed");
+            section(out, &format!("{path} {name}"), sub);
+        }
+    }
+    let mut root = Cli::command().term_width(100).max_term_width(100);
+    root.build();
+    section(&mut out, "chessbench", &mut root);
+    out
 }

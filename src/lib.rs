@@ -4,7 +4,9 @@
 //! Foundations at the bottom: [`chess`] (the ChessBench encodings), [`store`]
 //! (tables, run directories, atomic and chunked commits, the manifest),
 //! [`uci`] (engines and the paper's oracle), [`model`] (the predictor and
-//! its checkpoints), [`options`] (how every stage's options are layered),
+//! its checkpoints), [`query`] (an embedded DuckDB over a run's tables and
+//! views), [`options`] (how every stage's options are layered, and the
+//! options stages share),
 //! [`ui`] (progress, numbers, summaries) and [`metrics`]. Stages above them
 //! ([`ingest`], [`annotate`], [`sql`], [`stats`], [`bag`], [`train`],
 //! [`eval`]) talk to each other only through the tables and checkpoints they
@@ -18,6 +20,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod model;
 pub mod options;
+pub mod query;
 pub mod sql;
 pub mod stats;
 pub mod store;

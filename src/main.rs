@@ -64,13 +64,13 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             }
         }
         Command::Stats(a) => {
-            let stats = stats::compute(&a.run, a.memory_limit.0)
+            let stats = stats::compute(&a.run, a.budget.bytes())
                 .with_context(|| format!("reading run {}", a.run.display()))?;
             emit(&stats, json)?;
         }
         Command::Sql(mut a) => {
             if json {
-                a.format = sql::output::Format::Json;
+                a.format = sql::Format::Json;
             }
             sql::run(&a, &mut io::stdout().lock())?;
         }
@@ -120,6 +120,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
         }
         Command::Uci(a) => eval::uci_server::run(&a)
             .with_context(|| format!("playing {}", a.checkpoint.display()))?,
+        Command::HelpMarkdown => print!("{}", cli::markdown_reference()),
     }
     Ok(())
 }

@@ -33,6 +33,8 @@ use clap::{ArgAction, ArgMatches, Args, FromArgMatches, ValueHint, parser::Value
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de::DeserializeOwned};
 use thiserror::Error;
 
+use crate::model::{DeviceKind, Precision};
+
 /// The memory budget every stage takes by default (`--memory-limit`,
 /// `memory_limit`): what it may hold in memory before it spills to the run
 /// directory or waits.
@@ -43,6 +45,86 @@ pub const MEMORY_LIMIT_BYTES: u64 = 2 << 30;
 
 /// The tables a pipeline file may have.
 pub(crate) const STAGES: [&str; 4] = ["ingest", "annotate", "train", "eval"];
+
+/// The run directory: the first argument of every stage that has one, `run`
+/// in a pipeline table. `ingest` writes its tables there, the later stages
+/// read them and add their own.
+#[derive(Debug, Clone, Default, PartialEq, Args, Serialize, Deserialize)]
+pub struct RunArg {
+    /// The run directory (`run` in a pipeline file): `ingest` writes the
+    /// tables there, every later stage reads them and adds its own.
+    #[arg(value_name = "RUN_DIR", value_hint = ValueHint::DirPath)]
+    pub run: Option<PathBuf>,
+}
+
+/// How many things a stage does at once (`-j`, `--jobs`, `jobs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Args, Serialize, Deserialize)]
+pub struct Jobs {
+    /// Parallel jobs: ingest's parsing threads, annotate's engine processes
+    /// (one search thread each), the training data loader's threads
+    /// [default: the number of cores; training: 1].
+    #[arg(short = 'j', long, value_name = "N", help_heading = "Resources")]
+    pub jobs: Option<usize>,
+}
+
+impl Jobs {
+    /// The number given, or the machine's cores.
+    pub fn or_cores(self) -> usize {
+        self.jobs.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+    }
+}
+
+/// The memory budget (`--memory-limit`, `memory_limit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Args, Serialize, Deserialize)]
+pub struct Budget {
+    /// Memory the stage may hold (tables, buffers, batches, the model) before
+    /// it spills to the run directory or waits; what each stage counts is in
+    /// docs/scale.md.
+    #[arg(long, value_name = "SIZE", default_value = MEMORY_LIMIT, help_heading = "Resources")]
+    pub memory_limit: ByteSize,
+}
+
+impl Default for Budget {
+    fn default() -> Budget {
+        Budget {
+            memory_limit: ByteSize(MEMORY_LIMIT_BYTES),
+        }
+    }
+}
+
+impl Budget {
+    /// The budget in bytes.
+    pub fn bytes(self) -> u64 {
+        self.memory_limit.0
+    }
+}
+
+/// Where a model runs and what it computes in (`--device`, `--precision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Args, Serialize, Deserialize)]
+pub struct Compute {
+    /// Where the model runs: cpu, or cuda (a binary built with `--features
+    /// cuda`; its linear layers' products run in cuBLASLt when it loads).
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu, help_heading = "Resources")]
+    pub device: DeviceKind,
+    /// Floating-point format of the products and activations: f32, or bf16
+    /// with layer norms and log-softmax in f32 (training keeps f32 master
+    /// weights and optimiser state; evaluating in bf16 needs --device cuda).
+    #[arg(long, value_enum, default_value_t = Precision::F32, help_heading = "Resources")]
+    pub precision: Precision,
+}
+
+impl Default for Compute {
+    fn default() -> Compute {
+        Compute {
+            device: DeviceKind::Cpu,
+            precision: Precision::F32,
+        }
+    }
+}
 
 /// A stage's options: parsed by clap, read by serde from [`Stage::TABLE`].
 pub trait Stage: Args + FromArgMatches + Serialize + DeserializeOwned {

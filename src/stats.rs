@@ -26,11 +26,8 @@ pub struct StatsOptions {
     /// A run directory written by `chessbench ingest`.
     #[arg(value_name = "RUN_DIR", value_hint = clap::ValueHint::DirPath)]
     pub run: PathBuf,
-    /// Memory for the test-in-train overlap: the test split's FEN hashes
-    /// take about 25 bytes per test board; past this, they are split into passes
-    /// that fit, each reading train's boards again.
-    #[arg(long, value_name = "SIZE", default_value = crate::options::MEMORY_LIMIT)]
-    pub memory_limit: crate::options::ByteSize,
+    #[command(flatten)]
+    pub budget: crate::options::Budget,
 }
 
 /// Failures reading a run's tables.

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::uci::{EngineConfig, Limit, engine::default_engine_path, oracle::Mode};
+use crate::options::{Jobs, RunArg};
 
 /// Configuration problems, naming the option at fault.
 #[derive(Debug, Error)]
@@ -129,9 +130,9 @@ impl std::fmt::Display for Shard {
 /// table of a pipeline file (see [`crate::options`]).
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
 pub struct AnnotateOptions {
-    /// Run directory written by `chessbench ingest`.
-    #[arg(value_name = "RUN_DIR", value_hint = ValueHint::DirPath)]
-    pub run: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub run: RunArg,
     /// Splits to annotate [default: all but imported ones].
     #[arg(long = "split", value_name = "NAME", value_delimiter = ',')]
     pub splits: Vec<String>,
@@ -172,10 +173,9 @@ pub struct AnnotateOptions {
     /// Engine hash table size in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 16, help_heading = "Engine")]
     pub hash_mb: u32,
-    /// Engine processes, one search thread each [default: the number of
-    /// cores].
-    #[arg(short = 'j', long, value_name = "N", help_heading = "Resources")]
-    pub workers: Option<usize>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub jobs: Jobs,
     /// Annotate slice I of N (0-based); also read from SLURM_ARRAY_TASK_ID /
     /// SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX / CHESSBENCH_SHARD_COUNT.
     #[arg(long, value_name = "I/N", help_heading = "Resources")]
@@ -262,7 +262,7 @@ impl AnnotateOptions {
         env: impl Fn(&str) -> Option<String>,
         overwrite: bool,
     ) -> Result<AnnotateConfig, AnnotateConfigError> {
-        let run = self.run.clone().ok_or(AnnotateConfigError::NoRun)?;
+        let run = self.run.run.clone().ok_or(AnnotateConfigError::NoRun)?;
         let limit = match (self.movetime_ms, self.nodes, self.depth) {
             (None, None, None) => Limit::MoveTimeMs(DEFAULT_MOVETIME_MS),
             (Some(ms), None, None) if ms > 0 => Limit::MoveTimeMs(ms),
@@ -275,8 +275,8 @@ impl AnnotateOptions {
                 ));
             }
         };
-        let workers = match self.workers {
-            Some(0) => return Err(invalid("workers", "must be at least 1")),
+        let workers = match self.jobs.jobs {
+            Some(0) => return Err(invalid("jobs", "must be at least 1")),
             Some(n) => n,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
@@ -448,7 +448,9 @@ mod tests {
         assert_eq!(Shard::from_env(env(&[])).unwrap(), None);
         // --shard wins over the environment.
         let o = AnnotateOptions {
-            run: Some("r".into()),
+            run: RunArg {
+                run: Some("r".into()),
+            },
             shard: Some(Shard { index: 0, count: 2 }),
             ..Default::default()
         };
@@ -461,7 +463,9 @@ mod tests {
     #[test]
     fn limits() {
         let base = || AnnotateOptions {
-            run: Some("r".into()),
+            run: RunArg {
+                run: Some("r".into()),
+            },
             ..Default::default()
         };
         assert_eq!(

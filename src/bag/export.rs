@@ -31,7 +31,7 @@ use super::{
 };
 use crate::{
     chess::{ActionVocabulary, RecordSet, vocabulary},
-    sql::{Session, SqlError, literal},
+    query::{Session, SqlError, literal},
     store::{StoreError, Table, commit::partition_dir, open_columns, parquet_files},
     ui::{Report, group},
 };
@@ -61,10 +61,8 @@ pub struct ExportOptions {
     /// Replace existing files.
     #[arg(long)]
     pub overwrite: bool,
-    /// Memory for DuckDB's sort of the records; past it, it spills into
-    /// RUN/.tmp/.
-    #[arg(long, value_name = "SIZE", default_value = crate::options::MEMORY_LIMIT)]
-    pub memory_limit: crate::options::ByteSize,
+    #[command(flatten)]
+    pub budget: crate::options::Budget,
 }
 
 impl ExportOptions {
@@ -85,7 +83,7 @@ impl ExportOptions {
             records_per_shard: self.records_per_shard,
             compress: self.compress,
             overwrite: self.overwrite,
-            memory_limit: self.memory_limit.0,
+            memory_limit: self.budget.bytes(),
             progress,
         }
     }

@@ -87,12 +87,8 @@ pub struct ImportOptions {
     /// action_value .bag file (or SET@N pattern).
     #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     pub action_value: Option<PathBuf>,
-    /// Memory for the import: 31 bytes a distinct board in memory when they
-    /// fit (the FEN-to-id table and the values), else board ids and values
-    /// are worked out on disk in the run's scratch directory (the bags are
-    /// read twice; same tables).
-    #[arg(long, value_name = "SIZE", default_value = crate::options::MEMORY_LIMIT)]
-    pub memory_limit: crate::options::ByteSize,
+    #[command(flatten)]
+    pub budget: crate::options::Budget,
 }
 
 impl ImportOptions {
@@ -117,7 +113,7 @@ impl ImportOptions {
             run: self.run.clone(),
             split: self.split.clone(),
             inputs,
-            memory_limit: self.memory_limit.0,
+            memory_limit: self.budget.bytes(),
             progress,
         })
     }

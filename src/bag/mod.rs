@@ -24,7 +24,7 @@ pub enum BagSetError {
     #[error(transparent)]
     Bag(#[from] BagError),
     #[error(transparent)]
-    Sql(#[from] crate::sql::SqlError),
+    Sql(#[from] crate::query::SqlError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     #[error("{}: {source}", path.display())]

@@ -34,7 +34,7 @@ use super::{
 use crate::{
     chess::{RecordSet, legal::prepare, value::ValueBuckets},
     metrics::kendall_tau_b,
-    sql::Session,
+    query::Session,
     uci::{
         Engine,
         oracle::{SearchSettings, annotate},

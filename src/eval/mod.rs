@@ -1,4 +1,4 @@
-//! Evaluation and play (issue 6): trained predictors scored as the paper
+//! Evaluation and play: trained predictors scored as the paper
 //! scores them, and played.
 //!
 //! - [`model`]: a checkpoint loaded for inference (EMA weights by default);
@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::{model::CheckpointError, sql::SqlError, uci::EngineError};
+use crate::{model::CheckpointError, query::SqlError, uci::EngineError};
 
 pub(crate) mod elo;
 pub(crate) mod game;

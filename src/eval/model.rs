@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::EvalError;
+use super::{EvalError, policy::BATCH_SEQUENCES};
 use crate::{
     chess::{RecordSet, value::ValueBuckets},
     model::{
@@ -146,6 +146,9 @@ pub struct Model {
     pub buckets: Option<ValueBuckets>,
     forward: Box<dyn Forward>,
     precision: Precision,
+    /// Sequences [`crate::eval::policy::predict_many`] gathers in one batch
+    /// ([`Model::with_memory_limit`]).
+    batch_sequences: usize,
 }
 
 impl std::fmt::Debug for Model {
@@ -190,6 +193,7 @@ impl Model {
             buckets,
             forward,
             precision: Precision::F32,
+            batch_sequences: BATCH_SEQUENCES,
         })
     }
 
@@ -231,6 +235,7 @@ impl Model {
             buckets,
             forward,
             precision: Precision::F32,
+            batch_sequences: BATCH_SEQUENCES,
         })
     }
 
@@ -241,6 +246,25 @@ impl Model {
         self.forward.set_precision(precision)?;
         self.precision = precision;
         Ok(self)
+    }
+
+    /// The same model gathering its batches within `bytes` of host memory:
+    /// half of it for the batches in flight (the one being tokenised and the
+    /// one being scored, their tokens and log-probabilities), the rest for
+    /// the weights and the fused CPU path's activations, which it computes a
+    /// few hundred rows at a time.
+    pub fn with_memory_limit(mut self, bytes: u64) -> Model {
+        let shape = &self.state.shape;
+        let per_sequence = 2 * (shape.seq_len + shape.outputs) * std::mem::size_of::<f32>();
+        let fit = (bytes / 2) / per_sequence.max(1) as u64;
+        self.batch_sequences = (fit as usize).clamp(1, BATCH_SEQUENCES);
+        self
+    }
+
+    /// Sequences one batch of [`crate::eval::policy::predict_many`] holds at
+    /// most (a board with more legal moves still goes whole).
+    pub(crate) fn batch_sequences(&self) -> usize {
+        self.batch_sequences
     }
 
     /// The precision the model computes in.

@@ -227,8 +227,10 @@ fn prediction(model: &Model, legal: Vec<(String, Move, u16)>, log_probs: Vec<f32
 }
 
 /// Sequences (legal moves) the boards of one [`predict_many`] batch add up
-/// to at most: the model splits them into passes its memory allows
-/// ([`Model::log_probs`]); a board is never split between batches.
+/// to at most, fewer where the memory limit says so
+/// ([`Model::with_memory_limit`]): the model splits them into passes its
+/// device memory allows ([`Model::log_probs`]); a board is never split
+/// between batches.
 pub const BATCH_SEQUENCES: usize = 32 * 1024;
 
 /// A batch of boards, tokenised: their legal moves and their sequences.
@@ -248,6 +250,7 @@ pub fn predict_many(model: &Model, positions: &[&Chess]) -> Result<Vec<Predictio
     }
     let policy = model.policy();
     let seq_len = model.seq_len();
+    let batch_sequences = model.batch_sequences();
     let mut out = Vec::with_capacity(positions.len());
     std::thread::scope(|scope| {
         let (send, batches) = std::sync::mpsc::sync_channel::<Result<Batch, EvalError>>(1);
@@ -260,13 +263,13 @@ pub fn predict_many(model: &Model, positions: &[&Chess]) -> Result<Vec<Predictio
                 let step = ordered_legal_moves(pos).and_then(|legal| {
                     let rows = board_rows(policy, &legal);
                     let full = !batch.legal.is_empty()
-                        && batch.tokens.len() / seq_len + rows > BATCH_SEQUENCES;
+                        && batch.tokens.len() / seq_len + rows > batch_sequences;
                     if full {
                         let done = std::mem::replace(
                             &mut batch,
                             Batch {
                                 legal: Vec::new(),
-                                tokens: Vec::with_capacity(BATCH_SEQUENCES * seq_len),
+                                tokens: Vec::with_capacity(batch_sequences * seq_len),
                             },
                         );
                         if send.send(Ok(done)).is_err() {

@@ -34,9 +34,10 @@ use super::{
     tournament::{self, Opponent, PlayedGame, SpecError},
 };
 use crate::{
+    options::{Budget, Compute, RunArg},
     chess::RecordSet,
     model::{DeviceKind, Precision, Weights, tune_allocator},
-    sql::Session,
+    query::Session,
     store::commit::{remove_file_if_exists, write_atomic},
     uci::{
         EngineConfig,
@@ -50,9 +51,9 @@ use crate::{
 /// pipeline file (see [`crate::options`]).
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
 pub struct EvalOptions {
-    /// The annotated run whose split the static metrics use.
-    #[arg(value_name = "RUN_DIR", value_hint = ValueHint::DirPath)]
-    pub run: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub run: RunArg,
     /// A checkpoint directory, or a training run (its newest checkpoint).
     #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
     pub checkpoint: Option<PathBuf>,
@@ -60,13 +61,12 @@ pub struct EvalOptions {
     /// the raw ones.
     #[arg(long, value_enum, default_value_t = Weights::Ema)]
     pub weights: Weights,
-    /// Where the model runs.
-    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
-    pub device: DeviceKind,
-    /// What the model computes in: f32, or bf16 products and activations
-    /// with f32 layer norms and log-softmax (--device cuda only).
-    #[arg(long, value_enum, default_value_t = Precision::F32)]
-    pub precision: Precision,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub compute: Compute,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub budget: Budget,
     /// Run only these parts (repeatable) [default: all].
     #[arg(long, value_enum, value_delimiter = ',')]
     pub only: Vec<Part>,
@@ -116,7 +116,7 @@ pub struct EvalOptions {
     #[arg(
         long,
         value_name = "SPEC",
-        default_value = "stockfish:movetime=10",
+        default_value = "stockfish:movetime_ms=10",
         help_heading = "Games"
     )]
     #[serde(with = "crate::options::as_text")]
@@ -217,6 +217,8 @@ pub struct EvalConfig {
     pub engine: PathBuf,
     pub device: DeviceKind,
     pub precision: Precision,
+    /// The host memory budget, bytes ([`Model::with_memory_limit`]).
+    pub memory_limit: u64,
     pub out: PathBuf,
     pub parts: Vec<Part>,
 }
@@ -224,7 +226,7 @@ pub struct EvalConfig {
 impl EvalOptions {
     /// Validates and fills the defaults that depend on other options.
     pub fn resolve(&self) -> Result<EvalConfig, EvalError> {
-        let run = self.run.clone().ok_or(EvalError::NoRun)?;
+        let run = self.run.run.clone().ok_or(EvalError::NoRun)?;
         let checkpoint = self
             .checkpoint
             .clone()
@@ -264,8 +266,9 @@ impl EvalOptions {
             repetition_draw: self.repetition_draw,
             decisive: engine_only(&self.decisive, "decisive")?,
             engine: self.engine.clone(),
-            device: self.device,
-            precision: self.precision,
+            device: self.compute.device,
+            precision: self.compute.precision,
+            memory_limit: self.budget.bytes(),
             parts: if self.only.is_empty() {
                 vec![Part::Metrics, Part::Puzzles, Part::Games]
             } else {
@@ -408,7 +411,9 @@ fn opponent_player(config: &EvalConfig, o: &Opponent) -> Result<Box<dyn Player>,
         )?),
         Opponent::Checkpoint(p) => {
             let model =
-                Model::load(p, config.weights, config.device)?.with_precision(config.precision)?;
+                Model::load(p, config.weights, config.device)?
+                    .with_precision(config.precision)?
+                    .with_memory_limit(config.memory_limit);
             let name = model.label();
             Box::new(NeuralPlayer::new(model, policy_options(config), Some(name)))
         }
@@ -436,7 +441,8 @@ pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, Eval
         source,
     })?;
     let model = Model::load(&config.checkpoint, config.weights, config.device)?
-        .with_precision(config.precision)?;
+        .with_precision(config.precision)?
+        .with_memory_limit(config.memory_limit);
     let mut player = NeuralPlayer::new(model, policy_options(config), None);
     let name = player.name().to_owned();
     let mut skipped = Vec::new();

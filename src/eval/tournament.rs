@@ -221,7 +221,7 @@ pub(crate) fn read_openings(path: Option<&Path>, count: usize) -> Result<Vec<Ope
 
 /// An opponent, as written in pipeline files and on the command line:
 /// `stockfish:nodes=1000`, `stockfish:skill=3,depth=8`,
-/// `stockfish:movetime=50`, or `checkpoint:PATH`.
+/// `stockfish:movetime_ms=50`, or `checkpoint:PATH`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum Opponent {
     Stockfish { limit: Limit, skill: Option<i32> },
@@ -231,7 +231,7 @@ pub enum Opponent {
 /// An opponent spec that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{spec:?}: {reason} (expected stockfish:nodes=N, stockfish:skill=S[,nodes=N|depth=D|movetime=MS] or checkpoint:PATH)"
+    "{spec:?}: {reason} (expected stockfish:nodes=N, stockfish:skill=S[,nodes=N|depth=D|movetime_ms=MS] or checkpoint:PATH)"
 )]
 pub struct SpecError {
     pub spec: String,
@@ -260,7 +260,7 @@ impl FromStr for Opponent {
             match k.trim() {
                 "nodes" => limit = Some(Limit::Nodes(num(v)?)),
                 "depth" => limit = Some(Limit::Depth(num(v)? as u32)),
-                "movetime" => limit = Some(Limit::MoveTimeMs(num(v)?)),
+                "movetime_ms" => limit = Some(Limit::MoveTimeMs(num(v)?)),
                 "skill" => {
                     let s = num(v)?;
                     if s > 20 {
@@ -293,7 +293,7 @@ impl fmt::Display for Opponent {
                 match limit {
                     Limit::Nodes(n) => write!(f, "nodes={n}"),
                     Limit::Depth(d) => write!(f, "depth={d}"),
-                    Limit::MoveTimeMs(ms) => write!(f, "movetime={ms}"),
+                    Limit::MoveTimeMs(ms) => write!(f, "movetime_ms={ms}"),
                 }
             }
             Opponent::Checkpoint(p) => write!(f, "checkpoint:{}", p.display()),
@@ -816,7 +816,7 @@ mod tests {
         for spec in [
             "stockfish:nodes=1000",
             "stockfish:skill=3,depth=1",
-            "stockfish:movetime=10",
+            "stockfish:movetime_ms=10",
             "checkpoint:runs/x",
         ] {
             assert_eq!(Opponent::from_str(spec).unwrap().to_string(), spec);

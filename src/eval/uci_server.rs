@@ -20,7 +20,7 @@ use super::{
 };
 use crate::{
     chess::value::centipawns_to_win_probability,
-    model::{DeviceKind, Precision, Weights},
+    model::Weights,
     uci::{Command, Position},
 };
 
@@ -47,20 +47,15 @@ pub struct UciOptions {
     /// workaround); --no-repetition-draw turns it off.
     #[arg(long = "no-repetition-draw", action = clap::ArgAction::SetFalse)]
     pub repetition_draw: bool,
-    /// Where the model runs.
-    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
-    pub device: DeviceKind,
-    /// What the model computes in: f32, or bf16 products and activations
-    /// with f32 layer norms and log-softmax (--device cuda only).
-    #[arg(long, value_enum, default_value_t = Precision::F32)]
-    pub precision: Precision,
+    #[command(flatten)]
+    pub compute: crate::options::Compute,
 }
 
 /// Loads the model `options` names and serves UCI on standard input and
 /// output.
 pub fn run(options: &UciOptions) -> Result<(), EvalError> {
-    let model = Model::load(&options.checkpoint, options.weights, options.device)?
-        .with_precision(options.precision)?;
+    let model = Model::load(&options.checkpoint, options.weights, options.compute.device)?
+        .with_precision(options.compute.precision)?;
     let name = model.label();
     let mut player = NeuralPlayer::new(
         model,

@@ -122,7 +122,7 @@ fn min_table_bytes(memory_limit: u64) -> u64 {
 }
 
 /// The tables' memory below which a limit is not honoured.
-const MIN_TABLES: u64 = 16 << 20;
+pub(crate) const MIN_TABLES: u64 = 16 << 20;
 
 /// The least `--memory-limit` ingest stays within for `splits` splits:
 /// [`PIPELINE_FLOOR`], [`MIN_TABLES`] and the spill buffers at their

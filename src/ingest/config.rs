@@ -17,7 +17,7 @@ use clap::{Args, ValueEnum, ValueHint};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::options::{ByteSize, MEMORY_LIMIT};
+use crate::options::{Budget, ByteSize, Jobs, RunArg};
 
 /// Configuration problems, naming the option or file at fault.
 #[derive(Debug, Error)]
@@ -26,8 +26,8 @@ pub enum ConfigError {
         "no input: give PGN files (.pgn, .pgn.zst) or '-' for standard input, or a pipeline config with [[ingest.inputs]]"
     )]
     NoInputs,
-    #[error("no output directory: give --out DIR or `out` in the pipeline config")]
-    NoOutput,
+    #[error("no run directory: give RUN_DIR or `run` in the pipeline's [ingest] table")]
+    NoRun,
     #[error("standard input ('-') can be read only once, but it is listed {0} times")]
     StdinTwice(usize),
     #[error("input {}: {source}", path.display())]
@@ -245,15 +245,14 @@ impl IngestConfig {
 /// of a pipeline file (see [`crate::options`]).
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
 pub struct IngestOptions {
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub run: RunArg,
     /// PGN inputs: .pgn or .pgn.zst files (zstd is detected from the data), or
     /// '-' for standard input. In a pipeline file, `[[ingest.inputs]]` tables
     /// with a `path` and the `split` its games go to.
     #[arg(value_name = "INPUT", value_hint = ValueHint::FilePath)]
     pub inputs: Vec<InputArg>,
-    /// Run directory to write (created if needed; the splits written replace
-    /// existing ones, other splits are kept).
-    #[arg(short, long, value_name = "RUN_DIR", value_hint = ValueHint::DirPath)]
-    pub out: Option<PathBuf>,
     /// Split the inputs' games go to (an input's own `split` wins).
     #[arg(long, value_name = "NAME", default_value = "train", help_heading = "Splits")]
     pub split: String,
@@ -297,23 +296,12 @@ pub struct IngestOptions {
     /// Reject, without parsing, games longer than this (at least 4KiB).
     #[arg(long, value_name = "SIZE", default_value = "32MiB", help_heading = "Limits")]
     pub max_game_bytes: ByteSize,
-    /// Worker threads parsing games, and (up to 4 of them) deduplicating
-    /// boards, each with a second thread writing while it spills; spilled
-    /// boards are deduplicated by N or, where the partitions are small, 2N
-    /// threads [default: the number of cores].
-    #[arg(short = 'j', long, value_name = "N", help_heading = "Resources")]
-    pub threads: Option<usize>,
-    /// Memory of the ingest (at least 1MiB); full tables of boards spill to the
-    /// run directory. The board deduplication tables get what the rest
-    /// leaves: this less 320MiB or, if more, this less 208MiB (the blocks
-    /// being parsed, the boards in flight, the writers) less the spill
-    /// buffers (an eighth of the tables); while games stream in, at most
-    /// 16MiB of tables a deduplicating thread, the whole share to merge
-    /// spilled partitions. Ingest stays within limits from 232MiB (228MiB
-    /// with one split); under that the tables get a quarter of it (at most
-    /// 16MiB) and it takes ~140-220MB whatever the limit.
-    #[arg(long, value_name = "SIZE", default_value = MEMORY_LIMIT, help_heading = "Resources")]
-    pub memory_limit: ByteSize,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub jobs: Jobs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub budget: Budget,
 }
 
 crate::options::stage!(IngestOptions, "ingest");
@@ -408,7 +396,7 @@ impl IngestOptions {
         if stdin_count > 1 {
             return Err(ConfigError::StdinTwice(stdin_count));
         }
-        let out = self.out.clone().ok_or(ConfigError::NoOutput)?;
+        let out = self.run.run.clone().ok_or(ConfigError::NoRun)?;
         let speeds = (!self.speeds.is_empty()).then(|| self.speeds.iter().copied().collect());
         if let (Some(min), Some(max)) = (self.min_elo, self.max_elo)
             && min > max
@@ -447,14 +435,14 @@ impl IngestOptions {
                 message: "must be at least 4 KiB".into(),
             });
         }
-        let memory_limit = self.memory_limit.0;
+        let memory_limit = self.budget.bytes();
         if memory_limit < (1 << 20) {
             return Err(ConfigError::Invalid {
                 option: "memory_limit",
                 message: "must be at least 1 MiB".into(),
             });
         }
-        let threads = match self.threads {
+        let threads = match self.jobs.jobs {
             Some(0) | None => std::thread::available_parallelism().map_or(2, |n| n.get()),
             Some(n) => n,
         };
@@ -482,6 +470,29 @@ impl IngestOptions {
             progress: true,
         })
     }
+}
+
+/// What ingest's `--memory-limit` covers, from the constants the budget is
+/// computed with (shown by `chessbench ingest --help`).
+pub fn memory_note() -> String {
+    use super::boards::{
+        MIN_TABLES, PIPELINE_FLOOR, PIPELINE_RESERVE, STREAM_TABLE_BYTES, least_limit,
+    };
+    let mib = |b: u64| format!("{}MiB", b >> 20);
+    format!(
+        "Memory (--memory-limit, at least 1MiB): full tables of boards spill to the run \
+directory. The board deduplication tables get what the rest leaves: the limit less {} or, if \
+more, the limit less {} (the blocks being parsed, the boards in flight, the writers) less the \
+spill buffers (an eighth of the tables); while games stream in, at most {} of tables a \
+deduplicating thread, the whole share to merge spilled partitions. Ingest stays within the \
+limit from {} ({} with one split); under that the tables get a quarter of it (at most {}).",
+        mib(PIPELINE_RESERVE),
+        mib(PIPELINE_FLOOR),
+        mib(STREAM_TABLE_BYTES),
+        mib(least_limit(2)),
+        mib(least_limit(1)),
+        mib(MIN_TABLES),
+    )
 }
 
 fn check_split(name: &str) -> Result<(), ConfigError> {
@@ -605,40 +616,6 @@ mod tests {
     }
 
     #[test]
-    fn help_and_readme_state_the_reserve_the_code_keeps() {
-        use super::super::boards::{
-            PIPELINE_FLOOR, PIPELINE_RESERVE, STREAM_TABLE_BYTES, least_limit,
-        };
-        let mib = |b: u64| format!("{}MiB", b >> 20);
-        let (reserve, floor) = (mib(PIPELINE_RESERVE), mib(PIPELINE_FLOOR));
-        let (least, least_one) = (mib(least_limit(2)), mib(least_limit(1)));
-        let cmd = <IngestOptions as clap::Args>::augment_args(clap::Command::new("ingest"));
-        let arg = cmd
-            .get_arguments()
-            .find(|a| a.get_id() == "memory_limit")
-            .unwrap();
-        let help = arg.get_help().unwrap().to_string();
-        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
-        let statements = [
-            format!("less {reserve}"),
-            format!("less {floor}"),
-            format!("from {least} ({least_one} with one split)"),
-        ];
-        let stream = mib(STREAM_TABLE_BYTES);
-        let stream_help = format!("at most {stream} of tables a deduplicating thread");
-        for said in statements.iter().chain([&stream_help]) {
-            assert!(help.contains(said), "--help should say {said:?}: {help}");
-        }
-        let readme = include_str!("../../README.md");
-        let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
-        let stream_readme = format!("shard's tables hold at most {stream}");
-        for said in statements.iter().chain([&stream_readme]) {
-            let spaced = said.replace("MiB", " MiB");
-            assert!(readme.contains(&spaced), "the README should say {spaced:?}");
-        }
-    }
-
-    #[test]
     fn split_names_are_checked() {
         assert!(check_split("train").is_ok());
         assert!(check_split("test-2023_01").is_ok());
@@ -654,7 +631,9 @@ mod tests {
         std::fs::write(&pgn, "").unwrap();
         let base = || IngestOptions {
             inputs: vec![pgn.display().to_string().parse().unwrap()],
-            out: Some(tmp.path().join("run")),
+            run: RunArg {
+                run: Some(tmp.path().join("run")),
+            },
             ..Default::default()
         };
         assert!(base().validate().is_ok());
@@ -689,11 +668,11 @@ mod tests {
         assert!(e.contains("max_game_bytes"), "{e}");
         assert!(matches!(
             IngestOptions {
-                out: None,
+                run: RunArg::default(),
                 ..base()
             }
             .validate(),
-            Err(ConfigError::NoOutput)
+            Err(ConfigError::NoRun)
         ));
     }
 }

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueHint};
+use clap::Args;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -12,13 +12,13 @@ use super::{loss::Loss, sampler::Sampling};
 use crate::{
     chess::RecordSet,
     model::{DeviceKind, Precision, Preset},
-    options::{ByteSize, MEMORY_LIMIT, MEMORY_LIMIT_BYTES},
+    options::{Budget, Compute, Jobs, MEMORY_LIMIT_BYTES, RunArg},
 };
 
 /// Configuration problems, naming the option at fault.
 #[derive(Debug, Error)]
 pub enum TrainConfigError {
-    #[error("no run directory: give --run or `run` in the pipeline's [train] table")]
+    #[error("no run directory: give RUN_DIR or `run` in the pipeline's [train] table")]
     NoRun,
     #[error("invalid {option}: {message}")]
     Invalid {
@@ -34,24 +34,11 @@ fn invalid(option: &'static str, message: impl Into<String>) -> TrainConfigError
     }
 }
 
-/// `chessbench train`'s options: the command line and the `[train]` table of
-/// a pipeline file (see [`crate::options`]). [`TrainOptions::resolve`]
-/// validates them into the recipe saved with every checkpoint.
+/// The model recipe: the predictor, its size and loss, and the optimiser's
+/// settings. `train` and `bench-step` take the same options with the same
+/// defaults (`bench-step` times the step of this recipe).
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
-pub struct TrainOptions {
-    /// Run directory with annotated tables.
-    #[arg(long, value_name = "RUN_DIR", value_hint = ValueHint::DirPath)]
-    pub run: Option<PathBuf>,
-    /// Name of the training run: outputs go to RUN/train/NAME [default:
-    /// POLICY_MODEL, e.g. av_tiny].
-    #[arg(long)]
-    pub name: Option<String>,
-    /// Split to train on.
-    #[arg(long, default_value = "train")]
-    pub split: String,
-    /// Split to evaluate on; "" for none.
-    #[arg(long, default_value = "test")]
-    pub eval_split: String,
+pub struct Recipe {
     /// The record set learned, which makes the predictor (its policy).
     #[arg(long, value_enum, default_value_t = RecordSet::ActionValue, help_heading = "Recipe")]
     pub policy: RecordSet,
@@ -86,6 +73,29 @@ pub struct TrainOptions {
     /// Decay of the parameters' exponential moving average (evaluated).
     #[arg(long, default_value_t = 0.99, help_heading = "Recipe")]
     pub ema_decay: f64,
+}
+
+/// `chessbench train`'s options: the command line and the `[train]` table of
+/// a pipeline file (see [`crate::options`]). [`TrainOptions::resolve`]
+/// validates them into the recipe saved with every checkpoint.
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
+pub struct TrainOptions {
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub run: RunArg,
+    /// Name of the training run: outputs go to RUN/train/NAME [default:
+    /// POLICY_MODEL, e.g. av_tiny].
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Split to train on.
+    #[arg(long, default_value = "train")]
+    pub split: String,
+    /// Split to evaluate on; "" for none.
+    #[arg(long, default_value = "test")]
+    pub eval_split: String,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub recipe: Recipe,
     /// Total optimiser steps; raise it to continue a finished run.
     #[arg(long, default_value_t = 1000, help_heading = "Recipe")]
     pub steps: u64,
@@ -98,14 +108,12 @@ pub struct TrainOptions {
     /// Row groups shuffled together by the sampler.
     #[arg(long, default_value_t = 16, help_heading = "Recipe")]
     pub window: usize,
-    /// Loader threads.
-    #[arg(long, default_value_t = 1, help_heading = "Resources")]
-    pub workers: usize,
-    /// Memory of the stage: half for the data loader's windows (being built,
-    /// prefetched, served; it bounds prefetching, never what is served), half
-    /// for the model, its activations and the optimiser.
-    #[arg(long, value_name = "SIZE", default_value = MEMORY_LIMIT, help_heading = "Resources")]
-    pub memory_limit: ByteSize,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub jobs: Jobs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub budget: Budget,
     /// Log a metrics row every N steps.
     #[arg(
         long,
@@ -154,15 +162,9 @@ pub struct TrainOptions {
         help_heading = "Logs and checkpoints"
     )]
     pub marginal_records: usize,
-    /// Backend (cuda needs a binary built with --features cuda; there the
-    /// linear layers' products run in cuBLASLt when it loads, or burn's with
-    /// CHESSBENCH_PRODUCTS=burn).
-    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu, help_heading = "Resources")]
-    pub device: DeviceKind,
-    /// Floating-point format of the products and activations (bf16: mixed
-    /// precision, f32 master weights and optimiser state).
-    #[arg(long, value_enum, default_value_t = Precision::F32, help_heading = "Resources")]
-    pub precision: Precision,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub compute: Compute,
 }
 
 crate::options::stage!(TrainOptions, "train");
@@ -265,9 +267,10 @@ impl TrainConfig {
 impl TrainOptions {
     /// Validates and fills the defaults that depend on other options.
     pub fn resolve(&self) -> Result<TrainConfig, TrainConfigError> {
-        let run = self.run.clone().ok_or(TrainConfigError::NoRun)?;
-        let policy = self.policy;
-        let loss = self.loss.unwrap_or(match policy {
+        let run = self.run.run.clone().ok_or(TrainConfigError::NoRun)?;
+        let recipe = &self.recipe;
+        let policy = recipe.policy;
+        let loss = recipe.loss.unwrap_or(match policy {
             RecordSet::BehavioralCloning => Loss::CrossEntropy,
             _ => Loss::HlGauss,
         });
@@ -279,7 +282,7 @@ impl TrainOptions {
                 ),
             ));
         }
-        let model = self.model;
+        let model = recipe.model;
         let name = self.name.clone().unwrap_or_else(|| {
             let p = match policy {
                 RecordSet::ActionValue => "av",
@@ -299,7 +302,7 @@ impl TrainOptions {
                 format!("expected letters, digits, '-', '_' or '.', got {name:?}"),
             ));
         }
-        let buckets = self.buckets;
+        let buckets = recipe.buckets;
         if !(2..=crate::chess::actions::NUM_ACTIONS).contains(&buckets) {
             return Err(invalid(
                 "buckets",
@@ -323,25 +326,25 @@ impl TrainOptions {
                 ))
             }
         };
-        let learning_rate = self.learning_rate;
+        let learning_rate = recipe.learning_rate;
         if !(learning_rate > 0.0 && learning_rate.is_finite()) {
             return Err(invalid(
                 "learning_rate",
                 format!("must be > 0, got {learning_rate}"),
             ));
         }
-        let grad_clip = self.grad_clip;
+        let grad_clip = recipe.grad_clip;
         if grad_clip.is_nan() || grad_clip <= 0.0 {
             return Err(invalid(
                 "grad_clip",
                 format!("must be > 0, got {grad_clip}"),
             ));
         }
-        let adam_epsilon = self.adam_epsilon;
+        let adam_epsilon = recipe.adam_epsilon;
         if adam_epsilon.is_nan() || adam_epsilon <= 0.0 {
             return Err(invalid("adam_epsilon", "must be > 0"));
         }
-        let (device, precision) = (self.device, self.precision);
+        let Compute { device, precision } = self.compute;
         Ok(TrainConfig {
             run,
             name,
@@ -351,19 +354,19 @@ impl TrainOptions {
             model,
             buckets,
             loss,
-            batch_size: positive("batch_size", self.batch_size as u64)? as usize,
+            batch_size: positive("batch_size", recipe.batch_size as u64)? as usize,
             learning_rate,
-            adam_beta1: unit("adam_beta1", self.adam_beta1)?,
-            adam_beta2: unit("adam_beta2", self.adam_beta2)?,
+            adam_beta1: unit("adam_beta1", recipe.adam_beta1)?,
+            adam_beta2: unit("adam_beta2", recipe.adam_beta2)?,
             adam_epsilon,
             grad_clip,
-            ema_decay: unit("ema_decay", self.ema_decay)?,
+            ema_decay: unit("ema_decay", recipe.ema_decay)?,
             steps: positive("steps", self.steps)?,
             sampling: self.sampling,
             seed: self.seed,
             window: positive("window", self.window as u64)? as usize,
-            workers: positive("workers", self.workers as u64)? as usize,
-            memory_limit: self.memory_limit.0,
+            workers: positive("jobs", self.jobs.jobs.unwrap_or(1) as u64)? as usize,
+            memory_limit: self.budget.bytes(),
             log_every: positive("log_every", self.log_every)?,
             checkpoint_every: positive("checkpoint_every", self.checkpoint_every)?,
             keep_checkpoints: positive("keep_checkpoints", self.keep_checkpoints as u64)? as usize,

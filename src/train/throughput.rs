@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::{
     agreement::Batch,
+    config::Recipe,
     loss::{self, Loss, ValueSupport},
     optim::{AdamSettings, Optimiser, Phase, scalar},
     run::TrainError,
@@ -24,45 +25,27 @@ use super::{
 use crate::{
     chess::{RecordSet, value::ValueBuckets},
     model::{
-        AttentionKernel, DeviceKind, ModelBackend, ModelShape, Precision, Predictor, Preset,
+        AttentionKernel, DeviceKind, ModelBackend, ModelShape, Precision, Predictor,
         Products, TrainBackend, tokens_tensor, tune_allocator,
     },
+    options::Compute,
     ui::Report,
 };
 
-/// `chessbench bench-step`'s options (command line only).
+/// `chessbench bench-step`'s options (command line only): the training
+/// recipe's options, with `train`'s defaults, and how long to time.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchStepOptions {
-    /// Model size.
-    #[arg(long, value_enum, default_value_t = Preset::Tiny)]
-    pub model: Preset,
-    /// The record set (predictor) whose step is timed.
-    #[arg(long, value_enum, default_value_t = RecordSet::ActionValue)]
-    pub policy: RecordSet,
-    /// K value buckets.
-    #[arg(long, default_value_t = 128)]
-    pub buckets: usize,
-    /// Loss (behavioural cloning always uses cross_entropy).
-    #[arg(long, value_enum, default_value_t = Loss::HlGauss)]
-    pub loss: Loss,
-    /// Records per step.
-    #[arg(long, default_value_t = 256)]
-    pub batch_size: usize,
+    #[command(flatten)]
+    pub recipe: Recipe,
     /// Timed steps.
     #[arg(long, default_value_t = 20)]
     pub steps: usize,
     /// Untimed steps first.
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
-    /// Backend (cuda needs a binary built with --features cuda; there the
-    /// linear layers' products run in cuBLASLt when it loads, or burn's with
-    /// CHESSBENCH_PRODUCTS=burn).
-    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
-    pub device: DeviceKind,
-    /// Floating-point format of the products and activations (bf16: mixed
-    /// precision, f32 master weights and optimiser state).
-    #[arg(long, value_enum, default_value_t = Precision::F32)]
-    pub precision: Precision,
+    #[command(flatten)]
+    pub compute: Compute,
     /// Synchronise after each phase and report seconds per phase.
     #[arg(long)]
     pub profile: bool,
@@ -71,18 +54,19 @@ pub struct BenchStepOptions {
 impl BenchStepOptions {
     /// What to time.
     pub fn bench(&self) -> StepBench {
+        let recipe = &self.recipe;
         StepBench {
-            shape: ModelShape::preset(self.model, self.policy, self.buckets),
-            loss: if self.policy == RecordSet::BehavioralCloning {
+            shape: ModelShape::preset(recipe.model, recipe.policy, recipe.buckets),
+            loss: if recipe.policy == RecordSet::BehavioralCloning {
                 Loss::CrossEntropy
             } else {
-                self.loss
+                recipe.loss.unwrap_or(Loss::HlGauss)
             },
-            batch_size: self.batch_size.max(1),
+            batch_size: recipe.batch_size.max(1),
             steps: self.steps.max(1),
             warmup: self.warmup,
-            device: self.device,
-            precision: self.precision,
+            device: self.compute.device,
+            precision: self.compute.precision,
             profile: self.profile,
         }
     }

@@ -80,9 +80,8 @@ fn ingest_into_a_full_disk_names_the_file_and_writes_no_table() {
         256 << 10,
         &[
             "ingest",
-            input.to_str().unwrap(),
-            "--out",
             run.to_str().unwrap(),
+            input.to_str().unwrap(),
         ],
     );
     let err = stderr(&o);

@@ -23,7 +23,6 @@ use crate::{
 fn checkpoint(name: &str, policy: &str) -> PathBuf {
     let o = run(&[
         "train",
-        "--run",
         annotated().to_str().unwrap(),
         "--name",
         name,

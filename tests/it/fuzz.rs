@@ -171,9 +171,13 @@ proptest! {
         std::fs::write(&input, &data).unwrap();
         let options = chessbench::ingest::config::IngestOptions {
             inputs: vec![input.display().to_string().parse().unwrap()],
-            out: Some(tmp.path().join("run")),
-            memory_limit: chessbench::options::ByteSize(1 << 20),
-            threads: Some(2),
+            run: chessbench::options::RunArg {
+                run: Some(tmp.path().join("run")),
+            },
+            budget: chessbench::options::Budget {
+                memory_limit: chessbench::options::ByteSize(1 << 20),
+            },
+            jobs: chessbench::options::Jobs { jobs: Some(2) },
             ..Default::default()
         };
         let mut config = options.validate().unwrap();

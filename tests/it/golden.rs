@@ -102,7 +102,7 @@ fn output_does_not_depend_on_memory_limit_or_threads() {
     // 1 MiB holds ~15k boards: dozens of spills, partitions merged from disk.
     let small = tempfile::tempdir().unwrap();
     let small_out = small.path().to_str().unwrap();
-    let args = ["ingest", "--json", "--out", small_out, path, "-j", "1"];
+    let args = ["ingest", "--json", small_out, path, "-j", "1"];
     let o = run(&[&args[..], &["--memory-limit", "1MiB"]].concat());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -128,7 +128,7 @@ fn output_does_not_depend_on_memory_limit_or_threads() {
         let four = tempfile::tempdir().unwrap();
         let o = std::process::Command::new(BIN)
             .env("CHESSBENCH_SPILL_FORMAT", format)
-            .args(["ingest", "--json", "--no-progress", "--out"])
+            .args(["ingest", "--json", "--no-progress"])
             .arg(four.path())
             .args([path, "-j", "4", "--memory-limit", "1MiB"])
             .output()

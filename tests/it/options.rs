@@ -147,14 +147,14 @@ fn bad_options_are_explained() {
         (vec!["--memory-limit", "lots"], "--memory-limit"),
         (vec!["--min-elo", "2500", "--max-elo", "2000"], "--min-elo"),
     ] {
-        let mut full = vec!["ingest", "--out", out, input];
+        let mut full = vec!["ingest", out, input];
         full.extend(args.iter().copied());
         let o = run(&full);
         assert!(!o.status.success(), "{args:?} should fail");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
     }
-    let o = run(&["ingest", "--out", out]);
+    let o = run(&["ingest", out]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("no input"));
 }
 
@@ -203,7 +203,7 @@ fn pipeline_paths_are_relative_to_the_file() {
     let tmp = tempfile::tempdir().unwrap();
     let file = pipeline(
         tmp.path(),
-        "[ingest]\nout = \"../runs/a\"\nmax_games = 5\n[[ingest.inputs]]\npath = \"games.pgn\"\n",
+        "[ingest]\nrun = \"../runs/a\"\nmax_games = 5\n[[ingest.inputs]]\npath = \"games.pgn\"\n",
     );
     let elsewhere = tmp.path().join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
@@ -222,16 +222,17 @@ fn command_line_paths_are_relative_to_the_working_directory() {
     let tmp = tempfile::tempdir().unwrap();
     let file = pipeline(
         tmp.path(),
-        "[ingest]\nout = \"../runs/b\"\nmax_games = 5\n[[ingest.inputs]]\npath = \"games.pgn\"\n",
+        "[ingest]\nrun = \"../runs/b\"\nmax_games = 5\n[[ingest.inputs]]\npath = \"games.pgn\"\n",
     );
     let cwd = tmp.path().join("cwd");
     std::fs::create_dir_all(&cwd).unwrap();
     std::fs::copy(lichess_1000k(), cwd.join("mine.pgn")).unwrap();
     let config = file.to_str().unwrap();
-    let o = run_in(&cwd, &["ingest", "--config", config, "mine.pgn"]);
+    // Inputs on the command line follow RUN_DIR, here the file's.
+    let o = run_in(&cwd, &["ingest", "--config", config, "../runs/b", "mine.pgn"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(tmp.path().join("runs/b/manifest.json").is_file());
-    let o = run_in(&cwd, &["ingest", "--config", config, "--out", "here"]);
+    let o = run_in(&cwd, &["ingest", "--config", config, "here"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(cwd.join("here/manifest.json").is_file());
 }
@@ -323,4 +324,65 @@ fn pipeline_errors_name_the_key_and_groups_layer_as_one() {
     assert!(err.contains("behavioral_cloning"), "{err}");
     let o = run_in(tmp.path(), &["train", "--policy", "behavioral-cloning"]);
     assert_eq!(o.status.code(), Some(2), "a usage error");
+}
+
+/// docs/cli.md is the binary's `help-markdown` output: the flag reference
+/// the docs link to is the code's, never a hand copy.
+#[test]
+fn the_command_line_reference_is_current() {
+    let o = run(&["help-markdown"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let generated = String::from_utf8(o.stdout).unwrap();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        generated == committed,
+        "docs/cli.md is not the current `chessbench help-markdown` output: run `make docs`"
+    );
+    for stage in ["ingest", "annotate", "train", "eval", "sql", "bag export", "uci"] {
+        let heading = format!("\n## chessbench {stage}\n");
+        assert!(generated.contains(&heading), "no section {heading:?}");
+    }
+}
+
+/// The options every stage shares are one definition each: the same flag,
+/// the same help text, wherever they appear.
+#[test]
+fn shared_options_read_the_same_everywhere() {
+    let help = |args: &[&str]| {
+        let o = run(args);
+        assert!(o.status.success(), "{args:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let memory = "Memory the stage may hold (tables, buffers, batches, the model)";
+    for stage in ["ingest", "train", "eval", "sql", "stats"] {
+        let h = help(&[stage, "--help"]);
+        let flat = h.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains(memory), "{stage} --help: {flat}");
+        assert!(h.contains("[RUN_DIR]") || h.contains("<RUN_DIR>"), "{stage}: RUN_DIR");
+    }
+    for stage in ["ingest", "annotate", "train"] {
+        assert!(help(&[stage, "--help"]).contains("-j, --jobs <N>"), "{stage}: --jobs");
+    }
+    for stage in ["train", "bench-step", "eval", "uci"] {
+        let h = help(&[stage, "--help"]);
+        assert!(h.contains("--device <DEVICE>") && h.contains("--precision <PRECISION>"));
+    }
+    // bench-step times train's recipe: the same options, the same defaults.
+    let section = |h: &str| -> Vec<String> {
+        h.lines()
+            .skip_while(|l| !l.starts_with("Recipe:"))
+            .skip(1)
+            .take_while(|l| l.is_empty() || l.starts_with(' '))
+            .map(|l| l.trim().to_owned())
+            .filter(|l| !l.is_empty())
+            .collect()
+    };
+    let (train, bench) = (help(&["train", "--help"]), help(&["bench-step", "--help"]));
+    let bench = section(&bench);
+    assert!(bench.iter().any(|l| l.starts_with("--batch-size")), "{bench:?}");
+    let train = section(&train);
+    for line in &bench {
+        assert!(train.contains(line), "train's recipe lacks {line:?}");
+    }
 }

@@ -98,7 +98,6 @@ fn truncated_zst_keeps_what_was_read_and_records_the_error() {
     let o = run(&[
         "ingest",
         "--json",
-        "--out",
         run_dir.to_str().unwrap(),
         input.to_str().unwrap(),
     ]);
@@ -127,7 +126,7 @@ fn unreadable_inputs_are_errors_naming_the_file() {
     let run_dir = tmp.path().join("run");
     let run_dir = run_dir.to_str().unwrap();
     let missing = tmp.path().join("no-such-month.pgn.zst");
-    let o = run(&["ingest", "--out", run_dir, missing.to_str().unwrap()]);
+    let o = run(&["ingest", run_dir, missing.to_str().unwrap()]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -135,14 +134,14 @@ fn unreadable_inputs_are_errors_naming_the_file() {
         "{err}"
     );
 
-    let o = run(&["ingest", "--out", run_dir, tmp.path().to_str().unwrap()]);
+    let o = run(&["ingest", run_dir, tmp.path().to_str().unwrap()]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("is a directory"));
 
     // zstd magic followed by garbage: nothing can be decoded at all.
     let junk = tmp.path().join("junk.pgn.zst");
     std::fs::write(&junk, [0x28, 0xb5, 0x2f, 0xfd, 1, 2, 3, 4, 5, 6, 7, 8, 9]).unwrap();
-    let o = run(&["ingest", "--out", run_dir, junk.to_str().unwrap()]);
+    let o = run(&["ingest", run_dir, junk.to_str().unwrap()]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("junk.pgn.zst"), "{err}");
@@ -155,8 +154,9 @@ fn unreadable_inputs_are_errors_naming_the_file() {
 /// has certainly consumed it, and kills it.
 fn kill_mid_ingest(run_dir: &std::path::Path, data: &[u8]) {
     let mut child = Command::new(BIN)
-        .args(["ingest", "-", "--no-progress", "--out"])
+        .args(["ingest", "--no-progress"])
         .arg(run_dir)
+        .arg("-")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -293,7 +293,6 @@ fn train(name: &str, extra: &[&str]) -> std::process::Output {
 fn train_args<'a>(name: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "train",
-        "--run",
         annotated().to_str().unwrap(),
         "--name",
         name,
@@ -506,7 +505,7 @@ fn cuda_without_the_feature_is_a_clear_error() {
     );
 }
 
-/// The bar on the full demo: `make train` trains the tiny
+/// The demo's bar: `make train` trains the tiny
 /// action-value model (pipeline/demo.toml) and its test log-loss must beat
 /// predicting the train marginal. Runs where `make test-demo` points
 /// CHESSBENCH_DEMO_RUN at the trained demo run (CI does, after `make train`),

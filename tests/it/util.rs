@@ -60,7 +60,7 @@ pub fn stats_json_with(run_dir: &Path, args: &[&str]) -> serde_json::Value {
 
 /// Runs `chessbench ingest ARGS --out DIR --json`, asserting success.
 pub fn ingest(out: &Path, args: &[&str]) -> serde_json::Value {
-    let mut full = vec!["ingest", "--json", "--out", out.to_str().unwrap()];
+    let mut full = vec!["ingest", "--json", out.to_str().unwrap()];
     full.extend_from_slice(args);
     let o = run(&full);
     assert!(
@@ -74,8 +74,9 @@ pub fn ingest(out: &Path, args: &[&str]) -> serde_json::Value {
 /// Runs ingest reading `input` from standard input.
 pub fn ingest_stdin(out: &Path, input: &[u8], args: &[&str]) -> Output {
     let mut child = Command::new(BIN)
-        .args(["ingest", "-", "--json", "--no-progress", "--out"])
+        .args(["ingest", "--json", "--no-progress"])
         .arg(out)
+        .arg("-")
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -214,7 +215,6 @@ pub fn ingest_demo(out: &Path) {
         "ingest",
         "--config",
         config.to_str().unwrap(),
-        "--out",
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -119,7 +119,7 @@ started=$(date +%s)
 # --- Input run --------------------------------------------------------------
 
 log "ingesting $(basename "$pgn")"
-"$bin" ingest --no-progress --out "$tmp/run-sharded" "$pgn" >"$tmp/ingest.log"
+"$bin" ingest --no-progress "$tmp/run-sharded" "$pgn" >"$tmp/ingest.log"
 cp -a "$tmp/run-sharded" "$tmp/run-single"
 
 # --- munge ------------------------------------------------------------------

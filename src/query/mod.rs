@@ -1,5 +1,6 @@
-//! `chessbench sql`: DuckDB SQL over a run directory's Parquet tables, in an
-//! embedded DuckDB with the views of `sql/views.sql` preloaded.
+//! The query foundation: an embedded DuckDB over a run directory's Parquet
+//! tables with the views of `sql/views.sql` loaded ([`Session`]), which
+//! `chessbench sql`, the evaluation's board sampling and `bag export` share.
 //!
 //! The SQL files of `sql/` are compiled into the binary (`chessbench sql RUN
 //! table_a1` works from anywhere) and also run unchanged in the DuckDB CLI or
@@ -23,10 +24,7 @@ use arrow_array::RecordBatch;
 use duckdb::Connection;
 use thiserror::Error;
 
-use crate::{
-    store::{RunDir, StoreError, Table, chunks, commit::RunReader, commit::partition_dir},
-    ui::group,
-};
+use crate::store::{RunDir, StoreError, Table, chunks, commit::RunReader, commit::partition_dir};
 pub(crate) use output::Format;
 pub(crate) use script::Statement;
 
@@ -187,15 +185,15 @@ pub(crate) fn spill_root(run: &Path) -> PathBuf {
 const REQUIRED: [(&str, &str); 5] = [
     (
         "games",
-        "not ingested: run `chessbench ingest --out RUN` first",
+        "not ingested: run `chessbench ingest RUN` first",
     ),
     (
         "boards",
-        "not ingested: run `chessbench ingest --out RUN` first",
+        "not ingested: run `chessbench ingest RUN` first",
     ),
     (
         "legal_moves",
-        "not ingested: run `chessbench ingest --out RUN` first",
+        "not ingested: run `chessbench ingest RUN` first",
     ),
     (
         "state_values",
@@ -408,88 +406,4 @@ impl Session {
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
-}
-
-/// `chessbench sql`'s options (command line only).
-#[derive(Debug, Clone, clap::Args)]
-pub struct SqlOptions {
-    /// Run directory.
-    #[arg(value_name = "RUN_DIR", value_hint = clap::ValueHint::DirPath)]
-    pub run: PathBuf,
-    /// A SQL file, or a built-in query: table_a1, dataset_stats, overlap,
-    /// sampling, views.
-    #[arg(
-        value_name = "QUERY",
-        required_unless_present = "execute",
-        conflicts_with = "execute"
-    )]
-    pub query: Option<String>,
-    /// Run this SQL instead of a file.
-    #[arg(short = 'e', long = "execute", value_name = "SQL")]
-    pub execute: Option<String>,
-    /// Output format (--json is --format json).
-    #[arg(short, long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
-    /// Print only the result of the query named NAME (`-- @name NAME`).
-    #[arg(long, value_name = "NAME")]
-    pub only: Option<String>,
-    /// Rows shown per result in table and markdown output (0: all).
-    #[arg(long, value_name = "N", default_value_t = 40)]
-    pub max_rows: usize,
-    /// Set a DuckDB variable before the query (getvariable('NAME')), e.g.
-    /// --var test_split=holdout. Repeatable.
-    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_variable)]
-    pub vars: Vec<(String, String)>,
-    /// No notes on standard error (e.g. about partially annotated splits).
-    #[arg(short, long)]
-    pub quiet: bool,
-    /// Memory for DuckDB; larger operations spill into RUN/.tmp/.
-    #[arg(long, value_name = "SIZE", default_value = crate::options::MEMORY_LIMIT)]
-    pub memory_limit: crate::options::ByteSize,
-}
-
-/// Runs `chessbench sql`: the query's results on `out`, notes about
-/// partially annotated splits on standard error.
-pub fn run(options: &SqlOptions, out: &mut dyn std::io::Write) -> Result<(), SqlError> {
-    let (source_name, text) = match (&options.query, &options.execute) {
-        (_, Some(sql)) => ("-e".to_owned(), sql.clone()),
-        (Some(q), None) => resolve(q)?,
-        (None, None) => return Err(SqlError::NoQuery),
-    };
-    let session = Session::open(&options.run, &options.vars, options.memory_limit.0)?;
-    if !options.quiet {
-        for (split, boards, annotated, failed) in session.partial_annotation()? {
-            eprintln!(
-                "note: split {split}: {} of {} boards annotated{}; value tables and record sets cover those only",
-                group(annotated),
-                group(boards),
-                if failed > 0 {
-                    format!(", {} failed", group(failed))
-                } else {
-                    String::new()
-                }
-            );
-        }
-    }
-    // Block-buffered: standard output is line-buffered, one write(2) a row.
-    let mut out = std::io::BufWriter::with_capacity(256 << 10, out);
-    session.run_script(
-        &source_name,
-        &text,
-        options.only.as_deref(),
-        options.format,
-        options.max_rows,
-        &mut out,
-    )
-}
-
-/// Parses `NAME=VALUE`.
-pub(crate) fn parse_variable(s: &str) -> Result<(String, String), SqlError> {
-    let (name, value) = s
-        .split_once('=')
-        .ok_or_else(|| SqlError::BadVariable(s.to_owned()))?;
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(SqlError::BadVariable(s.to_owned()));
-    }
-    Ok((name.to_owned(), value.to_owned()))
 }

@@ -13,8 +13,9 @@ use chessbench::train::{
 };
 
 fn main() {
-    let run =
-        PathBuf::from(std::env::var("CHESSBENCH_BENCH_RUN").unwrap_or_else(|_| "runs/demo-long".into()));
+    let run = PathBuf::from(
+        std::env::var("CHESSBENCH_BENCH_RUN").unwrap_or_else(|_| "runs/demo-long".into()),
+    );
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
         "loader on {} (train split, action values, batch 1024, K = 128)",

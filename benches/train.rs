@@ -82,8 +82,9 @@ fn torch_rate(preset: &str, batch: usize, steps: usize, threads: usize) -> Optio
 }
 
 fn main() {
-    let run =
-        PathBuf::from(std::env::var("CHESSBENCH_BENCH_RUN").unwrap_or_else(|_| "runs/demo-long".into()));
+    let run = PathBuf::from(
+        std::env::var("CHESSBENCH_BENCH_RUN").unwrap_or_else(|_| "runs/demo-long".into()),
+    );
     let presets = std::env::var("BENCH_PRESETS").unwrap_or_else(|_| "tiny:256,9m:64".into());
     let steps: usize = std::env::var("BENCH_STEPS")
         .ok()

@@ -277,7 +277,10 @@ out of date. `chessbench COMMAND --help` prints the same text.\n",
         }
         let help = command.render_long_help().to_string();
         let help: Vec<&str> = help.lines().map(str::trim_end).collect();
-        out.push_str(&format!("\n## {path}\n\n```text\n{}\n```\n", help.join("\n").trim_end()));
+        out.push_str(&format!(
+            "\n## {path}\n\n```text\n{}\n```\n",
+            help.join("\n").trim_end()
+        ));
         let names: Vec<String> = command
             .get_subcommands()
             .map(|c| c.get_name().to_owned())

@@ -8,8 +8,8 @@ use clap::{ArgAction, Args, ValueHint};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::uci::{EngineConfig, Limit, engine::default_engine_path, oracle::Mode};
 use crate::options::{Jobs, RunArg};
+use crate::uci::{EngineConfig, Limit, engine::default_engine_path, oracle::Mode};
 
 /// Configuration problems, naming the option at fault.
 #[derive(Debug, Error)]

@@ -34,9 +34,9 @@ use super::{
     tournament::{self, Opponent, PlayedGame, SpecError},
 };
 use crate::{
-    options::{Budget, Compute, RunArg},
     chess::RecordSet,
     model::{DeviceKind, Precision, Weights, tune_allocator},
+    options::{Budget, Compute, RunArg},
     query::Session,
     store::commit::{remove_file_if_exists, write_atomic},
     uci::{
@@ -410,10 +410,9 @@ fn opponent_player(config: &EvalConfig, o: &Opponent) -> Result<Box<dyn Player>,
             o.name(),
         )?),
         Opponent::Checkpoint(p) => {
-            let model =
-                Model::load(p, config.weights, config.device)?
-                    .with_precision(config.precision)?
-                    .with_memory_limit(config.memory_limit);
+            let model = Model::load(p, config.weights, config.device)?
+                .with_precision(config.precision)?
+                .with_memory_limit(config.memory_limit);
             let name = model.label();
             Box::new(NeuralPlayer::new(model, policy_options(config), Some(name)))
         }

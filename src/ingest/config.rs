@@ -475,7 +475,7 @@ impl IngestOptions {
 /// What ingest's `--memory-limit` covers, from the constants the budget is
 /// computed with (shown by `chessbench ingest --help`).
 pub fn memory_note() -> String {
-    use super::boards::{
+    use super::dedup::{
         MIN_TABLES, PIPELINE_FLOOR, PIPELINE_RESERVE, STREAM_TABLE_BYTES, least_limit,
     };
     let mib = |b: u64| format!("{}MiB", b >> 20);

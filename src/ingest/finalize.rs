@@ -15,7 +15,7 @@ use std::{
 
 use super::{
     IngestError,
-    boards::{BoardStream, Entry, split_first_seen},
+    dedup::{BoardStream, Entry, split_first_seen},
     spawn_named,
 };
 use crate::{

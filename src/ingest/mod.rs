@@ -16,9 +16,9 @@
 //! Everything is written into a staging directory and committed atomically
 //! with the manifest (see [`crate::store::commit`]).
 
-pub(crate) mod boards;
 pub mod chunker;
 pub mod config;
+mod dedup;
 pub(crate) mod finalize;
 pub mod game;
 pub(crate) mod input;
@@ -44,9 +44,9 @@ use indicatif::ProgressBar;
 use thiserror::Error;
 
 use self::{
-    boards::{Aggregator, BatchGame, KeyBatch, Keys, SpillFormat},
     chunker::{Block, Chunker},
     config::{ConfigError, IngestConfig, Source},
+    dedup::{Aggregator, BatchGame, KeyBatch, Keys, SpillFormat},
     finalize::{BoardTotals, write_split},
     game::GameVisitor,
     sample::{Candidate, Reservoir},
@@ -497,7 +497,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     }
 
     // Boards and legal moves, split by split.
-    let split_boards = boards::finish(aggregators, config.threads)?;
+    let split_boards = dedup::finish(aggregators, config.threads)?;
     release_free_memory();
     mark("dedup", &mut phases);
     let done = Arc::new(AtomicU64::new(0));
@@ -597,7 +597,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     }
     mark("commit", &mut phases);
     bar.finish_and_clear();
-    let least_memory_limit = boards::least_limit(splits.len());
+    let least_memory_limit = dedup::least_limit(splits.len());
     Ok(Summary {
         out: config.out.clone(),
         splits: splits.into_iter().zip(counts).collect(),

@@ -9,9 +9,9 @@ use shakmaty::{CastlingMode, Chess, Move, Position, Role, Square, uci::UciMove};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{
-    boards::Keys,
     chunker::{Block, BlockKind, count_newlines, game_starts, next_game_start},
     config::{GameFilter, Limits, Speed},
+    dedup::Keys,
     game::{
         GameVisitor, Parsed, RejectReason, Tag, Tags, lichess_id, parse_clock, parse_date,
         parse_elo, parse_time, speed_of,

@@ -183,14 +183,8 @@ pub(crate) fn spill_root(run: &Path) -> PathBuf {
 /// Tables whose absence is an error when a query uses them (rejects and
 /// failures are legitimately empty), and the stage that writes them.
 const REQUIRED: [(&str, &str); 5] = [
-    (
-        "games",
-        "not ingested: run `chessbench ingest RUN` first",
-    ),
-    (
-        "boards",
-        "not ingested: run `chessbench ingest RUN` first",
-    ),
+    ("games", "not ingested: run `chessbench ingest RUN` first"),
+    ("boards", "not ingested: run `chessbench ingest RUN` first"),
     (
         "legal_moves",
         "not ingested: run `chessbench ingest RUN` first",

@@ -25,8 +25,8 @@ use super::{
 use crate::{
     chess::{RecordSet, value::ValueBuckets},
     model::{
-        AttentionKernel, DeviceKind, ModelBackend, ModelShape, Precision, Predictor,
-        Products, TrainBackend, tokens_tensor, tune_allocator,
+        AttentionKernel, DeviceKind, ModelBackend, ModelShape, Precision, Predictor, Products,
+        TrainBackend, tokens_tensor, tune_allocator,
     },
     options::Compute,
     ui::Report,

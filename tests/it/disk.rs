@@ -78,11 +78,7 @@ fn ingest_into_a_full_disk_names_the_file_and_writes_no_table() {
     let input = data_file("lichess_2022-06_head2500.pgn.zst");
     let o = run_with_file_limit(
         256 << 10,
-        &[
-            "ingest",
-            run.to_str().unwrap(),
-            input.to_str().unwrap(),
-        ],
+        &["ingest", run.to_str().unwrap(), input.to_str().unwrap()],
     );
     let err = stderr(&o);
     assert!(!o.status.success());

@@ -229,7 +229,10 @@ fn command_line_paths_are_relative_to_the_working_directory() {
     std::fs::copy(lichess_1000k(), cwd.join("mine.pgn")).unwrap();
     let config = file.to_str().unwrap();
     // Inputs on the command line follow RUN_DIR, here the file's.
-    let o = run_in(&cwd, &["ingest", "--config", config, "../runs/b", "mine.pgn"]);
+    let o = run_in(
+        &cwd,
+        &["ingest", "--config", config, "../runs/b", "mine.pgn"],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(tmp.path().join("runs/b/manifest.json").is_file());
     let o = run_in(&cwd, &["ingest", "--config", config, "here"]);
@@ -339,7 +342,15 @@ fn the_command_line_reference_is_current() {
         generated == committed,
         "docs/cli.md is not the current `chessbench help-markdown` output: run `make docs`"
     );
-    for stage in ["ingest", "annotate", "train", "eval", "sql", "bag export", "uci"] {
+    for stage in [
+        "ingest",
+        "annotate",
+        "train",
+        "eval",
+        "sql",
+        "bag export",
+        "uci",
+    ] {
         let heading = format!("\n## chessbench {stage}\n");
         assert!(generated.contains(&heading), "no section {heading:?}");
     }
@@ -359,10 +370,16 @@ fn shared_options_read_the_same_everywhere() {
         let h = help(&[stage, "--help"]);
         let flat = h.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(flat.contains(memory), "{stage} --help: {flat}");
-        assert!(h.contains("[RUN_DIR]") || h.contains("<RUN_DIR>"), "{stage}: RUN_DIR");
+        assert!(
+            h.contains("[RUN_DIR]") || h.contains("<RUN_DIR>"),
+            "{stage}: RUN_DIR"
+        );
     }
     for stage in ["ingest", "annotate", "train"] {
-        assert!(help(&[stage, "--help"]).contains("-j, --jobs <N>"), "{stage}: --jobs");
+        assert!(
+            help(&[stage, "--help"]).contains("-j, --jobs <N>"),
+            "{stage}: --jobs"
+        );
     }
     for stage in ["train", "bench-step", "eval", "uci"] {
         let h = help(&[stage, "--help"]);
@@ -380,7 +397,10 @@ fn shared_options_read_the_same_everywhere() {
     };
     let (train, bench) = (help(&["train", "--help"]), help(&["bench-step", "--help"]));
     let bench = section(&bench);
-    assert!(bench.iter().any(|l| l.starts_with("--batch-size")), "{bench:?}");
+    assert!(
+        bench.iter().any(|l| l.starts_with("--batch-size")),
+        "{bench:?}"
+    );
     let train = section(&train);
     for line in &bench {
         assert!(train.contains(line), "train's recipe lacks {line:?}");

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::options::{Jobs, RunArg};
-use crate::uci::{EngineConfig, Limit, engine::default_engine_path, oracle::Mode};
+use crate::uci::{EngineConfig, Limit, oracle::Mode};
 
 /// Configuration problems, naming the option at fault.
 #[derive(Debug, Error)]
@@ -154,8 +154,9 @@ pub struct AnnotateOptions {
     /// board's values do not depend on which boards a worker saw before.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set, help_heading = "Search")]
     pub new_game_per_board: bool,
-    /// Engine executable (a name without '/' is looked up on PATH).
-    #[arg(long, value_name = "PATH", default_value_os_t = default_engine_path(), value_hint = ValueHint::ExecutablePath, help_heading = "Engine")]
+    /// Engine executable (a name without '/' is looked up on PATH; a
+    /// `stockfish` missing there is /usr/games/stockfish, Debian's).
+    #[arg(long, value_name = "PATH", default_value = crate::uci::engine::DEFAULT_ENGINE, value_hint = ValueHint::ExecutablePath, help_heading = "Engine")]
     pub engine: PathBuf,
     /// An argument for the engine executable (repeatable).
     #[arg(

@@ -610,7 +610,8 @@ mod tests {
     /// Many boards in shared forward passes predict what each board alone
     /// predicts (every policy): the same moves and actions, and the same
     /// log-probabilities and scores to within float rounding (a row's
-    /// products may be summed in another order in a bigger pass).
+    /// products may be summed in another order in a bigger pass), in one
+    /// batch or, under a small memory limit, in many.
     #[test]
     fn boards_predicted_together_equal_boards_predicted_alone() {
         let boards = crate::testing::walk(150);
@@ -622,19 +623,28 @@ mod tests {
         ] {
             let model = Model::random(Preset::Tiny, policy, 32, DeviceKind::Cpu).unwrap();
             let together = predict_many(&model, &refs).unwrap();
+            // A memory limit of 64 KiB leaves room for a few dozen
+            // sequences a batch: the same predictions, in many batches.
+            let model = model.with_memory_limit(64 << 10);
+            assert!(model.batch_sequences() < 100, "{}", model.batch_sequences());
+            let small = predict_many(&model, &refs).unwrap();
             assert_eq!(together.len(), boards.len());
+            assert_eq!(small.len(), boards.len());
             let mut tokens = Vec::new();
             let (mut worst_lp, mut worst_score) = (0.0f64, 0.0f64);
-            for (pos, t) in boards.iter().zip(&together) {
+            for ((pos, t), s) in boards.iter().zip(&together).zip(&small) {
                 let alone = predict(&model, pos, &mut tokens).unwrap();
-                assert_eq!(t.moves, alone.moves);
-                assert_eq!(t.actions, alone.actions);
-                assert_eq!(t.log_probs.len(), alone.log_probs.len());
-                for (a, b) in t.log_probs.iter().zip(&alone.log_probs) {
-                    worst_lp = worst_lp.max(f64::from((a - b).abs()) / f64::from(b.abs()).max(1.0));
-                }
-                for (a, b) in t.scores.iter().zip(&alone.scores) {
-                    worst_score = worst_score.max((a - b).abs());
+                for t in [t, s] {
+                    assert_eq!(t.moves, alone.moves);
+                    assert_eq!(t.actions, alone.actions);
+                    assert_eq!(t.log_probs.len(), alone.log_probs.len());
+                    for (a, b) in t.log_probs.iter().zip(&alone.log_probs) {
+                        worst_lp =
+                            worst_lp.max(f64::from((a - b).abs()) / f64::from(b.abs()).max(1.0));
+                    }
+                    for (a, b) in t.scores.iter().zip(&alone.scores) {
+                        worst_score = worst_score.max((a - b).abs());
+                    }
                 }
             }
             // A few ulps of f32: log-probabilities of order 1-10.

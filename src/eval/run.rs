@@ -41,7 +41,6 @@ use crate::{
     store::commit::{remove_file_if_exists, write_atomic},
     uci::{
         EngineConfig,
-        engine::default_engine_path,
         oracle::{Mode, SearchSettings},
     },
     ui::Report,
@@ -146,11 +145,12 @@ pub struct EvalOptions {
     #[arg(long, value_name = "SPEC", help_heading = "Policy")]
     #[serde(with = "crate::options::as_text_opt")]
     pub decisive: Option<Opponent>,
-    /// The UCI engine (Stockfish; a name without '/' is looked up on PATH).
+    /// The UCI engine (Stockfish; a name without '/' is looked up on PATH;
+    /// a `stockfish` missing there is /usr/games/stockfish, Debian's).
     #[arg(
         long,
         value_name = "PATH",
-        default_value_os_t = default_engine_path(),
+        default_value = crate::uci::engine::DEFAULT_ENGINE,
         value_hint = ValueHint::ExecutablePath
     , help_heading = "Policy")]
     pub engine: PathBuf,

@@ -44,7 +44,7 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            path: default_engine_path(),
+            path: PathBuf::from(DEFAULT_ENGINE),
             args: Vec::new(),
             threads: 1,
             hash_mb: 16,
@@ -54,16 +54,24 @@ impl Default for EngineConfig {
     }
 }
 
-/// `stockfish` from PATH, else Debian's `/usr/games/stockfish` (the package
-/// installs there, and /usr/games is not on root's PATH).
-pub(crate) fn default_engine_path() -> PathBuf {
+/// The engine options default to: `stockfish`, found when it starts
+/// ([`program`]). A constant, so `--help` reads the same on every machine.
+pub(crate) const DEFAULT_ENGINE: &str = "stockfish";
+
+/// The program to start for `path`: itself, except that a bare `stockfish`
+/// missing from PATH is Debian's `/usr/games/stockfish` where that exists
+/// (the package installs there, and /usr/games is not on root's PATH).
+fn program(path: &Path) -> PathBuf {
+    if path != Path::new(DEFAULT_ENGINE) {
+        return path.to_owned();
+    }
     let in_path = std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|dir| dir.join("stockfish").is_file())
+        std::env::split_paths(&paths).any(|dir| dir.join(DEFAULT_ENGINE).is_file())
     });
     if !in_path && Path::new("/usr/games/stockfish").is_file() {
         PathBuf::from("/usr/games/stockfish")
     } else {
-        PathBuf::from("stockfish")
+        path.to_owned()
     }
 }
 
@@ -179,7 +187,7 @@ impl Engine {
     /// Spawns the engine, runs the `uci` handshake and sets `Threads`,
     /// `Hash` and the configured options (those it declares).
     pub fn start(config: &EngineConfig) -> Result<Engine, EngineError> {
-        let mut child = Process::new(&config.path)
+        let mut child = Process::new(program(&config.path))
             .args(&config.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -113,7 +113,7 @@ fn ingest_into_a_full_tmpfs_names_the_file_and_writes_no_table() {
     let input = data_file("lichess_2022-06_head2500.pgn.zst");
     // The tmpfs lives only in the namespace: list it from inside.
     let script = r#"mount -t tmpfs -o size=1m tmpfs "$1" || exit 99
-"$2" ingest "$3" --out "$1/run" --no-progress
+"$2" ingest "$1/run" "$3" --no-progress
 echo "exit=$?"
 cd "$1/run" && find . | sort"#;
     let o = Command::new("unshare")

@@ -338,10 +338,14 @@ fn the_command_line_reference_is_current() {
     let generated = String::from_utf8(o.stdout).unwrap();
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md");
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        generated == committed,
-        "docs/cli.md is not the current `chessbench help-markdown` output: run `make docs`"
-    );
+    if generated != committed {
+        let fresh = std::env::temp_dir().join("chessbench-cli.md");
+        std::fs::write(&fresh, &generated).unwrap();
+        panic!(
+            "docs/cli.md is not the current `chessbench help-markdown` output ({}): run `make docs`",
+            fresh.display()
+        );
+    }
     for stage in [
         "ingest",
         "annotate",

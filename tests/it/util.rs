@@ -208,9 +208,10 @@ pub fn rejected_total(split: &serde_json::Value) -> u64 {
         .map_or(0, |r| r.values().map(|v| v.as_u64().unwrap()).sum())
 }
 
-/// Runs the demo pipeline config into `out`.
+/// Runs the longer demo's ingest (pipeline/demo-long.toml: the Lichess
+/// games as train, the master games as test) into `out`.
 pub fn ingest_demo(out: &Path) {
-    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("pipeline/demo.toml");
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("pipeline/demo-long.toml");
     let o = run(&[
         "ingest",
         "--config",

@@ -103,6 +103,18 @@ impl Budget {
     }
 }
 
+/// How much of the machine a stage that both parallelises and budgets its
+/// memory takes: [`Jobs`] and [`Budget`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Args, Serialize, Deserialize)]
+pub struct Resources {
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub jobs: Jobs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub budget: Budget,
+}
+
 /// Where a model runs and what it computes in (`--device`, `--precision`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Args, Serialize, Deserialize)]
 pub struct Compute {

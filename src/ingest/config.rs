@@ -17,7 +17,7 @@ use clap::{Args, ValueEnum, ValueHint};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::options::{Budget, ByteSize, Jobs, RunArg};
+use crate::options::{ByteSize, Resources, RunArg};
 
 /// Configuration problems, naming the option or file at fault.
 #[derive(Debug, Error)]
@@ -298,10 +298,7 @@ pub struct IngestOptions {
     pub max_game_bytes: ByteSize,
     #[command(flatten)]
     #[serde(flatten)]
-    pub jobs: Jobs,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub budget: Budget,
+    pub resources: Resources,
 }
 
 crate::options::stage!(IngestOptions, "ingest");
@@ -435,14 +432,14 @@ impl IngestOptions {
                 message: "must be at least 4 KiB".into(),
             });
         }
-        let memory_limit = self.budget.bytes();
+        let memory_limit = self.resources.budget.bytes();
         if memory_limit < (1 << 20) {
             return Err(ConfigError::Invalid {
                 option: "memory_limit",
                 message: "must be at least 1 MiB".into(),
             });
         }
-        let threads = match self.jobs.jobs {
+        let threads = match self.resources.jobs.jobs {
             Some(0) | None => std::thread::available_parallelism().map_or(2, |n| n.get()),
             Some(n) => n,
         };

@@ -12,7 +12,7 @@ use super::{loss::Loss, sampler::Sampling};
 use crate::{
     chess::RecordSet,
     model::{DeviceKind, Precision, Preset},
-    options::{Budget, Compute, Jobs, MEMORY_LIMIT_BYTES, RunArg},
+    options::{Compute, MEMORY_LIMIT_BYTES, Resources, RunArg},
 };
 
 /// Configuration problems, naming the option at fault.
@@ -110,10 +110,7 @@ pub struct TrainOptions {
     pub window: usize,
     #[command(flatten)]
     #[serde(flatten)]
-    pub jobs: Jobs,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub budget: Budget,
+    pub resources: Resources,
     /// Log a metrics row every N steps.
     #[arg(
         long,
@@ -365,8 +362,8 @@ impl TrainOptions {
             sampling: self.sampling,
             seed: self.seed,
             window: positive("window", self.window as u64)? as usize,
-            workers: positive("jobs", self.jobs.jobs.unwrap_or(1) as u64)? as usize,
-            memory_limit: self.budget.bytes(),
+            workers: positive("jobs", self.resources.jobs.jobs.unwrap_or(1) as u64)? as usize,
+            memory_limit: self.resources.budget.bytes(),
             log_every: positive("log_every", self.log_every)?,
             checkpoint_every: positive("checkpoint_every", self.checkpoint_every)?,
             keep_checkpoints: positive("keep_checkpoints", self.keep_checkpoints as u64)? as usize,

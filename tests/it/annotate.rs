@@ -288,15 +288,24 @@ fn assert_same_as_clean(run: &Path) {
     assert_eq!(failures(run), 0);
 }
 
-#[test]
-fn flaky_engine_gives_the_same_keys_and_counts() {
-    // The flaky engine is a Python script (standard library only).
+/// A fresh run named `name` and the flaky engine (a Python script, standard
+/// library only) to annotate it with; None (a skip, or a failure under CI)
+/// without Stockfish or python3.
+fn flaky_setup(name: &str) -> Option<(TempDir, PathBuf, PathBuf)> {
     if !have_stockfish() || !python_has("sys") {
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
-    let run = fresh_run(&dir, "flaky");
+    let run = fresh_run(&dir, name);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/engines/flaky_engine.py");
+    Some((dir, run, script))
+}
+
+#[test]
+fn flaky_engine_gives_the_same_keys_and_counts() {
+    let Some((_dir, run, script)) = flaky_setup("flaky") else {
+        return;
+    };
     let mut args = vec![
         "annotate",
         run.to_str().unwrap(),
@@ -327,13 +336,9 @@ fn flaky_engine_gives_the_same_keys_and_counts() {
 
 #[test]
 fn a_board_that_always_fails_goes_to_failures() {
-    // The flaky engine is a Python script (standard library only).
-    if !have_stockfish() || !python_has("sys") {
+    let Some((_dir, run, script)) = flaky_setup("broken") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let run = fresh_run(&dir, "broken");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/engines/flaky_engine.py");
+    };
     let o = Command::new(BIN)
         .args(["annotate", run.to_str().unwrap(), "--json", "--no-progress"])
         .args(["--engine", script.to_str().unwrap(), "--max-attempts", "2"])

@@ -203,18 +203,7 @@ fn bag_export_into_a_full_disk_names_the_file_and_leaves_no_bag() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bags");
     // The state-value bag fits in 16 KiB; the action values do not.
-    let o = run_with_file_limit(
-        16 << 10,
-        &[
-            "bag",
-            "export",
-            run.to_str().unwrap(),
-            "--split",
-            "train",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
+    let o = run_with_file_limit(16 << 10, &util::bag_export_args(run, &out));
     let err = stderr(&o);
     assert!(!o.status.success());
     assert!(

@@ -174,10 +174,12 @@ proptest! {
             run: chessbench::options::RunArg {
                 run: Some(tmp.path().join("run")),
             },
-            budget: chessbench::options::Budget {
-                memory_limit: chessbench::options::ByteSize(1 << 20),
+            resources: chessbench::options::Resources {
+                jobs: chessbench::options::Jobs { jobs: Some(2) },
+                budget: chessbench::options::Budget {
+                    memory_limit: chessbench::options::ByteSize(1 << 20),
+                },
             },
-            jobs: chessbench::options::Jobs { jobs: Some(2) },
             ..Default::default()
         };
         let mut config = options.validate().unwrap();

@@ -369,15 +369,7 @@ fn records(run: &Path, split: &str) -> [serde_json::Value; 3] {
 
 /// `chessbench bag export RUN --split train --out OUT ARGS`.
 pub fn bag_export(run: &Path, out: &Path, args: &[&str]) -> Output {
-    let mut full = vec![
-        "bag",
-        "export",
-        run.to_str().unwrap(),
-        "--split",
-        "train",
-        "--out",
-        out.to_str().unwrap(),
-    ];
+    let mut full = util::bag_export_args(run, out);
     full.extend_from_slice(args);
     util::run(&full)
 }

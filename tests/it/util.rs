@@ -252,3 +252,16 @@ pub fn copy_dir(from: &Path, to: &Path) {
 pub fn python_has(modules: &str) -> bool {
     chessbench::testing::python_has(modules)
 }
+
+/// The arguments of `chessbench bag export RUN --split train --out OUT`.
+pub fn bag_export_args<'a>(run: &'a Path, out: &'a Path) -> Vec<&'a str> {
+    vec![
+        "bag",
+        "export",
+        run.to_str().unwrap(),
+        "--split",
+        "train",
+        "--out",
+        out.to_str().unwrap(),
+    ]
+}

@@ -8,6 +8,12 @@
 //! default and help live in its clap attributes and doc comment, which
 //! `--help` shows; enum values have one spelling (`action_value`) in both.
 //!
+//! What several stages share is one type here, flattened into each: the run
+//! directory ([`RunArg`], the first argument), parallelism ([`Jobs`], `-j`),
+//! the memory budget ([`Budget`], `--memory-limit`), both ([`Resources`]),
+//! and where a model runs ([`Compute`], `--device`, `--precision`); each has
+//! one flag, one key and one help text wherever it appears.
+//!
 //! [`load`] layers them: defaults, then the pipeline file, then the command
 //! line. Options that form an exclusive group (`#[arg(group = "limit")]`,
 //! annotate's search limit) are layered as one: any of them on the command
@@ -65,17 +71,6 @@ pub struct Jobs {
     /// [default: the number of cores; training: 1].
     #[arg(short = 'j', long, value_name = "N", help_heading = "Resources")]
     pub jobs: Option<usize>,
-}
-
-impl Jobs {
-    /// The number given, or the machine's cores.
-    pub fn or_cores(self) -> usize {
-        self.jobs.unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
-        })
-    }
 }
 
 /// The memory budget (`--memory-limit`, `memory_limit`).

@@ -85,11 +85,7 @@ fn median(xs: &mut [f64]) -> f64 {
 fn ingest_cmd(input: &Path, out: &Path) -> Command {
     let _ = std::fs::remove_dir_all(out);
     let mut c = Command::new(BIN);
-    c.arg("ingest")
-        .arg(input)
-        .arg("--out")
-        .arg(out)
-        .arg("--no-progress");
+    c.arg("ingest").arg(out).arg(input).arg("--no-progress");
     c
 }
 
@@ -111,9 +107,8 @@ fn main() {
     // Games in the input, from a first ingest (also warms the page cache).
     let o = sh(Command::new(BIN)
         .arg("ingest")
-        .arg(&zst)
-        .arg("--out")
         .arg(&out)
+        .arg(&zst)
         .args(["--no-progress", "--json"]));
     let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let games = summary["games_read"].as_u64().unwrap();

@@ -58,7 +58,7 @@ pub fn stats_json_with(run_dir: &Path, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("stats --json output")
 }
 
-/// Runs `chessbench ingest ARGS --out DIR --json`, asserting success.
+/// Runs `chessbench ingest DIR ARGS --json`, asserting success.
 pub fn ingest(out: &Path, args: &[&str]) -> serde_json::Value {
     let mut full = vec!["ingest", "--json", out.to_str().unwrap()];
     full.extend_from_slice(args);

@@ -35,6 +35,7 @@ SET VARIABLE cb_n_legal_moves = (SELECT count(*) FROM glob(getvariable('cb_run')
 SET VARIABLE cb_n_state_values = (SELECT count(*) FROM glob(getvariable('cb_run') || '/state_values/split=*/*.parquet'));
 SET VARIABLE cb_n_action_values = (SELECT count(*) FROM glob(getvariable('cb_run') || '/action_values/split=*/*.parquet'));
 SET VARIABLE cb_n_failures = (SELECT count(*) FROM glob(getvariable('cb_run') || '/failures/split=*/*.parquet'));
+SET VARIABLE cb_n_ablations = (SELECT count(*) FROM glob(getvariable('cb_run') || '/ablate/*/results/*.parquet'));
 
 -- The query text of a table's view: a scan of its files when there are any;
 -- otherwise a relation with the table's columns that is empty (`hint` NULL)
@@ -60,7 +61,7 @@ CREATE OR REPLACE VIEW games AS SELECT * FROM query(cb_view_sql('games', getvari
     || 'NULL::VARCHAR AS termination, NULL::DATE AS utc_date, NULL::INTEGER AS utc_time, NULL::VARCHAR AS eco, '
     || 'NULL::VARCHAR AS opening, NULL::UINTEGER AS plies, NULL::VARCHAR AS source, NULL::UBIGINT AS game_index, '
     || 'NULL::UBIGINT AS byte_offset, NULL::UBIGINT AS line',
-    'not ingested: run `chessbench ingest --out RUN` first'));
+    'not ingested: run `chessbench ingest RUN INPUT` first'));
 
 CREATE OR REPLACE VIEW rejects AS SELECT * FROM query(cb_view_sql('rejects', getvariable('cb_n_rejects'),
     'NULL::UBIGINT AS game_no, NULL::VARCHAR AS source, NULL::UBIGINT AS game_index, NULL::UBIGINT AS byte_offset, '
@@ -72,11 +73,11 @@ CREATE OR REPLACE VIEW boards AS SELECT * FROM query(cb_view_sql('boards', getva
     'NULL::UBIGINT AS board_id, NULL::VARCHAR AS fen, NULL::VARCHAR AS side_to_move, NULL::UBIGINT AS occurrences, '
     || 'NULL::UTINYINT AS num_legal_moves, NULL::VARCHAR AS terminal, NULL::UBIGINT AS first_game_no, '
     || 'NULL::UINTEGER AS first_ply',
-    'not ingested: run `chessbench ingest --out RUN` first'));
+    'not ingested: run `chessbench ingest RUN INPUT` first'));
 
 CREATE OR REPLACE VIEW legal_moves AS SELECT * FROM query(cb_view_sql('legal_moves', getvariable('cb_n_legal_moves'),
     'NULL::UBIGINT AS board_id, NULL::USMALLINT AS action, NULL::VARCHAR AS uci',
-    'not ingested: run `chessbench ingest --out RUN` first'));
+    'not ingested: run `chessbench ingest RUN INPUT` first'));
 
 CREATE OR REPLACE VIEW state_values AS SELECT * FROM query(cb_view_sql('state_values', getvariable('cb_n_state_values'),
     'NULL::UBIGINT AS board_id, NULL::VARCHAR AS kind, NULL::DOUBLE AS win_prob, NULL::INTEGER AS cp, '
@@ -93,6 +94,22 @@ CREATE OR REPLACE VIEW failures AS SELECT * FROM query(cb_view_sql('failures', g
     'NULL::UBIGINT AS board_id, NULL::VARCHAR AS fen, NULL::VARCHAR AS reason, NULL::UINTEGER AS attempts, '
     || 'NULL::VARCHAR AS detail',
     NULL));
+
+-- `chessbench ablate` results (every grid of the run): one row per variant,
+-- seed and metric, or one `error` row for a variant that failed. Columns
+-- are documented in src/ablate/results.rs; sql/ablations.sql shapes them
+-- as the paper's tables.
+CREATE OR REPLACE VIEW ablations AS SELECT * FROM query(
+    CASE WHEN getvariable('cb_n_ablations') > 0 THEN
+        'SELECT * FROM read_parquet(''' || replace(getvariable('cb_run'), '''', '''''')
+        || '/ablate/*/results/*.parquet'')'
+    ELSE
+        'SELECT NULL::VARCHAR AS grid, NULL::VARCHAR AS variant, NULL::VARCHAR AS axis, '
+        || 'NULL::VARCHAR AS setting, NULL::VARCHAR AS level, NULL::UBIGINT AS seed, '
+        || 'NULL::VARCHAR AS train_name, NULL::VARCHAR AS metric, NULL::DOUBLE AS value, '
+        || 'NULL::UBIGINT AS step, NULL::VARCHAR AS checkpoint, NULL::VARCHAR AS recipe, '
+        || 'NULL::VARCHAR AS error, NULL::DOUBLE AS seconds FROM range(0)'
+    END);
 
 -- ChessBench record sets. Board identity is the full FEN; win_prob is the
 -- side to move's win probability (state values) or the mover's after the

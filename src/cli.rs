@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use chessbench::{
+    ablate::AblateOptions,
     annotate::AnnotateOptions,
     bag::{ExportOptions, ImportOptions},
     eval::{EvalOptions, UciOptions},
@@ -85,7 +86,7 @@ with a `split` column) and ChessBench's record sets sv_records, bc_records and a
 QUERY is a SQL file or one of the built-in files of sql/ by name: table_a1 (Table A1 per split, \
 the numbers `chessbench stats` prints), dataset_stats (Figure A1 histograms, phases, Elo and time \
 controls, mate scores, failures), overlap (test boards also in train), sampling (uniform vs \
-weighted sampler weights). Each query in a file prints as its own result, named by a \
+weighted sampler weights), ablations (`chessbench ablate` results in the paper's table shape). Each query in a file prints as its own result, named by a \
 `-- @name NAME` comment.\n\n\
 Examples:\n\
   chessbench sql runs/demo table_a1\n\
@@ -128,6 +129,28 @@ goes. bench/torch_reference.py times the same step in PyTorch; `make bench-train
   chessbench bench-step --model 9m --buckets 32 --batch-size 1024 --device cuda --steps 50"
     )]
     BenchStep(BenchStepOptions),
+    /// Run a grid of ablations: train and score every variant, compare them in one table.
+    #[command(
+        long_about = "Run the paper's ablations (Table 2, Table A2) or any grid like them: a grid file \
+names a base recipe (its [annotate], [train] and [eval] tables, as in a pipeline file) and, in \
+[ablate.axes], the options varied one at a time around it (a variant per value, the rest at the base; \
+`seeds` trains each one per seed). Every variant is trained with `train`, scored with `eval` on the same \
+test boards and puzzles, and written as one row per metric to RUN_DIR/ablate/NAME/results/ (Parquet, one \
+file per finished variant; query it with `chessbench sql RUN_DIR ablations`).\n\n\
+An axis is any option of [train] (policy, loss, layers, buckets, sampling, window, ...) or a search \
+limit of [annotate] (nodes, movetime_ms, depth): such a data-level variant annotates the train split \
+again into RUN_DIR/ablate/NAME/data/SETTING/, which shares the ingest tables and the base's test labels. \
+The whole grid is checked before anything runs. A variant that fails is recorded with its error and the \
+others go on; started again, finished variants are kept and unfinished ones resume from their \
+checkpoints.\n\n\
+On a cluster, each task of a Slurm array or Kubernetes Indexed Job runs its share of the variants \
+(--shard I/N or the scheduler's environment); grids with search-limit axes run `--phase data` first \
+(pipeline/slurm/ablate.sbatch chains both).\n\n\
+  chessbench ablate pipeline/ablations.toml --plan\n\
+  chessbench ablate pipeline/ablations.toml\n\
+  chessbench ablate pipeline/ablations.toml --report     # RUN_DIR/ablate/NAME/report.md"
+    )]
+    Ablate(AblateOptions),
     /// Score a checkpoint: static metrics, Lichess puzzles, games and Elo; write a report.
     #[command(
         long_about = "Evaluate a trained checkpoint as the paper does and write RUN/report/ \

@@ -12,6 +12,7 @@
 //! [`eval`]) talk to each other only through the tables and checkpoints they
 //! write. The binary (`main.rs`, `cli.rs`) parses, dispatches and reports.
 
+pub mod ablate;
 pub mod annotate;
 pub mod bag;
 pub mod chess;

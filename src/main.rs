@@ -10,6 +10,7 @@ use std::{io, process::ExitCode};
 
 use anyhow::{Context, Result};
 use chessbench::{
+    ablate,
     annotate::{self, AnnotateOptions},
     bag,
     eval::{self, EvalOptions},
@@ -117,6 +118,25 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             let summary = eval::evaluate(&config, progress)
                 .with_context(|| format!("evaluating {}", config.checkpoint.display()))?;
             emit(&summary, json)?;
+        }
+        Command::Ablate(a) => {
+            if a.plan {
+                emit(&ablate::plan(&a)?, json)?;
+            } else if a.report {
+                emit(&ablate::report::write(&a)?, json)?;
+            } else {
+                let summary = ablate::run(&a, progress)
+                    .with_context(|| format!("running the grid {}", a.grid.display()))?;
+                emit(&summary, json)?;
+                if !summary.failed.is_empty() {
+                    anyhow::bail!(
+                        "{} of {} variants failed (their errors are in {})",
+                        summary.failed.len(),
+                        summary.variants,
+                        summary.results.display()
+                    );
+                }
+            }
         }
         Command::Uci(a) => eval::uci_server::run(&a)
             .with_context(|| format!("playing {}", a.checkpoint.display()))?,

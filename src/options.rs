@@ -49,8 +49,9 @@ pub const MEMORY_LIMIT: &str = "2GiB";
 /// [`MEMORY_LIMIT`] in bytes.
 pub const MEMORY_LIMIT_BYTES: u64 = 2 << 30;
 
-/// The tables a pipeline file may have.
-pub(crate) const STAGES: [&str; 4] = ["ingest", "annotate", "train", "eval"];
+/// The tables a pipeline file may have (`[ablate]`: a grid file's list of
+/// variants, see [`crate::ablate`]).
+pub(crate) const STAGES: [&str; 5] = ["ingest", "annotate", "train", "eval", "ablate"];
 
 /// The run directory: the first argument of every stage that has one, `run`
 /// in a pipeline table. `ingest` writes its tables there, the later stages
@@ -108,6 +109,127 @@ pub struct Resources {
     #[command(flatten)]
     #[serde(flatten)]
     pub budget: Budget,
+}
+
+/// A `--shard` or a cluster environment that does not name a shard.
+#[derive(Debug, Error)]
+#[error("invalid {option}: {message}")]
+pub struct ShardError {
+    pub option: &'static str,
+    pub message: String,
+}
+
+fn invalid(option: &'static str, message: impl Into<String>) -> ShardError {
+    ShardError {
+        option,
+        message: message.into(),
+    }
+}
+
+/// Which slice of a job this process does (`--shard I/N`): annotate's
+/// chunks of boards, ablate's variants. A cluster scheduler's array gives
+/// it through the environment ([`Shard::from_env`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    /// 0-based.
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Shard {
+    pub const ALL: Shard = Shard { index: 0, count: 1 };
+
+    /// Parses `I/N` (0 <= I < N).
+    pub(crate) fn parse(text: &str) -> Result<Shard, ShardError> {
+        let bad = || {
+            invalid(
+                "--shard",
+                format!("expected I/N with 0 <= I < N, got {text:?}"),
+            )
+        };
+        let (i, n) = text.split_once('/').ok_or_else(bad)?;
+        let index: u32 = i.trim().parse().map_err(|_| bad())?;
+        let count: u32 = n.trim().parse().map_err(|_| bad())?;
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+
+    /// The shard from a cluster scheduler's environment: a Slurm job array
+    /// (`SLURM_ARRAY_TASK_ID` - `SLURM_ARRAY_TASK_MIN` of
+    /// `SLURM_ARRAY_TASK_COUNT`) or a Kubernetes Indexed Job
+    /// (`JOB_COMPLETION_INDEX` of `CHESSBENCH_SHARD_COUNT`, which the Job
+    /// sets to its `completions`).
+    pub(crate) fn from_env(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<(Shard, &'static str)>, ShardError> {
+        let num = |name: &'static str| -> Result<Option<u32>, ShardError> {
+            match get(name) {
+                None => Ok(None),
+                Some(v) => v
+                    .trim()
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| invalid(name, format!("expected a number, got {v:?}"))),
+            }
+        };
+        if let (Some(id), Some(count)) =
+            (num("SLURM_ARRAY_TASK_ID")?, num("SLURM_ARRAY_TASK_COUNT")?)
+        {
+            let min = num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+            let index = id
+                .checked_sub(min)
+                .ok_or_else(|| invalid("SLURM_ARRAY_TASK_ID", "below SLURM_ARRAY_TASK_MIN"))?;
+            if count == 0 || index >= count {
+                return Err(invalid(
+                    "SLURM_ARRAY_TASK_ID",
+                    format!(
+                        "task {id} (min {min}) is outside an array of {count}; use a contiguous --array=0-{}",
+                        count.saturating_sub(1)
+                    ),
+                ));
+            }
+            return Ok(Some((Shard { index, count }, "Slurm job array")));
+        }
+        if let Some(index) = num("JOB_COMPLETION_INDEX")? {
+            let count = num("CHESSBENCH_SHARD_COUNT")?.ok_or_else(|| {
+                invalid(
+                    "CHESSBENCH_SHARD_COUNT",
+                    "JOB_COMPLETION_INDEX is set (Kubernetes Indexed Job) but the shard count is not; set it to the Job's completions",
+                )
+            })?;
+            if count == 0 || index >= count {
+                return Err(invalid(
+                    "JOB_COMPLETION_INDEX",
+                    format!("{index} is outside {count} shards"),
+                ));
+            }
+            return Ok(Some((Shard { index, count }, "Kubernetes Indexed Job")));
+        }
+        Ok(None)
+    }
+}
+
+impl Shard {
+    /// Whether item `i` of a job belongs to this shard: items are dealt
+    /// round-robin, `i mod N == I`.
+    pub fn owns(self, i: usize) -> bool {
+        i % self.count as usize == self.index as usize
+    }
+}
+
+impl FromStr for Shard {
+    type Err = ShardError;
+    fn from_str(text: &str) -> Result<Shard, ShardError> {
+        Shard::parse(text)
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
 }
 
 /// Where a model runs and what it computes in (`--device`, `--precision`).
@@ -194,7 +316,7 @@ fn at(line: Option<usize>) -> String {
 
 /// The 1-based line of `key = ...` inside `[table]` (or its sub-tables) of a
 /// pipeline file's text, for error messages.
-fn line_of(text: &str, table: &str, key: &str) -> Option<usize> {
+pub(crate) fn line_of(text: &str, table: &str, key: &str) -> Option<usize> {
     let mut current = String::new();
     for (i, line) in text.lines().enumerate() {
         let l = line.trim();
@@ -224,6 +346,29 @@ pub fn load<T: Stage>(matches: &ArgMatches, file: Option<&Path>) -> Result<T, Op
             layer(matches, table, file, &text)
         }
     }
+}
+
+/// Stage `T`'s options from `table`, a table of pipeline file `file` whose
+/// text is `text` (for its line numbers), with no command line: how a stage
+/// composing others (`ablate`) builds their options from its own file.
+pub(crate) fn from_file_table<T: Stage>(
+    file: &Path,
+    table: toml::Table,
+    text: &str,
+) -> Result<T, OptionsError> {
+    let matches = T::augment_args(clap::Command::new("options").no_binary_name(true))
+        .try_get_matches_from(std::iter::empty::<String>())?;
+    layer(&matches, table, file, text)
+}
+
+/// The keys of stage `T`'s table: its options' ids.
+pub(crate) fn keys<T: Stage>() -> Vec<String> {
+    let command = T::augment_args(clap::Command::new("options"));
+    command
+        .get_arguments()
+        .filter(|a| !matches!(a.get_action(), ArgAction::Help | ArgAction::Version))
+        .map(|a| a.get_id().to_string())
+        .collect()
 }
 
 /// Stage `T`'s options from the text of its pipeline table alone (no
@@ -577,6 +722,56 @@ pub(crate) mod as_text_vec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn shard_parsing() {
+        assert_eq!(Shard::parse("2/4").unwrap(), Shard { index: 2, count: 4 });
+        for bad in ["4/4", "1", "a/b", "0/0", "-1/3"] {
+            assert!(Shard::parse(bad).is_err(), "{bad}");
+        }
+        let s = Shard { index: 1, count: 3 };
+        let owned: Vec<usize> = (0..7).filter(|&i| s.owns(i)).collect();
+        assert_eq!(owned, [1, 4]);
+    }
+
+    #[test]
+    fn shard_from_cluster_environment() {
+        let slurm = [
+            ("SLURM_ARRAY_TASK_ID", "5"),
+            ("SLURM_ARRAY_TASK_MIN", "4"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+        ];
+        assert_eq!(
+            Shard::from_env(env(&slurm)).unwrap(),
+            Some((Shard { index: 1, count: 4 }, "Slurm job array"))
+        );
+        let k8s = [
+            ("JOB_COMPLETION_INDEX", "3"),
+            ("CHESSBENCH_SHARD_COUNT", "8"),
+        ];
+        assert_eq!(
+            Shard::from_env(env(&k8s)).unwrap(),
+            Some((Shard { index: 3, count: 8 }, "Kubernetes Indexed Job"))
+        );
+        assert!(Shard::from_env(env(&[("JOB_COMPLETION_INDEX", "3")])).is_err());
+        assert!(
+            Shard::from_env(env(&[
+                ("SLURM_ARRAY_TASK_ID", "9"),
+                ("SLURM_ARRAY_TASK_COUNT", "4")
+            ]))
+            .is_err()
+        );
+        assert_eq!(Shard::from_env(env(&[])).unwrap(), None);
+    }
 
     #[test]
     fn sizes() {

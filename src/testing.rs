@@ -57,10 +57,13 @@ pub fn missing(what: &str) {
     eprintln!("skipping: {what}");
 }
 
-/// Real Stockfish (`EngineConfig::default()` finds it), or `None` after
-/// [`missing`].
+/// Real Stockfish: `EngineConfig::default()` with its path resolved to the
+/// program it starts (`/usr/games/stockfish` when that is not on PATH), or
+/// `None` after [`missing`].
 pub fn stockfish() -> Option<crate::uci::EngineConfig> {
-    let config = crate::uci::EngineConfig::default();
+    let mut config = crate::uci::EngineConfig::default();
+    // The program the engine starts, so tests can name it in scripts.
+    config.path = crate::uci::engine::program(&config.path);
     match crate::uci::Engine::start(&config) {
         Ok(e) => {
             e.quit();

@@ -8,7 +8,7 @@ use clap::{ArgAction, Args, ValueHint};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::options::{Jobs, RunArg};
+use crate::options::{Jobs, RunArg, Shard, ShardError};
 use crate::uci::{EngineConfig, Limit, oracle::Mode};
 
 /// Configuration problems, naming the option at fault.
@@ -23,106 +23,16 @@ pub enum AnnotateConfigError {
     },
 }
 
+impl From<ShardError> for AnnotateConfigError {
+    fn from(e: ShardError) -> AnnotateConfigError {
+        invalid(e.option, e.message)
+    }
+}
+
 fn invalid(option: &'static str, message: impl Into<String>) -> AnnotateConfigError {
     AnnotateConfigError::Invalid {
         option,
         message: message.into(),
-    }
-}
-
-/// Which slice of the boards this process annotates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shard {
-    /// 0-based.
-    pub index: u32,
-    pub count: u32,
-}
-
-impl Shard {
-    pub(crate) const ALL: Shard = Shard { index: 0, count: 1 };
-
-    /// Parses `I/N` (0 <= I < N).
-    pub(crate) fn parse(text: &str) -> Result<Shard, AnnotateConfigError> {
-        let bad = || {
-            invalid(
-                "--shard",
-                format!("expected I/N with 0 <= I < N, got {text:?}"),
-            )
-        };
-        let (i, n) = text.split_once('/').ok_or_else(bad)?;
-        let index: u32 = i.trim().parse().map_err(|_| bad())?;
-        let count: u32 = n.trim().parse().map_err(|_| bad())?;
-        if count == 0 || index >= count {
-            return Err(bad());
-        }
-        Ok(Shard { index, count })
-    }
-
-    /// The shard from a cluster scheduler's environment: a Slurm job array
-    /// (`SLURM_ARRAY_TASK_ID` - `SLURM_ARRAY_TASK_MIN` of
-    /// `SLURM_ARRAY_TASK_COUNT`) or a Kubernetes Indexed Job
-    /// (`JOB_COMPLETION_INDEX` of `CHESSBENCH_SHARD_COUNT`, which the Job
-    /// sets to its `completions`).
-    pub(crate) fn from_env(
-        get: impl Fn(&str) -> Option<String>,
-    ) -> Result<Option<(Shard, &'static str)>, AnnotateConfigError> {
-        let num = |name: &'static str| -> Result<Option<u32>, AnnotateConfigError> {
-            match get(name) {
-                None => Ok(None),
-                Some(v) => v
-                    .trim()
-                    .parse()
-                    .map(Some)
-                    .map_err(|_| invalid(name, format!("expected a number, got {v:?}"))),
-            }
-        };
-        if let (Some(id), Some(count)) =
-            (num("SLURM_ARRAY_TASK_ID")?, num("SLURM_ARRAY_TASK_COUNT")?)
-        {
-            let min = num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
-            let index = id
-                .checked_sub(min)
-                .ok_or_else(|| invalid("SLURM_ARRAY_TASK_ID", "below SLURM_ARRAY_TASK_MIN"))?;
-            if count == 0 || index >= count {
-                return Err(invalid(
-                    "SLURM_ARRAY_TASK_ID",
-                    format!(
-                        "task {id} (min {min}) is outside an array of {count}; use a contiguous --array=0-{}",
-                        count.saturating_sub(1)
-                    ),
-                ));
-            }
-            return Ok(Some((Shard { index, count }, "Slurm job array")));
-        }
-        if let Some(index) = num("JOB_COMPLETION_INDEX")? {
-            let count = num("CHESSBENCH_SHARD_COUNT")?.ok_or_else(|| {
-                invalid(
-                    "CHESSBENCH_SHARD_COUNT",
-                    "JOB_COMPLETION_INDEX is set (Kubernetes Indexed Job) but the shard count is not; set it to the Job's completions",
-                )
-            })?;
-            if count == 0 || index >= count {
-                return Err(invalid(
-                    "JOB_COMPLETION_INDEX",
-                    format!("{index} is outside {count} shards"),
-                ));
-            }
-            return Ok(Some((Shard { index, count }, "Kubernetes Indexed Job")));
-        }
-        Ok(None)
-    }
-}
-
-impl FromStr for Shard {
-    type Err = AnnotateConfigError;
-    fn from_str(text: &str) -> Result<Shard, AnnotateConfigError> {
-        Shard::parse(text)
-    }
-}
-
-impl std::fmt::Display for Shard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.index, self.count)
     }
 }
 
@@ -412,41 +322,11 @@ mod tests {
     }
 
     #[test]
-    fn shard_parsing() {
-        assert_eq!(Shard::parse("2/4").unwrap(), Shard { index: 2, count: 4 });
-        for bad in ["4/4", "1", "a/b", "0/0", "-1/3"] {
-            assert!(Shard::parse(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn shard_from_cluster_environment() {
-        let slurm = [
-            ("SLURM_ARRAY_TASK_ID", "5"),
-            ("SLURM_ARRAY_TASK_MIN", "4"),
-            ("SLURM_ARRAY_TASK_COUNT", "4"),
-        ];
-        assert_eq!(
-            Shard::from_env(env(&slurm)).unwrap(),
-            Some((Shard { index: 1, count: 4 }, "Slurm job array"))
-        );
+    fn the_shard_option_wins_over_the_cluster_environment() {
         let k8s = [
             ("JOB_COMPLETION_INDEX", "3"),
             ("CHESSBENCH_SHARD_COUNT", "8"),
         ];
-        assert_eq!(
-            Shard::from_env(env(&k8s)).unwrap(),
-            Some((Shard { index: 3, count: 8 }, "Kubernetes Indexed Job"))
-        );
-        assert!(Shard::from_env(env(&[("JOB_COMPLETION_INDEX", "3")])).is_err());
-        assert!(
-            Shard::from_env(env(&[
-                ("SLURM_ARRAY_TASK_ID", "9"),
-                ("SLURM_ARRAY_TASK_COUNT", "4")
-            ]))
-            .is_err()
-        );
-        assert_eq!(Shard::from_env(env(&[])).unwrap(), None);
         // --shard wins over the environment.
         let o = AnnotateOptions {
             run: RunArg {

@@ -32,13 +32,14 @@ pub(crate) use script::Statement;
 pub(crate) const VIEWS_SQL: &str = include_str!("../../sql/views.sql");
 
 /// The SQL files shipped in `sql/`, by name.
-pub const BUILTIN: [(&str, &str); 6] = [
+pub const BUILTIN: [(&str, &str); 7] = [
     ("views", VIEWS_SQL),
     ("table_a1", include_str!("../../sql/table_a1.sql")),
     ("dataset_stats", include_str!("../../sql/dataset_stats.sql")),
     ("overlap", include_str!("../../sql/overlap.sql")),
     ("sampling", include_str!("../../sql/sampling.sql")),
     ("training", include_str!("../../sql/training.sql")),
+    ("ablations", include_str!("../../sql/ablations.sql")),
 ];
 
 /// Failures of the SQL layer.

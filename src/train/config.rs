@@ -11,7 +11,7 @@ use thiserror::Error;
 use super::{loss::Loss, sampler::Sampling};
 use crate::{
     chess::RecordSet,
-    model::{DeviceKind, Precision, Preset},
+    model::{DeviceKind, ModelShape, Precision, Preset},
     options::{Compute, MEMORY_LIMIT_BYTES, Resources, RunArg},
 };
 
@@ -45,6 +45,10 @@ pub struct Recipe {
     /// Model size.
     #[arg(long, value_enum, default_value_t = Preset::Tiny, help_heading = "Recipe")]
     pub model: Preset,
+    /// Transformer blocks, replacing the preset's (the paper's depth
+    /// ablation varies it at the 9M model's width) [default: the preset's].
+    #[arg(long, value_name = "N", help_heading = "Recipe")]
+    pub layers: Option<usize>,
     /// K value buckets.
     #[arg(long, default_value_t = 128, help_heading = "Recipe")]
     pub buckets: usize,
@@ -179,6 +183,9 @@ pub struct TrainConfig {
     pub eval_split: Option<String>,
     pub policy: RecordSet,
     pub model: Preset,
+    /// Transformer blocks when not the preset's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<usize>,
     /// K value buckets (value policies).
     pub buckets: usize,
     pub loss: Loss,
@@ -237,6 +244,15 @@ fn default_memory_limit() -> u64 {
 }
 
 impl TrainConfig {
+    /// The shape of the model this recipe trains.
+    pub fn shape(&self) -> ModelShape {
+        let mut shape = ModelShape::preset(self.model, self.policy, self.buckets);
+        if let Some(layers) = self.layers {
+            shape.layers = layers;
+        }
+        shape
+    }
+
     /// The run's output directory `RUN/train/NAME`.
     pub fn out_dir(&self) -> PathBuf {
         self.run.join("train").join(&self.name)
@@ -349,6 +365,10 @@ impl TrainOptions {
             eval_split: (!self.eval_split.is_empty()).then(|| self.eval_split.clone()),
             policy,
             model,
+            layers: match recipe.layers {
+                Some(0) => return Err(invalid("layers", "must be at least 1")),
+                layers => layers,
+            },
             buckets,
             loss,
             batch_size: positive("batch_size", recipe.batch_size as u64)? as usize,

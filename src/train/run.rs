@@ -42,7 +42,7 @@ use super::{
 use crate::{
     chess::{RecordSet, actions::NUM_ACTIONS, value::ValueBuckets},
     model::{
-        CheckpointError, DeviceKind, ModelBackend, ModelShape, Predictor, Products, TrainBackend,
+        CheckpointError, DeviceKind, ModelBackend, Predictor, Products, TrainBackend,
         checkpoint::{latest, load_module, read_state},
         tokens_tensor, tune_allocator,
     },
@@ -418,7 +418,7 @@ fn train_on<B: TrainBackend>(
         }
     }
     fs::create_dir_all(&out).map_err(io(&out))?;
-    let shape = ModelShape::preset(config.model, config.policy, config.buckets);
+    let shape = config.shape();
     let buckets =
         ValueBuckets::new(config.buckets).map_err(|_| DataError::Buckets(config.buckets))?;
     let support = ValueSupport::<B>::new(&buckets, &device);

@@ -56,7 +56,11 @@ impl BenchStepOptions {
     pub fn bench(&self) -> StepBench {
         let recipe = &self.recipe;
         StepBench {
-            shape: ModelShape::preset(recipe.model, recipe.policy, recipe.buckets),
+            shape: {
+                let mut shape = ModelShape::preset(recipe.model, recipe.policy, recipe.buckets);
+                shape.layers = recipe.layers.unwrap_or(shape.layers);
+                shape
+            },
             loss: if recipe.policy == RecordSet::BehavioralCloning {
                 Loss::CrossEntropy
             } else {

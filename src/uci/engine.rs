@@ -61,7 +61,7 @@ pub(crate) const DEFAULT_ENGINE: &str = "stockfish";
 /// The program to start for `path`: itself, except that a bare `stockfish`
 /// missing from PATH is Debian's `/usr/games/stockfish` where that exists
 /// (the package installs there, and /usr/games is not on root's PATH).
-fn program(path: &Path) -> PathBuf {
+pub(crate) fn program(path: &Path) -> PathBuf {
     if path != Path::new(DEFAULT_ENGINE) {
         return path.to_owned();
     }

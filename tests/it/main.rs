@@ -3,6 +3,7 @@
 //! Python package skip (printing why) without it, and fail under `CI=true`
 //! (see `chessbench::testing`).
 
+mod ablate;
 mod annotate;
 mod disk;
 mod eval;

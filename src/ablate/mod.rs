@@ -1,0 +1,665 @@
+//! `chessbench ablate GRID [RUN_DIR]`: the paper's ablations as one command.
+//!
+//! A grid file ([`grid`]) names a base recipe and the axes varied one at a
+//! time around it; `ablate` trains every variant (once per seed) with the
+//! `train` stage, scores it with the `eval` stage on the same test boards
+//! and puzzles, and writes one row per variant and metric to
+//! `RUN/ablate/NAME/results/` ([`results`]). Data-level axes (Stockfish's
+//! search limit) annotate the train split again into the variant's own run
+//! directory, which shares the ingest tables and the base's test labels
+//! with RUN. `--report` ([`report`]) puts the results beside the paper's
+//! ([`paper`]) with plots of the training curves.
+//!
+//! It composes the stages through their options and entry points, as the
+//! command line does, and reads their outputs from their files. It holds
+//! only the grid and the results; each variant's training and evaluation
+//! keep their own memory budgets. A variant that fails is recorded with its
+//! error and the others go on; a killed grid resumes (finished variants are
+//! kept, unfinished ones resume from their checkpoints).
+
+pub mod grid;
+pub mod paper;
+pub mod report;
+pub mod results;
+
+use std::{
+    io::{self, Write},
+    path::{Path, PathBuf},
+    sync::Mutex,
+    time::Instant,
+};
+
+use clap::{Args, ValueEnum, ValueHint};
+use serde::Serialize;
+use thiserror::Error;
+
+pub use grid::{Grid, GridError, Level, Variant};
+use results::Row;
+
+use crate::{
+    annotate,
+    eval::{self, run::EvalSummary},
+    options::{Shard, ShardError},
+    store::{StoreError, chunks::ENTRIES, schema::Table},
+    train::{self, RunOptions},
+    ui::Report,
+};
+
+/// What went wrong before or around the variants (a variant's own failure
+/// is a row of the results, not an error).
+#[derive(Debug, Error)]
+pub enum AblateError {
+    #[error(transparent)]
+    Grid(#[from] GridError),
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("annotating {}: {source}", dir.display())]
+    Annotate {
+        dir: PathBuf,
+        source: annotate::AnnotateError,
+    },
+    #[error(
+        "the data of {id} is not annotated yet ({} has no annotation): run `chessbench ablate GRID --phase data` first",
+        dir.display()
+    )]
+    DataMissing { id: String, dir: PathBuf },
+    #[error(
+        "a sharded grid with search-limit axes runs in two phases: `--phase data` on every shard, then `--phase train`"
+    )]
+    ShardedData,
+    #[error("writing the report: {0}")]
+    Report(#[from] io::Error),
+}
+
+/// Which part of the grid to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The data, then the variants.
+    All,
+    /// Annotate the base run and the data-level variants' train splits
+    /// (sharded as `annotate --shard`).
+    Data,
+    /// Train and evaluate the variants (sharded by variant).
+    Train,
+}
+
+/// `chessbench ablate`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct AblateOptions {
+    /// The grid file: a base recipe (its [annotate], [train] and [eval]
+    /// tables, as in a pipeline file) and the axes varied one at a time
+    /// ([ablate.axes]).
+    #[arg(value_name = "GRID", value_hint = ValueHint::FilePath)]
+    pub grid: PathBuf,
+    /// The run directory trained on; results go to RUN_DIR/ablate/NAME
+    /// [default: the grid's `run`].
+    #[arg(value_name = "RUN_DIR", value_hint = ValueHint::DirPath)]
+    pub run: Option<PathBuf>,
+    /// Print the variants, what is finished and the projected cost; run
+    /// nothing.
+    #[arg(long, conflicts_with = "report")]
+    pub plan: bool,
+    /// Write RUN_DIR/ablate/NAME/report.md and its plots from the results
+    /// so far; run nothing.
+    #[arg(long)]
+    pub report: bool,
+    /// The part to run: data (annotations), train (variants), or all.
+    #[arg(long, value_enum, default_value_t = Phase::All)]
+    pub phase: Phase,
+    /// Variants trained at once [default: the grid's `parallel`, else 1].
+    #[arg(long, value_name = "N", help_heading = "Resources")]
+    pub parallel: Option<usize>,
+    /// Run only variants I, I+N, I+2N, ... (0-based, in --plan's order);
+    /// with --phase data, annotate's slice I of N of every annotation. Also
+    /// read from SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT or
+    /// JOB_COMPLETION_INDEX / CHESSBENCH_SHARD_COUNT.
+    #[arg(long, value_name = "I/N", help_heading = "Resources")]
+    pub shard: Option<Shard>,
+}
+
+/// A variant's state in the results directory.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum State {
+    /// Its rows are in the results table.
+    Finished,
+    /// Its `error` row is in the results table (a rerun tries again).
+    Failed {
+        error: String,
+    },
+    /// Trained up to `step` (a rerun resumes there).
+    Partial {
+        step: u64,
+    },
+    Pending,
+}
+
+/// One variant in `--plan` or the summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct VariantLine {
+    pub index: usize,
+    pub id: String,
+    pub seed: u64,
+    pub level: Level,
+    pub train_name: String,
+    pub steps: u64,
+    pub samples: u64,
+    #[serde(flatten)]
+    pub state: State,
+}
+
+/// `ablate --plan`: the variants and the projected cost.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub grid: PathBuf,
+    pub name: String,
+    pub run: PathBuf,
+    pub results: PathBuf,
+    pub seeds: Vec<u64>,
+    pub variants: Vec<VariantLine>,
+    /// Data-level variants: their run directory and search limit.
+    pub data: Vec<(String, PathBuf, String)>,
+    pub samples: u64,
+    pub samples_per_s: Option<f64>,
+    pub measured_on: Option<String>,
+    /// Hours of training on one device (variants one after another).
+    pub device_hours: Option<f64>,
+    /// Hours on a cluster with a device per variant (the longest variant).
+    pub cluster_hours: Option<f64>,
+}
+
+/// What `ablate` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub name: String,
+    pub results: PathBuf,
+    pub phase: Phase,
+    pub shard: Option<String>,
+    /// Variants of this shard.
+    pub variants: usize,
+    pub finished_before: usize,
+    pub finished_now: usize,
+    /// `(variant, seed, error)` of the variants that failed.
+    pub failed: Vec<(String, u64, String)>,
+    pub annotated: Vec<String>,
+    pub seconds: f64,
+}
+
+impl Report for Summary {
+    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
+        let shard = self
+            .shard
+            .as_ref()
+            .map(|s| format!(" (shard {s})"))
+            .unwrap_or_default();
+        if !self.annotated.is_empty() {
+            writeln!(out, "annotated: {}", self.annotated.join(", "))?;
+        }
+        if self.phase != Phase::Data {
+            writeln!(
+                out,
+                "ablation {}{shard}: {} variants, {} finished before, {} finished now, {} failed ({:.0} s)",
+                self.name,
+                self.variants,
+                self.finished_before,
+                self.finished_now,
+                self.failed.len(),
+                self.seconds
+            )?;
+        }
+        for (id, seed, error) in &self.failed {
+            writeln!(out, "  failed: {id} seed {seed}: {error}")?;
+        }
+        writeln!(out, "results: {}", self.results.display())
+    }
+}
+
+impl Report for Plan {
+    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "ablation {} ({}): {} variants on {}, seeds {:?}",
+            self.name,
+            self.grid.display(),
+            self.variants.len(),
+            self.run.display(),
+            self.seeds
+        )?;
+        for (id, dir, limit) in &self.data {
+            writeln!(
+                out,
+                "  data {id}: the train split annotated at {limit} into {}",
+                dir.display()
+            )?;
+        }
+        writeln!(
+            out,
+            "  {:>3}  {:<28} {:>5}  {:<6} {:>12}  state",
+            "#", "variant", "seed", "level", "samples"
+        )?;
+        for v in &self.variants {
+            let state = match &v.state {
+                State::Finished => "finished".to_owned(),
+                State::Failed { error } => format!("failed: {error}"),
+                State::Partial { step } => format!("step {step} of {}", v.steps),
+                State::Pending => "pending".to_owned(),
+            };
+            writeln!(
+                out,
+                "  {:>3}  {:<28} {:>5}  {:<6} {:>12}  {state}",
+                v.index,
+                v.id,
+                v.seed,
+                v.level.name(),
+                crate::ui::group(v.samples)
+            )?;
+        }
+        writeln!(
+            out,
+            "training samples in all: {}",
+            crate::ui::group(self.samples)
+        )?;
+        match (self.samples_per_s, self.device_hours, self.cluster_hours) {
+            (Some(rate), Some(one), Some(cluster)) => writeln!(
+                out,
+                "projected at {rate:.0} samples/s{}: {one:.1} h on one device, variants one after another; {cluster:.1} h on a cluster with one device per variant ({} tasks)",
+                self.measured_on
+                    .as_ref()
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default(),
+                self.variants.len()
+            )?,
+            _ => writeln!(
+                out,
+                "no projected time: give the base recipe's measured samples_per_s in [ablate]"
+            )?,
+        }
+        writeln!(out, "results: {}", self.results.display())
+    }
+}
+
+/// The state of every variant from the results files and checkpoints.
+fn states(grid: &Grid, rows: &[Row]) -> Vec<State> {
+    grid.variants
+        .iter()
+        .map(|v| {
+            let mine: Vec<&Row> = rows
+                .iter()
+                .filter(|r| r.train_name == v.train_name)
+                .collect();
+            if let Some(r) = mine.iter().find(|r| r.error.is_some()) {
+                return State::Failed {
+                    error: r.error.clone().unwrap_or_default(),
+                };
+            }
+            if !mine.is_empty() {
+                return State::Finished;
+            }
+            let newest = crate::model::checkpoint::list(&v.train.out_dir())
+                .ok()
+                .and_then(|list| list.iter().map(|(step, _)| *step).max());
+            match newest {
+                Some(step) => State::Partial { step },
+                None => State::Pending,
+            }
+        })
+        .collect()
+}
+
+/// `--plan`.
+pub fn plan(options: &AblateOptions) -> Result<Plan, AblateError> {
+    let grid = Grid::load(&options.grid, options.run.as_deref())?;
+    let rows = results::read_all(&grid.dir())?;
+    let states = states(&grid, &rows);
+    let variants: Vec<VariantLine> = grid
+        .variants
+        .iter()
+        .zip(states)
+        .enumerate()
+        .map(|(index, (v, state))| VariantLine {
+            index,
+            id: v.id.clone(),
+            seed: v.seed,
+            level: v.level,
+            train_name: v.train_name.clone(),
+            steps: v.train.steps,
+            samples: v.train.steps * v.train.batch_size as u64,
+            state,
+        })
+        .collect();
+    let samples: u64 = variants.iter().map(|v| v.samples).sum();
+    let longest = variants.iter().map(|v| v.samples).max().unwrap_or(0);
+    let hours = |n: u64| grid.samples_per_s.map(|r| n as f64 / r / 3600.0);
+    Ok(Plan {
+        grid: grid.file.clone(),
+        name: grid.name.clone(),
+        run: grid.run.clone(),
+        results: grid.dir().join("results"),
+        seeds: grid.seeds.clone(),
+        data: grid
+            .data
+            .iter()
+            .map(|d| (d.id.clone(), d.dir.clone(), d.annotate.limit.to_string()))
+            .collect(),
+        variants,
+        samples,
+        samples_per_s: grid.samples_per_s,
+        measured_on: grid.measured_on.clone(),
+        device_hours: hours(samples),
+        cluster_hours: hours(longest),
+    })
+}
+
+/// A variant's id, seed and whether it finished (else its error).
+type Outcome = (String, u64, Result<(), String>);
+
+/// Runs the grid (or the phase and shard `options` name).
+pub fn run(options: &AblateOptions, progress: bool) -> Result<Summary, AblateError> {
+    let start = Instant::now();
+    let grid = Grid::load(&options.grid, options.run.as_deref())?;
+    let shard = match options.shard {
+        Some(s) => Some(s),
+        None => Shard::from_env(|k| std::env::var(k).ok())?.map(|(s, _)| s),
+    }
+    .filter(|s| s.count > 1);
+    if options.phase == Phase::All && shard.is_some() && !grid.data.is_empty() {
+        return Err(AblateError::ShardedData);
+    }
+    let mut annotated = Vec::new();
+    if options.phase != Phase::Train {
+        annotated = prepare_data(&grid, shard, progress)?;
+    }
+    let mut summary = Summary {
+        name: grid.name.clone(),
+        results: grid.dir().join("results"),
+        phase: options.phase,
+        shard: shard.map(|s| s.to_string()),
+        variants: 0,
+        finished_before: 0,
+        finished_now: 0,
+        failed: Vec::new(),
+        annotated,
+        seconds: 0.0,
+    };
+    if options.phase == Phase::Data {
+        summary.seconds = start.elapsed().as_secs_f64();
+        return Ok(summary);
+    }
+    for d in &grid.data {
+        if !d
+            .dir
+            .join(ENTRIES)
+            .join(format!("split={}", grid.variants[0].train.split))
+            .is_dir()
+        {
+            return Err(AblateError::DataMissing {
+                id: d.id.clone(),
+                dir: d.dir.clone(),
+            });
+        }
+    }
+    let rows = results::read_all(&grid.dir())?;
+    let states = states(&grid, &rows);
+    let mine: Vec<(usize, &Variant)> = grid
+        .variants
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| shard.is_none_or(|s| s.owns(*i)))
+        .collect();
+    summary.variants = mine.len();
+    let todo: Vec<&Variant> = mine
+        .iter()
+        .filter(|(i, _)| states[*i] != State::Finished)
+        .map(|(_, v)| *v)
+        .collect();
+    summary.finished_before = mine.len() - todo.len();
+    let parallel = options.parallel.unwrap_or(grid.parallel).max(1);
+    let total = todo.len();
+    let queue = Mutex::new(todo.into_iter().enumerate());
+    let outcomes: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
+    let one_at_a_time = parallel == 1;
+    std::thread::scope(|scope| {
+        for _ in 0..parallel.min(total) {
+            scope.spawn(|| {
+                loop {
+                    let next = queue.lock().map(|mut q| q.next()).ok().flatten();
+                    let Some((n, variant)) = next else { break };
+                    if progress {
+                        eprintln!(
+                            "[{}/{total}] {} seed {}: training {}",
+                            n + 1,
+                            variant.id,
+                            variant.seed,
+                            variant.train.out_dir().display()
+                        );
+                    }
+                    let outcome = run_variant(&grid, variant, progress && one_at_a_time);
+                    if progress {
+                        match &outcome {
+                            Ok(line) => eprintln!("[{}/{total}] {}", n + 1, line),
+                            Err(e) => eprintln!(
+                                "[{}/{total}] {} seed {} failed: {e}",
+                                n + 1,
+                                variant.id,
+                                variant.seed
+                            ),
+                        }
+                    }
+                    if let Ok(mut o) = outcomes.lock() {
+                        o.push((variant.id.clone(), variant.seed, outcome.map(|_| ())));
+                    }
+                }
+            });
+        }
+    });
+    for (id, seed, outcome) in outcomes.into_inner().unwrap_or_default() {
+        match outcome {
+            Ok(()) => summary.finished_now += 1,
+            Err(e) => summary.failed.push((id, seed, e)),
+        }
+    }
+    summary.failed.sort();
+    summary.seconds = start.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+/// Annotates the base run (its `[annotate]` table: a no-op when done) and
+/// every data-level variant's train split into its own run directory.
+fn prepare_data(
+    grid: &Grid,
+    shard: Option<Shard>,
+    progress: bool,
+) -> Result<Vec<String>, AblateError> {
+    let mut done = Vec::new();
+    let annotate = |mut config: annotate::config::AnnotateConfig| -> Result<(), AblateError> {
+        if let Some(s) = shard {
+            config.shard = s;
+            config.shard_source = "--shard";
+        }
+        config.progress = progress;
+        let dir = config.run.clone();
+        annotate::run(&config).map_err(|source| AblateError::Annotate { dir, source })?;
+        Ok(())
+    };
+    if let Some(base) = &grid.base_annotate {
+        annotate(base.clone())?;
+        done.push("base".to_owned());
+    }
+    let base = grid.variants.first().map(|v| &v.train);
+    let eval_splits: Vec<String> = base
+        .iter()
+        .flat_map(|t| t.eval_split.clone())
+        .chain(grid.variants.first().map(|v| v.eval.split.clone()))
+        .collect();
+    for d in &grid.data {
+        link_run(&grid.run, &d.dir, &eval_splits)?;
+        annotate(d.annotate.clone())?;
+        done.push(d.id.clone());
+    }
+    Ok(done)
+}
+
+/// Makes `dir` a run directory with `base`'s ingest tables (linked), its
+/// manifest (copied: annotate records itself there) and its annotations of
+/// `eval_splits` (linked), so a variant learns from its own annotation of
+/// the train split and is scored on the base's test labels.
+fn link_run(base: &Path, dir: &Path, eval_splits: &[String]) -> Result<(), StoreError> {
+    let base = std::fs::canonicalize(base).map_err(|e| StoreError::io(base, e))?;
+    std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+    let manifest = dir.join("manifest.json");
+    if !manifest.exists() {
+        let from = base.join("manifest.json");
+        std::fs::copy(&from, &manifest).map_err(|e| StoreError::io(&from, e))?;
+    }
+    let link = |from: PathBuf, to: PathBuf| -> Result<(), StoreError> {
+        if from.exists() && std::fs::symlink_metadata(&to).is_err() {
+            std::os::unix::fs::symlink(&from, &to).map_err(|e| StoreError::io(&to, e))?;
+        }
+        Ok(())
+    };
+    for table in Table::INGEST {
+        link(base.join(table.name()), dir.join(table.name()))?;
+    }
+    for table in [
+        Table::StateValues.name(),
+        Table::ActionValues.name(),
+        Table::Failures.name(),
+        ENTRIES,
+    ] {
+        for split in eval_splits {
+            let from = base.join(table).join(format!("split={split}"));
+            if from.exists() {
+                let parent = dir.join(table);
+                std::fs::create_dir_all(&parent).map_err(|e| StoreError::io(&parent, e))?;
+                link(from, parent.join(format!("split={split}")))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Trains and evaluates one variant and writes its results file (its rows,
+/// or its `error` row). Returns the line to print, or the error.
+fn run_variant(grid: &Grid, variant: &Variant, progress: bool) -> Result<String, String> {
+    let start = Instant::now();
+    let file = results::path(&grid.dir(), &variant.train_name);
+    let recipe = serde_json::to_string(&variant.train).unwrap_or_default();
+    let row = |metric: &str, value: Option<f64>, step: u64, error: Option<String>| Row {
+        grid: grid.name.clone(),
+        variant: variant.id.clone(),
+        axis: variant.axis.clone(),
+        setting: variant.setting.clone(),
+        level: variant.level.name().to_owned(),
+        seed: variant.seed,
+        train_name: variant.train_name.clone(),
+        metric: metric.to_owned(),
+        value,
+        step,
+        checkpoint: variant.eval.checkpoint.display().to_string(),
+        recipe: recipe.clone(),
+        error,
+        seconds: start.elapsed().as_secs_f64(),
+    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        train_and_evaluate(variant, progress)
+    }))
+    .unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic".into());
+        Err(format!("crashed: {message}"))
+    });
+    let (rows, line) = match outcome {
+        Ok((summary, evaluation)) => {
+            let metrics = metrics(&summary, &evaluation);
+            let line = format!(
+                "{} seed {}: {} ({:.0} s)",
+                variant.id,
+                variant.seed,
+                metrics
+                    .iter()
+                    .map(|(k, v)| format!("{k} {}", v.map_or("-".into(), |v| format!("{v:.4}"))))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                start.elapsed().as_secs_f64()
+            );
+            let rows: Vec<Row> = metrics
+                .into_iter()
+                .map(|(k, v)| row(&k, v, evaluation.step, None))
+                .collect();
+            (rows, Ok(line))
+        }
+        Err(e) => (vec![row("error", None, 0, Some(e.clone()))], Err(e)),
+    };
+    match results::write(&file, &rows) {
+        Ok(()) => line,
+        Err(w) => Err(match line {
+            Ok(_) => format!("writing {}: {w}", file.display()),
+            Err(e) => format!("{e} (and recording the failure: {w})"),
+        }),
+    }
+}
+
+/// The error and its causes, each said once.
+fn describe(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}
+
+fn train_and_evaluate(
+    variant: &Variant,
+    progress: bool,
+) -> Result<(train::run::Summary, EvalSummary), String> {
+    let options = RunOptions {
+        progress,
+        ..Default::default()
+    };
+    let summary = train::train(&variant.train, &options)
+        .map_err(|e| format!("training: {}", describe(&e)))?;
+    let evaluation = eval::evaluate(&variant.eval, progress)
+        .map_err(|e| format!("evaluating: {}", describe(&e)))?;
+    Ok((summary, evaluation))
+}
+
+/// The metrics of one variant, in the results' order: the paper's three
+/// (puzzle accuracy, action accuracy, Kendall's tau), then log-loss and the
+/// rest. Puzzle and action accuracies are fractions.
+fn metrics(summary: &train::run::Summary, e: &EvalSummary) -> Vec<(String, Option<f64>)> {
+    let mut m: Vec<(String, Option<f64>)> = Vec::new();
+    if let Some(p) = e.puzzles.first() {
+        m.push(("puzzle_accuracy".into(), Some(p.accuracy)));
+    }
+    if let Some(s) = &e.metrics {
+        m.push(("action_accuracy".into(), Some(s.action_accuracy)));
+        m.push(("kendall_tau".into(), s.kendall_tau));
+        m.push(("log_loss".into(), s.log_loss));
+        m.push(("l2_win_prob".into(), s.l2_win_prob));
+        m.push(("entropy".into(), s.entropy));
+    }
+    if let Some(r) = e.ratings.iter().find(|r| r.player == e.name) {
+        m.push(("elo".into(), Some(r.elo)));
+    }
+    for g in &e.games {
+        m.push((format!("score_vs_{}", g.opponent), Some(g.score)));
+    }
+    if let Some(t) = &summary.eval {
+        m.push(("train_eval_log_loss".into(), Some(t.log_loss)));
+        m.push(("marginal_log_loss".into(), Some(t.marginal_log_loss)));
+    }
+    m.push(("train_loss".into(), summary.last_loss));
+    m
+}

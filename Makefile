@@ -22,7 +22,7 @@ BENCH_RUN   ?= $(LONG_RUN)
 BENCH_READY := $(if $(filter $(LONG_RUN),$(BENCH_RUN)),long-annotated,$(BENCH_RUN)/annotate/.done)
 FUZZ_CASES  ?= 20000
 
-.PHONY: all demo-long long-annotated docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
+.PHONY: all demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-scale \
         test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-kernels test-cuda gpu-bundle stockfish doc clean
 
@@ -40,6 +40,14 @@ demo-long:
 
 long-annotated:
 	$(MAKE) annotate PIPELINE=$(LONG_PIPELINE) RUN=$(LONG_RUN)
+
+## The paper's ablations at demo scale (pipeline/ablations.toml): 24 training
+## runs on the demo's annotated boards, then RUN/ablate/ablations/report.md.
+## Under 2 hours on 2 cores; resumes when started again. The report is
+## written even when a variant failed (it lists the failures; make fails).
+ablations: $(BIN) $(RUN)/annotate/.done
+	status=0; $(BIN) ablate pipeline/ablations.toml $(RUN) || status=$$?; \
+	$(BIN) ablate pipeline/ablations.toml $(RUN) --report && exit $$status
 
 ## docs/cli.md: every command's --help, generated from the code.
 docs: $(BIN)

@@ -437,8 +437,14 @@ impl Grid {
             };
         }
         let json = serde_json::to_value(&base.train).ok()?;
-        let key = if key == "jobs" { "workers" } else { key };
-        json.get(key).map(json_text)
+        let shape = base.train.shape();
+        match key {
+            // Options the recipe leaves out at their defaults.
+            "layers" => Some(shape.layers.to_string()),
+            "architecture" => Some(json_text(&serde_json::to_value(shape.architecture).ok()?)),
+            "jobs" => json.get("workers").map(json_text),
+            _ => json.get(key).map(json_text),
+        }
     }
 }
 
@@ -558,6 +564,11 @@ mod tests {
         assert_eq!(v.train.loss, g.variants[0].train.loss);
         assert_eq!(g.base_setting("buckets").as_deref(), Some("32"));
         assert_eq!(g.base_setting("loss").as_deref(), Some("hl_gauss"));
+        assert_eq!(g.base_setting("layers").as_deref(), Some("2"));
+        assert_eq!(
+            g.base_setting("architecture").as_deref(),
+            Some("transformer")
+        );
     }
 
     #[test]

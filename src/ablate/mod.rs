@@ -488,11 +488,12 @@ fn prepare_data(
         annotate(base.clone())?;
         done.push("base".to_owned());
     }
+    // The splits a variant's training scores itself on, other than the one
+    // it is annotated again for (evaluation reads RUN itself).
     let base = grid.variants.first().map(|v| &v.train);
     let eval_splits: Vec<String> = base
         .iter()
-        .flat_map(|t| t.eval_split.clone())
-        .chain(grid.variants.first().map(|v| v.eval.split.clone()))
+        .flat_map(|t| t.eval_split.clone().filter(|s| *s != t.split))
         .collect();
     for d in &grid.data {
         link_run(&grid.run, &d.dir, &eval_splits)?;

@@ -8,8 +8,8 @@ use super::{EvalError, policy::BATCH_SEQUENCES};
 use crate::{
     chess::{RecordSet, value::ValueBuckets},
     model::{
-        CheckpointInfo, DeviceKind, ModelBackend, ModelShape, Precision, Predictor, Preset,
-        Weights,
+        Architecture, CheckpointInfo, DeviceKind, ModelBackend, ModelShape, Precision, Predictor,
+        Preset, Weights,
         checkpoint::{self, Recipe},
         cpu::CpuPredictor,
         tokens_tensor,
@@ -98,6 +98,10 @@ fn load_cpu(
     state: &CheckpointInfo,
 ) -> Result<Box<dyn Forward>, EvalError> {
     let device = Default::default();
+    if state.shape.architecture == Architecture::Cnn {
+        // No fused path for the ConvNet: burn's graph on the CPU.
+        return load_on::<burn::backend::Flex>(dir, weights, state, device);
+    }
     let model = checkpoint::load_module(
         dir,
         weights.file(),
@@ -107,7 +111,6 @@ fn load_cpu(
     Ok(Box::new(model.to_cpu(&state.shape)))
 }
 
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn load_on<B: ModelBackend>(
     dir: &Path,
     weights: Weights,

@@ -24,4 +24,4 @@ pub use backend::{AttentionKernel, ModelBackend, Products, TrainBackend};
 pub(crate) use checkpoint::{CheckpointError, CheckpointInfo, Weights};
 pub use device::{DeviceKind, Precision, tune_allocator};
 pub(crate) use net::{Predictor, tokens_tensor};
-pub use shape::{ModelShape, Preset};
+pub use shape::{Architecture, ModelShape, Preset};

@@ -19,10 +19,13 @@
 
 use burn::{
     module::{Module, Param},
-    nn::{Embedding, LayerNorm, LayerNormConfig, Linear},
+    nn::{
+        Embedding, LayerNorm, LayerNormConfig, Linear, PaddingConfig2d,
+        conv::{Conv2d, Conv2dConfig},
+    },
     tensor::{
         Distribution, FloatDType, Int, Tensor, TensorData,
-        activation::{log_softmax, silu},
+        activation::{log_softmax, relu, silu},
         backend::Backend,
     },
 };
@@ -31,7 +34,7 @@ use super::{
     backend::ModelBackend,
     cpu::{BlockWeights, CpuBlock, CpuPredictor, Norm},
     device::Precision,
-    shape::ModelShape,
+    shape::{Architecture, ModelShape, SQUARES},
 };
 
 /// One pre-LayerNorm transformer block.
@@ -53,13 +56,49 @@ pub(crate) struct Block<B: Backend> {
     heads: usize,
 }
 
+/// One residual block of the ConvNet ([`Architecture::Cnn`]): two 3x3
+/// convolutions, relu(x + conv2(relu(conv1(x)))).
+#[derive(Module, Debug)]
+pub(crate) struct ResidualBlock<B: Backend> {
+    conv1: Conv2d<B>,
+    conv2: Conv2d<B>,
+}
+
+impl<B: Backend> ResidualBlock<B> {
+    fn new(channels: usize, device: &B::Device) -> ResidualBlock<B> {
+        let conv = || {
+            Conv2dConfig::new([channels, channels], [3, 3])
+                .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                .init(device)
+        };
+        let mut conv2 = conv();
+        // The block starts as the identity (the second convolution's
+        // weights at zero), so a deep tower without normalisation trains
+        // from the first step.
+        conv2.weight = Param::from_tensor(conv2.weight.val().zeros_like());
+        ResidualBlock {
+            conv1: conv(),
+            conv2,
+        }
+    }
+
+    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let y = self.conv2.forward(relu(self.conv1.forward(x.clone())));
+        relu(x + y)
+    }
+}
+
 /// The whole predictor. Its parameters are f32 whatever the precision the
 /// forward pass computes in (see [`Compute`]).
 #[derive(Module, Debug)]
 pub(crate) struct Predictor<B: Backend> {
     token_embedding: Embedding<B>,
     position_embedding: Param<Tensor<B, 2>>,
+    /// The transformer's blocks (none in a ConvNet).
     blocks: Vec<Block<B>>,
+    /// The ConvNet's residual tower (`None` in a transformer, and in
+    /// checkpoints written before the ConvNet existed).
+    tower: Option<Vec<ResidualBlock<B>>>,
     final_norm: LayerNorm<B>,
     head: Linear<B>,
     d_model: usize,
@@ -237,11 +276,23 @@ impl<B: ModelBackend> Predictor<B> {
                 1.0,
                 device,
             )),
-            blocks: (0..shape.layers)
-                .map(|_| Block::new(shape, device))
-                .collect(),
+            blocks: match shape.architecture {
+                Architecture::Transformer => (0..shape.layers)
+                    .map(|_| Block::new(shape, device))
+                    .collect(),
+                Architecture::Cnn => Vec::new(),
+            },
+            tower: (shape.architecture == Architecture::Cnn).then(|| {
+                (0..shape.layers)
+                    .map(|_| ResidualBlock::new(shape.d_model, device))
+                    .collect()
+            }),
             final_norm: LayerNormConfig::new(shape.d_model).init(device),
-            head: linear(shape.d_model, shape.outputs, true, device),
+            head: match shape.architecture {
+                Architecture::Transformer => linear(shape.d_model, shape.outputs, true, device),
+                // Every square's channels.
+                Architecture::Cnn => linear(SQUARES * shape.d_model, shape.outputs, true, device),
+            },
             d_model: shape.d_model,
             compute: Compute::new::<B>(),
         }
@@ -349,6 +400,7 @@ impl<B: ModelBackend> Predictor<B> {
                 device,
             )),
             blocks,
+            tower: None,
             final_norm,
             head,
             d_model: d,
@@ -377,6 +429,9 @@ impl<B: ModelBackend> Predictor<B> {
     /// token. `sequences` are whole records `[batch, seq_len]` (the target
     /// included); the shift right happens here.
     pub(crate) fn forward(&self, sequences: Tensor<B, 2, Int>) -> Tensor<B, 2> {
+        if let Some(tower) = &self.tower {
+            return self.forward_cnn(tower, sequences);
+        }
         let compute = self.compute;
         let [b, t] = sequences.dims();
         let device = sequences.device();
@@ -408,9 +463,50 @@ impl<B: ModelBackend> Predictor<B> {
     }
 }
 
+impl<B: ModelBackend> Predictor<B> {
+    /// The ConvNet's forward pass ([`Architecture::Cnn`]), in f32: the
+    /// record's tokens but the target, embedded with their positions; the
+    /// 64 squares (tokens 1..=64, a8 to h1) as the 8x8 board's channels,
+    /// every other token added to each square; the residual tower; a
+    /// LayerNorm per square; the linear head from all squares' channels.
+    fn forward_cnn(
+        &self,
+        tower: &[ResidualBlock<B>],
+        sequences: Tensor<B, 2, Int>,
+    ) -> Tensor<B, 2> {
+        let [b, t] = sequences.dims();
+        let n = t - 1;
+        let c = self.d_model;
+        let x = self.token_embedding.forward(sequences.narrow(1, 0, n))
+            + self
+                .position_embedding
+                .val()
+                .narrow(0, 0, n)
+                .unsqueeze_dim::<3>(0);
+        let squares = x.clone().narrow(1, 1, SQUARES);
+        let scalars =
+            x.clone().narrow(1, 0, 1) + x.narrow(1, 1 + SQUARES, n - 1 - SQUARES).sum_dim(1);
+        let mut h = (squares + scalars).swap_dims(1, 2).reshape([b, c, 8, 8]);
+        for block in tower {
+            h = block.forward(h);
+        }
+        let h = self
+            .final_norm
+            .forward(h.reshape([b, c, SQUARES]).swap_dims(1, 2))
+            .reshape([b, SQUARES * c]);
+        let logits = h.matmul(self.head.weight.val());
+        let logits = match &self.head.bias {
+            Some(bias) => logits + bias.val().unsqueeze_dim(0),
+            None => logits,
+        };
+        log_softmax(logits, 1)
+    }
+}
+
 impl<B: Backend> Predictor<B> {
     /// The same network for inference on the CPU ([`super::cpu`]), its
-    /// weights copied out of the backend.
+    /// weights copied out of the backend (transformers only: a ConvNet runs
+    /// through burn's graph).
     pub(crate) fn to_cpu(&self, shape: &ModelShape) -> CpuPredictor {
         fn values<B: Backend, const D: usize>(t: &Param<Tensor<B, D>>) -> Vec<f32> {
             t.val()
@@ -506,6 +602,54 @@ mod tests {
                 "{preset:?} {policy:?} K={k}"
             );
         }
+    }
+
+    /// The ConvNet: its parameters are the shape's count, its outputs
+    /// distributions, and every token of the record but the target counts.
+    #[test]
+    fn the_convnet_reads_the_board_and_the_other_tokens() {
+        let device = Default::default();
+        for policy in [RecordSet::ActionValue, RecordSet::BehavioralCloning] {
+            let mut shape = ModelShape::preset(Preset::Tiny, policy, 32);
+            shape.architecture = Architecture::Cnn;
+            let model = Predictor::<B>::new(&shape, &device);
+            assert_eq!(model.num_params() as u64, shape.num_params(), "{policy:?}");
+        }
+        let mut shape = ModelShape::preset(Preset::Tiny, RecordSet::ActionValue, 32);
+        shape.architecture = Architecture::Cnn;
+        // Non-zero second convolutions, so the tower is not the identity.
+        let mut model = Predictor::<B>::new(&shape, &device);
+        for block in model.tower.as_mut().unwrap() {
+            block.conv2.weight = Param::from_tensor(Tensor::random(
+                block.conv2.weight.dims(),
+                Distribution::Normal(0.0, 0.05),
+                &device,
+            ));
+        }
+        let t = shape.seq_len;
+        let base: Vec<i32> = (0..t as i32).map(|i| i * 7 % 31).collect();
+        let probs = |tokens: &[i32]| {
+            model
+                .forward(tokens_tensor::<B>(tokens, t, &device))
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap()
+        };
+        let p = probs(&base);
+        assert_eq!(p.len(), 32);
+        let total: f32 = p.iter().map(|l| l.exp()).sum();
+        assert!((total - 1.0).abs() < 1e-4, "{total}");
+        let changed = |i: usize| {
+            let mut tokens = base.clone();
+            tokens[i] = (tokens[i] + 1) % 31;
+            probs(&tokens) != p
+        };
+        // A square, the side to move, the fullmove number, the action.
+        for i in [5, 0, 76, 77] {
+            assert!(changed(i), "token {i} is ignored");
+        }
+        // The target is not read.
+        assert!(!changed(t - 1));
     }
 
     #[test]

@@ -48,10 +48,45 @@ impl Preset {
     }
 }
 
+/// The network family of a predictor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Architecture {
+    /// The paper's decoder-only transformer (see the module doc).
+    #[default]
+    Transformer,
+    /// The residual ConvNet of the paper's architecture ablation (Ruoss
+    /// et al. 2024, Appendix B.1 and Table A2: "an AlphaZero-like
+    /// convolutional network ... a residual tower with 8 layers and 256
+    /// channels (no pooling, broadcasting, or bottleneck layers), followed
+    /// by a linear layer and a log softmax"): `layers` residual blocks of
+    /// two 3x3 convolutions with `d_model` channels over the 8x8 board (the
+    /// 9M preset is the paper's 8 x 256). Each square's token is embedded
+    /// in `d_model` channels; the other tokens (side to move, castling, en
+    /// passant, clocks, the action) are embedded with their position and
+    /// added to every square as constant planes.
+    Cnn,
+}
+
+impl Architecture {
+    pub(crate) fn is_transformer(&self) -> bool {
+        *self == Architecture::Transformer
+    }
+}
+
+/// The board's squares: tokens 1..=64 of a FEN's 77 (a8 to h1).
+pub(crate) const SQUARES: usize = 64;
+
 /// The shape of a predictor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelShape {
+    /// The network family (checkpoints written before it existed are
+    /// transformers).
+    #[serde(default, skip_serializing_if = "Architecture::is_transformer")]
+    pub architecture: Architecture,
+    /// Transformer blocks, or the ConvNet's residual blocks.
     pub layers: usize,
+    /// The transformer's width, or the ConvNet's channels.
     pub d_model: usize,
     pub heads: usize,
     /// MLP width = widening * d_model (the paper: 4).
@@ -72,6 +107,7 @@ impl ModelShape {
             Preset::M270 => (16, 1024, 8),
         };
         ModelShape {
+            architecture: Architecture::Transformer,
             layers,
             d_model,
             heads,
@@ -90,6 +126,19 @@ impl ModelShape {
     /// the final LayerNorm and the head.
     pub(crate) fn num_params(&self) -> u64 {
         let d = self.d_model as u64;
+        if self.architecture == Architecture::Cnn {
+            // Embeddings, per block two 3x3 convolutions with biases, the
+            // final LayerNorm (per square, over channels), the head from
+            // every square's channels.
+            let block = 2 * (9 * d * d + d);
+            let features = SQUARES as u64 * d;
+            return self.vocab as u64 * d
+                + self.seq_len as u64 * d
+                + self.layers as u64 * block
+                + 2 * d
+                + features * self.outputs as u64
+                + self.outputs as u64;
+        }
         let ffn = self.widening as u64 * d;
         let block = 2 * (2 * d) + 4 * d * d + 3 * d * ffn;
         self.vocab as u64 * d
@@ -106,6 +155,12 @@ impl ModelShape {
     /// only. The denominator-free part of model-FLOPs utilisation.
     pub(crate) fn train_flops_per_sample(&self) -> f64 {
         let (d, t) = (self.d_model as f64, self.seq_len as f64);
+        if self.architecture == Architecture::Cnn {
+            let squares = SQUARES as f64;
+            let forward = self.layers as f64 * 2.0 * squares * 2.0 * 9.0 * d * d
+                + 2.0 * squares * d * self.outputs as f64;
+            return 3.0 * forward;
+        }
         let ffn = self.widening as f64 * d;
         let per_token_block = 2.0 * (4.0 * d * d + 3.0 * d * ffn) + 2.0 * 2.0 * t * d;
         let forward = self.layers as f64 * t * per_token_block + 2.0 * d * self.outputs as f64;
@@ -146,6 +201,22 @@ mod tests {
         let expected = 1968 * d + 79 * d + 8 * (4 * d + 16 * d * d) + 2 * d + d * 128 + 128;
         assert_eq!(m9.num_params(), expected);
         assert_eq!(expected, 8_954_240);
+    }
+
+    /// The paper's ConvNet: 8 residual blocks of 256 channels.
+    #[test]
+    fn the_convnet_counts_its_convolutions() {
+        let mut s = ModelShape::preset(Preset::M9, RecordSet::ActionValue, 32);
+        s.architecture = Architecture::Cnn;
+        let d = 256u64;
+        let expected = 1968 * d + 79 * d + 8 * 2 * (9 * d * d + d) + 2 * d + 64 * d * 32 + 32;
+        assert_eq!(s.num_params(), expected);
+        // A transformer's shape reads and writes as before.
+        let json = serde_json::to_value(ModelShape::preset(Preset::Tiny, RecordSet::StateValue, 8))
+            .unwrap();
+        assert!(json.get("architecture").is_none());
+        let back: ModelShape = serde_json::from_value(serde_json::to_value(s).unwrap()).unwrap();
+        assert_eq!(back, s);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use thiserror::Error;
 use super::{loss::Loss, sampler::Sampling};
 use crate::{
     chess::RecordSet,
-    model::{DeviceKind, ModelShape, Precision, Preset},
+    model::{Architecture, DeviceKind, ModelShape, Precision, Preset},
     options::{Compute, MEMORY_LIMIT_BYTES, Resources, RunArg},
 };
 
@@ -45,8 +45,14 @@ pub struct Recipe {
     /// Model size.
     #[arg(long, value_enum, default_value_t = Preset::Tiny, help_heading = "Recipe")]
     pub model: Preset,
-    /// Transformer blocks, replacing the preset's (the paper's depth
-    /// ablation varies it at the 9M model's width) [default: the preset's].
+    /// Network family: the paper's transformer, or the residual ConvNet of
+    /// its architecture ablation (the preset's layers as residual blocks,
+    /// its width as channels: 9m is the paper's 8 x 256).
+    #[arg(long, value_enum, default_value_t = Architecture::Transformer, help_heading = "Recipe")]
+    pub architecture: Architecture,
+    /// Blocks (transformer or residual), replacing the preset's (the
+    /// paper's depth ablation varies it at the 9M model's width) [default:
+    /// the preset's].
     #[arg(long, value_name = "N", help_heading = "Recipe")]
     pub layers: Option<usize>,
     /// K value buckets.
@@ -183,7 +189,10 @@ pub struct TrainConfig {
     pub eval_split: Option<String>,
     pub policy: RecordSet,
     pub model: Preset,
-    /// Transformer blocks when not the preset's.
+    /// The network family (recipes saved before it existed: transformer).
+    #[serde(default, skip_serializing_if = "Architecture::is_transformer")]
+    pub architecture: Architecture,
+    /// Blocks when not the preset's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layers: Option<usize>,
     /// K value buckets (value policies).
@@ -247,6 +256,7 @@ impl TrainConfig {
     /// The shape of the model this recipe trains.
     pub fn shape(&self) -> ModelShape {
         let mut shape = ModelShape::preset(self.model, self.policy, self.buckets);
+        shape.architecture = self.architecture;
         if let Some(layers) = self.layers {
             shape.layers = layers;
         }
@@ -358,6 +368,12 @@ impl TrainOptions {
             return Err(invalid("adam_epsilon", "must be > 0"));
         }
         let Compute { device, precision } = self.compute;
+        if recipe.architecture == Architecture::Cnn && precision != Precision::F32 {
+            return Err(invalid(
+                "precision",
+                "the ConvNet (architecture cnn) computes in f32 only",
+            ));
+        }
         Ok(TrainConfig {
             run,
             name,
@@ -365,6 +381,7 @@ impl TrainOptions {
             eval_split: (!self.eval_split.is_empty()).then(|| self.eval_split.clone()),
             policy,
             model,
+            architecture: recipe.architecture,
             layers: match recipe.layers {
                 Some(0) => return Err(invalid("layers", "must be at least 1")),
                 layers => layers,

@@ -58,6 +58,7 @@ impl BenchStepOptions {
         StepBench {
             shape: {
                 let mut shape = ModelShape::preset(recipe.model, recipe.policy, recipe.buckets);
+                shape.architecture = recipe.architecture;
                 shape.layers = recipe.layers.unwrap_or(shape.layers);
                 shape
             },

@@ -12,8 +12,8 @@ use crate::{
 };
 
 /// A grid over the annotated demo (96 boards per split at 200 nodes): the
-/// base, a loss, a search limit (the train split annotated again at 50
-/// nodes) and an axis value that fails when it runs.
+/// base, a loss, the ConvNet, a search limit (the train split annotated
+/// again at 50 nodes) and an axis value that fails when it runs.
 fn grid(dir: &Path, name: &str, failing: bool) -> PathBuf {
     let file = dir.join(format!("{name}.toml"));
     let failing = if failing {
@@ -25,7 +25,7 @@ fn grid(dir: &Path, name: &str, failing: bool) -> PathBuf {
         &file,
         format!(
             "[ablate]\nrun = \"run\"\nseeds = [3]\n\
-[ablate.axes]\nloss = [\"l2\"]\nnodes = [50]\n{failing}\
+[ablate.axes]\nloss = [\"l2\"]\narchitecture = [\"cnn\"]\nnodes = [50]\n{failing}\
 [annotate]\nnodes = 200\nmax_boards = 96\nchunk_boards = 32\n\
 [train]\nbuckets = 32\nbatch_size = 16\nsteps = 4\nlog_every = 1\ncheckpoint_every = 2\neval_records = 64\n\
 [eval]\nboards = 20\npuzzles = {:?}\nmax_puzzles = 5\nonly = [\"metrics\", \"puzzles\"]\n",
@@ -90,11 +90,11 @@ fn a_tiny_grid_trains_and_scores_every_variant() {
     let o = ablate(&[file]);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "a failed variant fails the command");
-    assert!(stderr.contains("1 of 4 variants failed"), "{stderr}");
+    assert!(stderr.contains("1 of 5 variants failed"), "{stderr}");
 
     // Every variant that could run was trained to its last step and scored.
     let rows = values(&run, "tiny");
-    for variant in ["base", "loss=l2", "nodes=50"] {
+    for variant in ["base", "loss=l2", "architecture=cnn", "nodes=50"] {
         for metric in [
             "puzzle_accuracy",
             "action_accuracy",
@@ -167,7 +167,7 @@ fn a_tiny_grid_trains_and_scores_every_variant() {
     let before = std::fs::read(results.join("tiny.base.s3.parquet")).unwrap();
     let o = ablate(&[file, "--json"]);
     let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(summary["finished_before"], 3, "{summary}");
+    assert_eq!(summary["finished_before"], 4, "{summary}");
     assert_eq!(summary["failed"].as_array().unwrap().len(), 1);
     assert_eq!(
         std::fs::read(results.join("tiny.base.s3.parquet")).unwrap(),
@@ -191,9 +191,11 @@ fn a_tiny_grid_trains_and_scores_every_variant() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let report = std::fs::read_to_string(run.join("ablate/tiny/report.md")).unwrap();
     assert!(report.contains("## `loss`"), "{report}");
-    // Table 2's HL-Gauss and L2 rows.
+    // Table 2's HL-Gauss and L2 rows, Table A2's transformer and ConvNet.
     assert!(report.contains("| 82.0 | 61.8 | 0.257 |"), "{report}");
     assert!(report.contains("| 80.8 | 58.9 | 0.240 |"), "{report}");
+    assert!(report.contains("transformer (base)"), "{report}");
+    assert!(report.contains("| 17.3 | 37.6 | 0.171 |"), "{report}");
     assert!(
         report.contains("`eval_split=nosuch` seed 3 failed"),
         "{report}"
@@ -201,7 +203,7 @@ fn a_tiny_grid_trains_and_scores_every_variant() {
     assert!(report.contains("checks the machinery"), "{report}");
     let svg = std::fs::read_to_string(run.join("ablate/tiny/plots/train_loss.svg")).unwrap();
     // One line per trained run (the failing variant never trained).
-    assert_eq!(svg.matches("<polyline").count(), 3);
+    assert_eq!(svg.matches("<polyline").count(), 4);
 
     // The paper's table shape in SQL.
     let table = std::process::Command::new(BIN)

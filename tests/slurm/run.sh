@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Single-node Slurm test of pipeline/slurm/annotate.sbatch.
+# Single-node Slurm test of pipeline/slurm/annotate.sbatch and of an
+# ablation grid submitted with pipeline/slurm/ablate-submit.sh.
 #
 # Starts a private Slurm cluster on this machine (munged, slurmctld and slurmd
 # with their config, state, sockets and logs in a temporary directory, on free
@@ -396,7 +397,69 @@ then
     fail "the job array's annotation differs from the unsharded run's"
 fi
 
+# --- An ablation grid: a data array, a train array, the report -------------
+
+# Three variants on the unsharded run (whose annotation the grid's
+# [annotate] table matches; it has a train split only, which they are also
+# scored on): the base, a loss, and a node limit whose train split is
+# annotated again by the data array before the train array starts.
+grid=$tmp/grid.toml
+cat >"$grid" <<EOF
+[ablate]
+seeds = [0]
+[ablate.axes]
+loss = ["l2"]
+nodes = [100]
+[annotate]
+engine = "$engine"
+nodes = 300
+max_boards = 512
+chunk_boards = 64
+jobs = 1
+[train]
+eval_split = ""
+buckets = 32
+batch_size = 16
+steps = 4
+checkpoint_every = 2
+eval_records = 64
+[eval]
+split = "train"
+boards = 20
+only = ["metrics"]
+EOF
+log "submitting an ablation grid: data array, train array, report"
+t0=$(date +%s)
+ids=$(cd "$tmp" && CHESSBENCH=$bin DATA_TASKS=2 DATA_CPUS=1 \
+    "$repo/pipeline/slurm/ablate-submit.sh" "$grid" "$tmp/run-single" \
+    --cpus-per-task=1 --time=30 --output="$tmp/logs/ablate-%A_%a.out")
+log "submitted: $ids"
+for _ in $(seq 1200); do
+    [[ -z $(squeue -h -o %i 2>/dev/null) ]] && break
+    sleep 0.5
+done
+if [[ -n $(squeue -h -o %i) ]]; then
+    squeue
+    for f in "$tmp"/ablate-*.out; do [[ -f $f ]] && { echo "--- $f"; tail -n 5 "$f"; }; done
+    fail "ablation jobs still queued after 10 minutes"
+fi
+t_ablate=$(($(date +%s) - t0))
+results=$tmp/run-single/ablate/grid/results
+n=$(find "$results" -name '*.parquet' 2>/dev/null | wc -l)
+if [[ $n != 3 || ! -s $tmp/run-single/ablate/grid/report.md ]]; then
+    for f in "$tmp"/logs/ablate-*.out "$tmp"/ablate-*.out; do
+        [[ -f $f ]] && { echo "--- $f"; tail -n 20 "$f"; }
+    done
+    dump_logs
+    fail "the ablation grid wrote $n of 3 results files, or no report ($ids)"
+fi
+failed=$("$bin" sql "$tmp/run-single" --quiet --format csv \
+    -e "SELECT count(*) AS n FROM ablations WHERE error IS NOT NULL" | tail -n 1)
+[[ $failed == 0 ]] || fail "$failed ablation variants failed"
+grep -q '## `nodes`' "$tmp/run-single/ablate/grid/report.md" || fail "the report has no nodes section"
+log "ablation grid finished in ${t_ablate}s: 3 variants trained and scored, report written"
+
 total=$(($(date +%s) - started))
 echo
-echo "PASS: $tasks-task Slurm job array == unsharded run" \
-    "(array ${t_array}s, resubmit ${t_resume}s, unsharded ${t_single}s, total ${total}s)"
+echo "PASS: $tasks-task Slurm job array == unsharded run; ablation grid as Slurm arrays" \
+    "(array ${t_array}s, resubmit ${t_resume}s, unsharded ${t_single}s, ablation ${t_ablate}s, total ${total}s)"

@@ -86,6 +86,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
     }
 }
 
+/// Held while a run seeds the backend and draws its initial parameters.
+static INITIALISING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// How to run (not part of the recipe).
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -461,6 +464,10 @@ fn train_on<B: TrainBackend>(
             (model, optimiser, state, Some(from))
         }
         None => {
+            // The backend's random generator is global to the process: runs
+            // started at once (`ablate --parallel`) draw their initial
+            // parameters one after another, each from its own seed.
+            let _drawing = INITIALISING.lock().unwrap_or_else(|e| e.into_inner());
             B::seed(&device, config.seed);
             let model = Predictor::<B>::new(&shape, &device).with_precision(config.precision);
             let optimiser = Optimiser::new(&model, adam, Some(config.ema_decay));

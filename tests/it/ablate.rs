@@ -174,9 +174,10 @@ fn a_tiny_grid_trains_and_scores_every_variant() {
         before
     );
 
-    // The same seed, variant and data give the same numbers.
+    // The same seed, variant and data give the same numbers, also with
+    // variants trained at once.
     let again = grid(tmp.path(), "again", false);
-    let o = ablate(&[again.to_str().unwrap()]);
+    let o = ablate(&[again.to_str().unwrap(), "--parallel", "2"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let first = rows;
     let second = values(&run, "again");

@@ -32,7 +32,7 @@ SELECT
     round(avg(value) FILTER (WHERE metric = 'log_loss'), 4) AS log_loss
 FROM per_seed
 GROUP BY grid, ax, setting_or_base
-ORDER BY grid, ax <> '(base)', ax, setting_or_base;
+ORDER BY grid, ax <> '(base)', ax, TRY_CAST(setting_or_base AS DOUBLE) NULLS LAST, setting_or_base;
 
 -- @name ablation_failures
 -- Variants whose last attempt failed (a rerun of the grid tries them again).

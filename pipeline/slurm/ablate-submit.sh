@@ -3,7 +3,8 @@
 #
 #   1. a job array annotating the data (`--phase data`, DATA_TASKS tasks:
 #      the base run and every search-limit variant's train split, sharded
-#      as `chessbench annotate` shards), only when the grid has such axes;
+#      as `chessbench annotate` shards), when the grid has an [annotate]
+#      table or search-limit axes;
 #   2. a job array of one task per variant (`--phase train`), after 1;
 #   3. the report (`--report`), after 2 whatever its outcome.
 #
@@ -19,6 +20,9 @@
 #                exported to the jobs
 #   DATA_TASKS   tasks of the annotation array (default 16)
 #   DATA_CPUS    CPUs per annotation task (default 32)
+#
+# Options for all three jobs (account, partition, ...) go in sbatch's own
+# environment variables, e.g. SBATCH_ACCOUNT=proj SBATCH_PARTITION=gpu.
 #
 # Prints the three job ids. Resubmitting resumes (see ablate.sbatch).
 
@@ -42,18 +46,18 @@ fi
 # The grid is checked here, before anything is submitted.
 plan=$("$bin" ablate "${target[@]}" --plan --json)
 variants=$(grep -c '"index"' <<<"$plan" || true)
-data=$(python3 -c 'import json, sys; print(len(json.load(sys.stdin)["data"]))' <<<"$plan")
+annotates=$(python3 -c 'import json, sys; print(int(json.load(sys.stdin)["annotates"]))' <<<"$plan")
 [[ $variants -gt 0 ]] || { echo "no variants in $grid" >&2; exit 1; }
 
 dependency=()
 data_job=
-if [[ $data -gt 0 ]]; then
+if [[ $annotates == 1 ]]; then
     data_job=$(sbatch --parsable --array="0-$((${DATA_TASKS:-16} - 1))" \
         --cpus-per-task="${DATA_CPUS:-32}" --job-name=chessbench-ablate-data \
         "$here/ablate.sbatch" "${target[@]}" --phase data)
     dependency=(--dependency="afterok:$data_job" --kill-on-invalid-dep=yes)
 fi
-train_job=$(sbatch --parsable --array="0-$((variants - 1))" "${dependency[@]}" \
+train_job=$(sbatch --parsable --array="0-$((variants - 1))" ${dependency[@]+"${dependency[@]}"} \
     --job-name=chessbench-ablate-train "$@" \
     "$here/ablate.sbatch" "${target[@]}" --phase train)
 report_job=$(sbatch --parsable --dependency="afterany:$train_job" --ntasks=1 \

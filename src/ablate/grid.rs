@@ -459,11 +459,16 @@ fn json_text(v: &serde_json::Value) -> String {
 /// Whether two recipes train the same model on the same data (names and
 /// run directories aside).
 fn same_recipe(a: &TrainConfig, b: &TrainConfig) -> bool {
-    let mut a = a.clone();
-    a.name = b.name.clone();
-    a.run = b.run.clone();
-    a.seed = b.seed;
-    a == *b
+    let normal = |c: &TrainConfig| {
+        let mut c = c.clone();
+        // The preset's own depth, spelled out or not.
+        c.layers = Some(c.shape().layers);
+        c.name = String::new();
+        c.run = PathBuf::new();
+        c.seed = 0;
+        c
+    };
+    normal(a) == normal(b)
 }
 
 fn resolve_train(options: &TrainOptions, run: &Path, name: &str) -> Result<TrainConfig, String> {
@@ -583,6 +588,9 @@ mod tests {
         let e = err(&format!("{BASE}[ablate.axes]\nbuckets = []\n"));
         assert!(e.contains("non-empty"), "{e}");
         let e = err(&format!("{BASE}[ablate.axes]\nbuckets = [32]\n"));
+        assert!(e.contains("base's own"), "{e}");
+        // The preset's depth, spelled out.
+        let e = err(&format!("{BASE}[ablate.axes]\nlayers = [2]\n"));
         assert!(e.contains("base's own"), "{e}");
         let e = err(&format!("{BASE}[ablate.axes]\nnodes = [50]\n"));
         assert!(e.contains("[annotate]"), "{e}");

@@ -61,14 +61,23 @@ pub enum AblateError {
         source: annotate::AnnotateError,
     },
     #[error(
-        "the data of {id} is not annotated yet ({} has no annotation): run `chessbench ablate GRID --phase data` first",
+        "the data of {id} is not fully annotated ({missing} chunks missing in {}): run `chessbench ablate GRID --phase data` first",
         dir.display()
     )]
-    DataMissing { id: String, dir: PathBuf },
+    DataMissing {
+        id: String,
+        dir: PathBuf,
+        missing: u64,
+    },
     #[error(
-        "a sharded grid with search-limit axes runs in two phases: `--phase data` on every shard, then `--phase train`"
+        "a sharded grid that annotates (an [annotate] table or search-limit axes) runs in two phases: `--phase data` on every shard, then `--phase train`"
     )]
     ShardedData,
+    #[error(
+        "the base run {} is not fully annotated ({missing} chunks missing): run `chessbench ablate GRID --phase data` first",
+        run.display()
+    )]
+    BaseNotAnnotated { run: PathBuf, missing: u64 },
     #[error("writing the report: {0}")]
     Report(#[from] io::Error),
 }
@@ -130,6 +139,10 @@ pub enum State {
     Failed {
         error: String,
     },
+    /// Its rows are of another recipe than the grid's now (a rerun trains
+    /// it again: a changed `steps` continues the run, another change is
+    /// refused by training, naming the option).
+    Stale,
     /// Trained up to `step` (a rerun resumes there).
     Partial {
         step: u64,
@@ -160,6 +173,10 @@ pub struct Plan {
     pub results: PathBuf,
     pub seeds: Vec<u64>,
     pub variants: Vec<VariantLine>,
+    /// Whether the data phase annotates anything (the base's `[annotate]`
+    /// table or search-limit axes): a sharded grid then runs `--phase data`
+    /// first.
+    pub annotates: bool,
     /// Data-level variants: their run directory and search limit.
     pub data: Vec<(String, PathBuf, String)>,
     pub samples: u64,
@@ -243,6 +260,7 @@ impl Report for Plan {
         for v in &self.variants {
             let state = match &v.state {
                 State::Finished => "finished".to_owned(),
+                State::Stale => "finished with another recipe: runs again".to_owned(),
                 State::Failed { error } => format!("failed: {error}"),
                 State::Partial { step } => format!("step {step} of {}", v.steps),
                 State::Pending => "pending".to_owned(),
@@ -296,7 +314,20 @@ fn states(grid: &Grid, rows: &[Row]) -> Vec<State> {
                 };
             }
             if !mine.is_empty() {
-                return State::Finished;
+                // Rows of another recipe under the same name (the grid's
+                // base changed since) are run again.
+                let current = mine.iter().all(|r| {
+                    serde_json::from_str::<train::config::TrainConfig>(&r.recipe).is_ok_and(
+                        |saved| {
+                            saved.steps == v.train.steps
+                                && v.train.incompatible_with(&saved).is_empty()
+                        },
+                    )
+                });
+                if current {
+                    return State::Finished;
+                }
+                return State::Stale;
             }
             let newest = crate::model::checkpoint::list(&v.train.out_dir())
                 .ok()
@@ -339,6 +370,7 @@ pub fn plan(options: &AblateOptions) -> Result<Plan, AblateError> {
         run: grid.run.clone(),
         results: grid.dir().join("results"),
         seeds: grid.seeds.clone(),
+        annotates: grid.base_annotate.is_some() || !grid.data.is_empty(),
         data: grid
             .data
             .iter()
@@ -365,12 +397,14 @@ pub fn run(options: &AblateOptions, progress: bool) -> Result<Summary, AblateErr
         None => Shard::from_env(|k| std::env::var(k).ok())?.map(|(s, _)| s),
     }
     .filter(|s| s.count > 1);
-    if options.phase == Phase::All && shard.is_some() && !grid.data.is_empty() {
+    let annotates = grid.base_annotate.is_some() || !grid.data.is_empty();
+    if options.phase == Phase::All && shard.is_some() && annotates {
         return Err(AblateError::ShardedData);
     }
     let mut annotated = Vec::new();
+    let mut data_failures: Vec<(String, String)> = Vec::new();
     if options.phase != Phase::Train {
-        annotated = prepare_data(&grid, shard, progress)?;
+        (annotated, data_failures) = prepare_data(&grid, shard, progress)?;
     }
     let mut summary = Summary {
         name: grid.name.clone(),
@@ -388,16 +422,37 @@ pub fn run(options: &AblateOptions, progress: bool) -> Result<Summary, AblateErr
         summary.seconds = start.elapsed().as_secs_f64();
         return Ok(summary);
     }
+    // Training needs complete annotations (after `--phase data` on every
+    // shard, or the data phase just run).
+    let missing = |config: &annotate::config::AnnotateConfig| {
+        annotate::missing_chunks(config).map_err(|source| AblateError::Annotate {
+            dir: config.run.clone(),
+            source,
+        })
+    };
+    if let Some(base) = &grid.base_annotate {
+        let n = missing(base)?;
+        if n > 0 {
+            return Err(AblateError::BaseNotAnnotated {
+                run: base.run.clone(),
+                missing: n,
+            });
+        }
+    }
     for d in &grid.data {
-        if !d
-            .dir
-            .join(ENTRIES)
-            .join(format!("split={}", grid.variants[0].train.split))
-            .is_dir()
-        {
+        if data_failures.iter().any(|(id, _)| *id == d.id) {
+            continue;
+        }
+        let n = if d.dir.join("manifest.json").is_file() {
+            missing(&d.annotate)?
+        } else {
+            1
+        };
+        if n > 0 {
             return Err(AblateError::DataMissing {
                 id: d.id.clone(),
                 dir: d.dir.clone(),
+                missing: n,
             });
         }
     }
@@ -416,6 +471,24 @@ pub fn run(options: &AblateOptions, progress: bool) -> Result<Summary, AblateErr
         .map(|(_, v)| *v)
         .collect();
     summary.finished_before = mine.len() - todo.len();
+    // Variants whose data could not be annotated: their error rows.
+    let todo: Vec<&Variant> = todo
+        .into_iter()
+        .filter(|v| {
+            let Some((_, error)) = data_failures.iter().find(|(id, _)| *id == v.id) else {
+                return true;
+            };
+            let error = format!("annotating its data: {error}");
+            let rows = [error_row(&grid, v, &error, 0.0)];
+            let file = results::path(&grid.dir(), &v.train_name);
+            let error = match results::write(&file, &rows) {
+                Ok(()) => error,
+                Err(w) => format!("{error} (and recording the failure: {w})"),
+            };
+            summary.failed.push((v.id.clone(), v.seed, error));
+            false
+        })
+        .collect();
     let parallel = options.parallel.unwrap_or(grid.parallel).max(1);
     let total = todo.len();
     let queue = Mutex::new(todo.into_iter().enumerate());
@@ -466,14 +539,22 @@ pub fn run(options: &AblateOptions, progress: bool) -> Result<Summary, AblateErr
     Ok(summary)
 }
 
+/// What the data phase annotated, and the data-level variants it could not
+/// annotate with the error.
+type Annotated = (Vec<String>, Vec<(String, String)>);
+
 /// Annotates the base run (its `[annotate]` table: a no-op when done) and
-/// every data-level variant's train split into its own run directory.
+/// every data-level variant's train split into its own run directory. A
+/// data-level variant that cannot be annotated is returned with its error
+/// (its variants are recorded as failed, the others go on); a base that
+/// cannot be annotated is an error.
 fn prepare_data(
     grid: &Grid,
     shard: Option<Shard>,
     progress: bool,
-) -> Result<Vec<String>, AblateError> {
+) -> Result<Annotated, AblateError> {
     let mut done = Vec::new();
+    let mut failed = Vec::new();
     let annotate = |mut config: annotate::config::AnnotateConfig| -> Result<(), AblateError> {
         if let Some(s) = shard {
             config.shard = s;
@@ -496,33 +577,71 @@ fn prepare_data(
         .flat_map(|t| t.eval_split.clone().filter(|s| *s != t.split))
         .collect();
     for d in &grid.data {
-        link_run(&grid.run, &d.dir, &eval_splits)?;
-        annotate(d.annotate.clone())?;
-        done.push(d.id.clone());
+        let outcome = link_run(&grid.run, &d.dir, &eval_splits)
+            .map_err(AblateError::from)
+            .and_then(|()| annotate(d.annotate.clone()));
+        match outcome {
+            Ok(()) => done.push(d.id.clone()),
+            Err(e) => {
+                if progress {
+                    eprintln!("{}: {}", d.id, describe(&e));
+                }
+                failed.push((d.id.clone(), describe(&e)));
+            }
+        }
     }
-    Ok(done)
+    Ok((done, failed))
 }
 
-/// Makes `dir` a run directory with `base`'s ingest tables (linked), its
-/// manifest (copied: annotate records itself there) and its annotations of
-/// `eval_splits` (linked), so a variant learns from its own annotation of
-/// the train split and is scored on the base's test labels.
+/// Makes `dir` (inside `base`) a run directory with `base`'s ingest tables
+/// (linked), its manifest (copied: annotate records itself there) and its
+/// annotations of `eval_splits` (linked), so a variant learns from its own
+/// annotation of the train split and is scored on the base's test labels.
+/// Links are relative (the run directory may move), and shards preparing
+/// the same directory at once all succeed.
 fn link_run(base: &Path, dir: &Path, eval_splits: &[String]) -> Result<(), StoreError> {
-    let base = std::fs::canonicalize(base).map_err(|e| StoreError::io(base, e))?;
     std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+    let up = dir
+        .strip_prefix(base)
+        .map(|rel| rel.components().count())
+        .unwrap_or(0);
     let manifest = dir.join("manifest.json");
     if !manifest.exists() {
         let from = base.join("manifest.json");
-        std::fs::copy(&from, &manifest).map_err(|e| StoreError::io(&from, e))?;
-    }
-    let link = |from: PathBuf, to: PathBuf| -> Result<(), StoreError> {
-        if from.exists() && std::fs::symlink_metadata(&to).is_err() {
-            std::os::unix::fs::symlink(&from, &to).map_err(|e| StoreError::io(&to, e))?;
+        let bytes = std::fs::read(&from).map_err(|e| StoreError::io(&from, e))?;
+        // Written beside, then linked into place only if absent: a shard
+        // that got there first (and may have recorded its annotation in it)
+        // keeps its copy.
+        let tmp = dir.join(format!(".manifest.json.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, &bytes).map_err(|e| StoreError::io(&tmp, e))?;
+        let linked = std::fs::hard_link(&tmp, &manifest);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(StoreError::io(&manifest, e)),
         }
-        Ok(())
+    }
+    // `to` -> `target` (relative to `to`'s directory), unless `to` already
+    // resolves; a dangling link is replaced.
+    let link = |target: PathBuf, to: PathBuf| -> Result<(), StoreError> {
+        if to.exists() {
+            return Ok(());
+        }
+        if std::fs::symlink_metadata(&to).is_ok() {
+            let _ = std::fs::remove_file(&to);
+        }
+        match std::os::unix::fs::symlink(&target, &to) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(StoreError::io(&to, e)),
+        }
     };
+    let parents = |n: usize| -> PathBuf { (0..n).map(|_| "..").collect() };
     for table in Table::INGEST {
-        link(base.join(table.name()), dir.join(table.name()))?;
+        if base.join(table.name()).exists() {
+            link(parents(up).join(table.name()), dir.join(table.name()))?;
+        }
     }
     for table in [
         Table::StateValues.name(),
@@ -531,15 +650,35 @@ fn link_run(base: &Path, dir: &Path, eval_splits: &[String]) -> Result<(), Store
         ENTRIES,
     ] {
         for split in eval_splits {
-            let from = base.join(table).join(format!("split={split}"));
-            if from.exists() {
+            let name = format!("split={split}");
+            if base.join(table).join(&name).exists() {
                 let parent = dir.join(table);
                 std::fs::create_dir_all(&parent).map_err(|e| StoreError::io(&parent, e))?;
-                link(from, parent.join(format!("split={split}")))?;
+                link(parents(up + 1).join(table).join(&name), parent.join(&name))?;
             }
         }
     }
     Ok(())
+}
+
+/// The `error` row of a variant that failed.
+fn error_row(grid: &Grid, variant: &Variant, error: &str, seconds: f64) -> Row {
+    Row {
+        grid: grid.name.clone(),
+        variant: variant.id.clone(),
+        axis: variant.axis.clone(),
+        setting: variant.setting.clone(),
+        level: variant.level.name().to_owned(),
+        seed: variant.seed,
+        train_name: variant.train_name.clone(),
+        metric: "error".to_owned(),
+        value: None,
+        step: 0,
+        checkpoint: variant.eval.checkpoint.display().to_string(),
+        recipe: serde_json::to_string(&variant.train).unwrap_or_default(),
+        error: Some(error.to_owned()),
+        seconds,
+    }
 }
 
 /// Trains and evaluates one variant and writes its results file (its rows,
@@ -595,7 +734,10 @@ fn run_variant(grid: &Grid, variant: &Variant, progress: bool) -> Result<String,
                 .collect();
             (rows, Ok(line))
         }
-        Err(e) => (vec![row("error", None, 0, Some(e.clone()))], Err(e)),
+        Err(e) => (
+            vec![error_row(grid, variant, &e, start.elapsed().as_secs_f64())],
+            Err(e),
+        ),
     };
     match results::write(&file, &rows) {
         Ok(()) => line,
@@ -651,7 +793,8 @@ fn metrics(summary: &train::run::Summary, e: &EvalSummary) -> Vec<(String, Optio
         m.push(("l2_win_prob".into(), s.l2_win_prob));
         m.push(("entropy".into(), s.entropy));
     }
-    if let Some(r) = e.ratings.iter().find(|r| r.player == e.name) {
+    let player = format!("{}@{}", e.name, e.step);
+    if let Some(r) = e.ratings.iter().find(|r| r.player == player) {
         m.push(("elo".into(), Some(r.elo)));
     }
     for g in &e.games {
@@ -661,6 +804,13 @@ fn metrics(summary: &train::run::Summary, e: &EvalSummary) -> Vec<(String, Optio
         m.push(("train_eval_log_loss".into(), Some(t.log_loss)));
         m.push(("marginal_log_loss".into(), Some(t.marginal_log_loss)));
     }
-    m.push(("train_loss".into(), summary.last_loss));
+    // A run finished by an earlier invocation logs no step now: its last
+    // logged loss.
+    let last_logged = || {
+        report::read_curve(&summary.out_dir.join("metrics.csv"), "loss")
+            .last()
+            .map(|&(_, loss)| loss)
+    };
+    m.push(("train_loss".into(), summary.last_loss.or_else(last_logged)));
     m
 }

@@ -148,7 +148,7 @@ pub fn write(options: &AblateOptions) -> Result<ReportSummary, AblateError> {
 
 /// `(step, value)` of `column` in a training run's CSV log (none when the
 /// file is missing).
-fn read_curve(file: &Path, column: &str) -> Vec<(f64, f64)> {
+pub(crate) fn read_curve(file: &Path, column: &str) -> Vec<(f64, f64)> {
     let Ok(text) = std::fs::read_to_string(file) else {
         return Vec::new();
     };

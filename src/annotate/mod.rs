@@ -280,6 +280,22 @@ pub fn engine_name(config: &AnnotateConfig) -> Result<String, AnnotateError> {
     })
 }
 
+/// Chunks of boards `config` would still annotate (0: its annotation of
+/// every split in scope is complete, by any number of shards).
+pub fn missing_chunks(config: &AnnotateConfig) -> Result<u64, AnnotateError> {
+    let manifest = Manifest::read(&config.run.join(MANIFEST))?;
+    let mut missing = 0;
+    for (name, n) in scope(config, &manifest)? {
+        let expected = n.div_ceil(config.chunk_boards);
+        let done = store_chunks::committed(&config.run, &name)?
+            .iter()
+            .filter(|&&c| c < expected)
+            .count() as u64;
+        missing += expected - done;
+    }
+    Ok(missing)
+}
+
 /// Runs the annotate stage.
 pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
     let started = Instant::now();

@@ -157,8 +157,10 @@ fn a_tiny_grid_trains_and_scores_every_variant() {
         nodes(&data),
         nodes(&run)
     );
+    let link = std::fs::read_link(data.join("state_values/split=test")).unwrap();
+    assert!(link.is_relative(), "{link:?}: the run directory may move");
     assert!(
-        std::fs::read_link(data.join("state_values/split=test")).is_ok(),
+        data.join("state_values/split=test").is_dir(),
         "test labels are the base's"
     );
 
@@ -172,6 +174,30 @@ fn a_tiny_grid_trains_and_scores_every_variant() {
     assert_eq!(
         std::fs::read(results.join("tiny.base.s3.parquet")).unwrap(),
         before
+    );
+
+    // A changed recipe makes the finished variants stale: they run again.
+    let changed = tmp.path().join("changed.toml");
+    std::fs::write(
+        &changed,
+        std::fs::read_to_string(file)
+            .unwrap()
+            .replace("[ablate]\n", "[ablate]\nname = \"tiny\"\n")
+            .replace("steps = 4", "steps = 6"),
+    )
+    .unwrap();
+    let o = ablate(&[changed.to_str().unwrap(), "--plan", "--json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let states: Vec<&str> = plan["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        states,
+        ["stale", "stale", "stale", "stale", "failed"],
+        "{plan}"
     );
 
     // The same seed, variant and data give the same numbers, also with

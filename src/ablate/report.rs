@@ -204,7 +204,8 @@ K = {}, {} loss, {} sampler, batch {}, {} steps ({} samples per variant){}.\n",
         "**Scale.** Each variant saw {} training samples, {:.1e} of the paper's {} (5M steps of batch 1024). \
 Differences between variants smaller than their spread over seeds are noise: each cell is the mean over \
 seeds with its range [min, max], and † marks a variant whose range does not overlap the base's (two or \
-more seeds each).{}\n",
+more seeds each). Log-loss is over each predictor's own targets (K value buckets, or 1,968 actions for \
+behavioural cloning): compare it only between settings with the same targets.{}\n",
         crate::ui::group(samples),
         samples as f64 / paper_samples as f64,
         crate::ui::group(paper_samples),

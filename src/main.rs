@@ -17,7 +17,7 @@ use chessbench::{
     ingest::{self, IngestOptions},
     options, sql, stats,
     train::{self, RunOptions, TrainOptions},
-    ui::emit,
+    ui::{describe, emit},
 };
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", describe(&e));
+            eprintln!("error: {}", describe(e.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -143,24 +143,6 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
         Command::HelpMarkdown => print!("{}", cli::markdown_reference()),
     }
     Ok(())
-}
-
-/// The error and its causes, each said once: a cause whose text is already
-/// in the message (Parquet's and Arrow's errors repeat their source's) is
-/// left out.
-fn describe(err: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in err.chain() {
-        let text = cause.to_string();
-        if out.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

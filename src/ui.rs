@@ -65,6 +65,23 @@ pub(crate) fn group(n: u64) -> String {
     out
 }
 
+/// An error and its causes, each said once: a cause whose text is already
+/// in the message (Parquet's and Arrow's errors repeat their source's) is
+/// left out.
+pub fn describe(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,7 +42,7 @@ use crate::{
     options::{Shard, ShardError},
     store::{StoreError, chunks::ENTRIES, schema::Table},
     train::{self, RunOptions},
-    ui::Report,
+    ui::{Report, describe},
 };
 
 /// What went wrong before or around the variants (a variant's own failure
@@ -661,33 +661,16 @@ fn link_run(base: &Path, dir: &Path, eval_splits: &[String]) -> Result<(), Store
     Ok(())
 }
 
-/// The `error` row of a variant that failed.
-fn error_row(grid: &Grid, variant: &Variant, error: &str, seconds: f64) -> Row {
+/// A results row of `variant`: one metric at `step`, or (`error`) why it
+/// failed.
+fn variant_row(
+    grid: &Grid,
+    variant: &Variant,
+    (metric, value, step): (&str, Option<f64>, u64),
+    error: Option<&str>,
+    seconds: f64,
+) -> Row {
     Row {
-        grid: grid.name.clone(),
-        variant: variant.id.clone(),
-        axis: variant.axis.clone(),
-        setting: variant.setting.clone(),
-        level: variant.level.name().to_owned(),
-        seed: variant.seed,
-        train_name: variant.train_name.clone(),
-        metric: "error".to_owned(),
-        value: None,
-        step: 0,
-        checkpoint: variant.eval.checkpoint.display().to_string(),
-        recipe: serde_json::to_string(&variant.train).unwrap_or_default(),
-        error: Some(error.to_owned()),
-        seconds,
-    }
-}
-
-/// Trains and evaluates one variant and writes its results file (its rows,
-/// or its `error` row). Returns the line to print, or the error.
-fn run_variant(grid: &Grid, variant: &Variant, progress: bool) -> Result<String, String> {
-    let start = Instant::now();
-    let file = results::path(&grid.dir(), &variant.train_name);
-    let recipe = serde_json::to_string(&variant.train).unwrap_or_default();
-    let row = |metric: &str, value: Option<f64>, step: u64, error: Option<String>| Row {
         grid: grid.name.clone(),
         variant: variant.id.clone(),
         axis: variant.axis.clone(),
@@ -699,10 +682,22 @@ fn run_variant(grid: &Grid, variant: &Variant, progress: bool) -> Result<String,
         value,
         step,
         checkpoint: variant.eval.checkpoint.display().to_string(),
-        recipe: recipe.clone(),
-        error,
-        seconds: start.elapsed().as_secs_f64(),
-    };
+        recipe: serde_json::to_string(&variant.train).unwrap_or_default(),
+        error: error.map(str::to_owned),
+        seconds,
+    }
+}
+
+/// The `error` row of a variant that failed.
+fn error_row(grid: &Grid, variant: &Variant, error: &str, seconds: f64) -> Row {
+    variant_row(grid, variant, ("error", None, 0), Some(error), seconds)
+}
+
+/// Trains and evaluates one variant and writes its results file (its rows,
+/// or its `error` row). Returns the line to print, or the error.
+fn run_variant(grid: &Grid, variant: &Variant, progress: bool) -> Result<String, String> {
+    let start = Instant::now();
+    let file = results::path(&grid.dir(), &variant.train_name);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         train_and_evaluate(variant, progress)
     }))
@@ -730,7 +725,10 @@ fn run_variant(grid: &Grid, variant: &Variant, progress: bool) -> Result<String,
             );
             let rows: Vec<Row> = metrics
                 .into_iter()
-                .map(|(k, v)| row(&k, v, evaluation.step, None))
+                .map(|(k, v)| {
+                    let seconds = start.elapsed().as_secs_f64();
+                    variant_row(grid, variant, (&k, v, evaluation.step), None, seconds)
+                })
                 .collect();
             (rows, Ok(line))
         }
@@ -746,21 +744,6 @@ fn run_variant(grid: &Grid, variant: &Variant, progress: bool) -> Result<String,
             Err(e) => format!("{e} (and recording the failure: {w})"),
         }),
     }
-}
-
-/// The error and its causes, each said once.
-fn describe(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = cause.source();
-    }
-    out
 }
 
 fn train_and_evaluate(

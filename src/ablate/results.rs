@@ -159,6 +159,26 @@ pub(crate) fn read_all(dir: &Path) -> Result<Vec<Row>, StoreError> {
     Ok(rows)
 }
 
+/// Column `name` of `batch` as an array of type `T`.
+fn typed<T: Array + Clone + 'static>(
+    batch: &RecordBatch,
+    name: &str,
+    file: &Path,
+) -> Result<T, StoreError> {
+    let column = batch
+        .column_by_name(name)
+        .ok_or_else(|| StoreError::Corrupt(file.to_owned(), format!("no column {name}")))?;
+    column.as_any().downcast_ref::<T>().cloned().ok_or_else(|| {
+        StoreError::Corrupt(
+            file.to_owned(),
+            format!(
+                "{name} is {}, not the type it is written with",
+                column.data_type()
+            ),
+        )
+    })
+}
+
 /// The rows of one results file.
 pub(crate) fn read(file: &Path) -> Result<Vec<Row>, StoreError> {
     let corrupt = |e: String| StoreError::Corrupt(file.to_owned(), e);
@@ -169,32 +189,9 @@ pub(crate) fn read(file: &Path) -> Result<Vec<Row>, StoreError> {
     let mut rows = Vec::new();
     for batch in reader {
         let batch = batch.map_err(|e| corrupt(e.to_string()))?;
-        let column = |name: &str| {
-            batch
-                .column_by_name(name)
-                .ok_or_else(|| corrupt(format!("no column {name}")))
-        };
-        let strings = |name: &str| -> Result<StringArray, StoreError> {
-            column(name)?
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .cloned()
-                .ok_or_else(|| corrupt(format!("{name} is not text")))
-        };
-        let ints = |name: &str| -> Result<UInt64Array, StoreError> {
-            column(name)?
-                .as_any()
-                .downcast_ref::<UInt64Array>()
-                .cloned()
-                .ok_or_else(|| corrupt(format!("{name} is not uint64")))
-        };
-        let floats = |name: &str| -> Result<Float64Array, StoreError> {
-            column(name)?
-                .as_any()
-                .downcast_ref::<Float64Array>()
-                .cloned()
-                .ok_or_else(|| corrupt(format!("{name} is not float64")))
-        };
+        let strings = |name: &str| typed::<StringArray>(&batch, name, file);
+        let ints = |name: &str| typed::<UInt64Array>(&batch, name, file);
+        let floats = |name: &str| typed::<Float64Array>(&batch, name, file);
         let [
             grid,
             variant,

@@ -23,7 +23,7 @@ BENCH_READY := $(if $(filter $(LONG_RUN),$(BENCH_RUN)),long-annotated,$(BENCH_RU
 FUZZ_CASES  ?= 20000
 
 .PHONY: all demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
-        fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-scale \
+        fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-scale bench-cores \
         test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-kernels test-cuda gpu-bundle stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
@@ -185,6 +185,21 @@ bench-eval: | $(DUCKDB_LIB)
 SCALE_GAMES ?= 100000
 bench-scale: | $(DUCKDB_LIB)
 	SCALE_GAMES=$(SCALE_GAMES) $(CARGO) bench --locked --bench scale
+
+## How ingest and the bag stages scale with cores: each at -j 1, 4 and 16
+## (those up to the cores, and the cores) beside parallel_validate, with wall
+## and CPU time, speed-up over -j 1 and peak RSS (bench/cores.py); results in
+## bench-data/cores/. Generated games: CORES_GAMES (10^6) for ingest,
+## CORES_BAG_GAMES (10^5, synthetic values) for the bag stages. CORES_JOBS
+## overrides the -j list. On a machine without Rust: bench/cores.sh with
+## scripts/cores-bundle's .cores/.
+CORES_GAMES     ?= 1000000
+CORES_BAG_GAMES ?= 100000
+bench-cores: | $(DUCKDB_LIB)
+	scripts/cores-build target/cores-bin
+	python3 bench/cores.py --bin target/cores-bin --openings data/lichess_2022-06_head2500.pgn.zst \
+	  --out bench-data/cores --work bench-data/cores/work --games $(CORES_GAMES) \
+	  --bag-games $(CORES_BAG_GAMES) $(if $(CORES_JOBS),--jobs "$(CORES_JOBS)")
 
 bench-train: $(BENCH_READY) | $(DUCKDB_LIB)
 	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) $(CARGO) bench --locked --bench train

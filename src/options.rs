@@ -67,11 +67,22 @@ pub struct RunArg {
 /// How many things a stage does at once (`-j`, `--jobs`, `jobs`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Args, Serialize, Deserialize)]
 pub struct Jobs {
-    /// Parallel jobs: ingest's parsing threads, annotate's engine processes
-    /// (one search thread each), the training data loader's threads
-    /// [default: the number of cores; training: 1].
+    /// Parallel jobs: ingest's parsing and writing threads, `bag import` and
+    /// `bag export` threads, annotate's engine processes (one search thread
+    /// each), the training data loader's threads [default: the number of
+    /// cores; training: 1].
     #[arg(short = 'j', long, value_name = "N", help_heading = "Resources")]
     pub jobs: Option<usize>,
+}
+
+impl Jobs {
+    /// The jobs asked for, or the number of cores when none (or 0) was.
+    pub fn or_cores(self) -> usize {
+        match self.jobs {
+            Some(0) | None => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            Some(n) => n,
+        }
+    }
 }
 
 /// The memory budget (`--memory-limit`, `memory_limit`).

@@ -54,6 +54,79 @@ pub(crate) fn is_compressed(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "bagz")
 }
 
+/// zstd level of `.bagz` records (bagz.py's default).
+const RECORD_LEVEL: i32 = 3;
+
+/// Compresses `.bagz` records one at a time with one reused context (a
+/// fresh context a record costs more than the compression itself).
+pub(crate) struct RecordCompressor {
+    zstd: zstd::bulk::Compressor<'static>,
+    out: Vec<u8>,
+}
+
+impl RecordCompressor {
+    pub(crate) fn new() -> std::io::Result<RecordCompressor> {
+        Ok(RecordCompressor {
+            zstd: zstd::bulk::Compressor::new(RECORD_LEVEL)?,
+            out: Vec::new(),
+        })
+    }
+
+    /// The record compressed as a `.bagz` stores it (an empty record stays
+    /// empty); the buffer is reused by the next call.
+    pub(crate) fn compress(&mut self, record: &[u8]) -> std::io::Result<&mut Vec<u8>> {
+        self.out.clear();
+        if !record.is_empty() {
+            self.out
+                .reserve(zstd::zstd_safe::compress_bound(record.len()));
+            self.zstd.compress_to_buffer(record, &mut self.out)?;
+        }
+        Ok(&mut self.out)
+    }
+
+    fn give_back(&mut self, buffer: Vec<u8>) {
+        self.out = buffer;
+    }
+}
+
+/// Decompresses `.bagz` records with one reused context.
+pub(crate) struct RecordDecompressor(zstd::bulk::Decompressor<'static>);
+
+impl RecordDecompressor {
+    pub(crate) fn new() -> std::io::Result<RecordDecompressor> {
+        Ok(RecordDecompressor(zstd::bulk::Decompressor::new()?))
+    }
+
+    /// A record as stored, decompressed into `out` (record `index` of
+    /// `path`, for errors). Frames that do not state their size (other
+    /// writers' streaming frames) are decoded as a stream.
+    pub(crate) fn decompress(
+        &mut self,
+        stored: &[u8],
+        out: &mut Vec<u8>,
+        path: &Path,
+        index: u64,
+    ) -> Result<(), BagError> {
+        out.clear();
+        if stored.is_empty() {
+            return Ok(());
+        }
+        let err = |e: std::io::Error| BagError::Record {
+            path: path.to_owned(),
+            index,
+            reason: format!("zstd: {e}"),
+        };
+        match zstd::zstd_safe::get_frame_content_size(stored) {
+            Ok(Some(n)) if n <= 1 << 30 => {
+                out.reserve(n as usize);
+                self.0.decompress_to_buffer(stored, out).map_err(err)?;
+            }
+            _ => zstd::stream::copy_decode(stored, &mut *out).map_err(err)?,
+        }
+        Ok(())
+    }
+}
+
 /// Expands `name@N` into its N shard paths (`name-0000i-of-0000N`); a path
 /// without `@` is itself.
 pub(crate) fn shard_paths(pattern: &Path) -> Result<Vec<PathBuf>, BagError> {
@@ -101,8 +174,8 @@ pub struct BagWriter {
     limits: BufWriter<File>,
     offset: u64,
     count: u64,
-    compress: Option<i32>,
-    scratch: Vec<u8>,
+    /// Compresses records (`.bagz`), one context reused for all of them.
+    compressor: Option<RecordCompressor>,
     /// Records written back to the disk up to here ([`WRITE_BEHIND`]).
     written_back: u64,
     /// Write-back started up to here.
@@ -143,8 +216,11 @@ impl BagWriter {
             limits: BufWriter::with_capacity(1 << 16, limits),
             offset: 0,
             count: 0,
-            compress: is_compressed(path).then_some(3),
-            scratch: Vec::new(),
+            compressor: if is_compressed(path) {
+                Some(RecordCompressor::new().map_err(io_err(path))?)
+            } else {
+                None
+            },
             written_back: 0,
             started: 0,
         })
@@ -198,15 +274,27 @@ impl BagWriter {
         Ok(())
     }
 
-    /// Appends one record.
+    /// Appends one record (compressed first in a `.bagz`).
     pub fn write(&mut self, record: &[u8]) -> Result<(), BagError> {
-        let data = match self.compress {
-            Some(level) if !record.is_empty() => {
-                self.scratch = zstd::bulk::compress(record, level).map_err(io_err(&self.tmp))?;
-                &self.scratch[..]
+        match self.compressor.as_mut() {
+            Some(c) => {
+                let data = c.compress(record).map_err(io_err(&self.tmp))?;
+                // The compressor's buffer, borrowed while appended.
+                let data = std::mem::take(data);
+                let result = self.write_stored(&data);
+                if let Some(c) = self.compressor.as_mut() {
+                    c.give_back(data);
+                }
+                result
             }
-            _ => record,
-        };
+            None => self.write_stored(record),
+        }
+    }
+
+    /// Appends one record as it is stored: compressed by a
+    /// [`RecordCompressor`] in a `.bagz` (elsewhere, on any thread), as is
+    /// in a `.bag`.
+    pub(crate) fn write_stored(&mut self, data: &[u8]) -> Result<(), BagError> {
         self.records.write_all(data).map_err(io_err(&self.tmp))?;
         self.offset += data.len() as u64;
         self.limits
@@ -217,11 +305,6 @@ impl BagWriter {
             self.write_behind()?;
         }
         Ok(())
-    }
-
-    /// Records written.
-    pub(crate) fn len(&self) -> u64 {
-        self.count
     }
 
     /// Appends the index, syncs and renames the file into place. Returns the
@@ -346,7 +429,6 @@ pub struct BagReader {
     next: u64,
     start: u64,
     compressed: bool,
-    raw: Vec<u8>,
 }
 
 impl BagReader {
@@ -387,7 +469,6 @@ impl BagReader {
             next: 0,
             start: 0,
             compressed: is_compressed(path),
-            raw: Vec::new(),
         })
     }
 
@@ -396,20 +477,32 @@ impl BagReader {
         self.len
     }
 
-    /// The file.
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
+    /// Whether records are stored zstd-compressed ([`decompress`] them).
+    pub(crate) fn compressed(&self) -> bool {
+        self.compressed
     }
 
-    /// Index of the record the next `read` returns.
-    pub(crate) fn position(&self) -> u64 {
-        self.next
-    }
-
-    /// Reads the next record into `buf`; false at the end.
-    pub(crate) fn read(&mut self, buf: &mut Vec<u8>) -> Result<bool, BagError> {
-        if self.next == self.len {
+    /// Appends the next record as stored (compressed in a `.bagz`) to
+    /// `out`; false at the end. Readers that decompress elsewhere (on other
+    /// threads) read with this.
+    pub(crate) fn read_stored(&mut self, out: &mut Vec<u8>) -> Result<bool, BagError> {
+        let Some(len) = self.next_len()? else {
             return Ok(false);
+        };
+        let at = out.len();
+        out.resize(at + len, 0);
+        self.file
+            .read_exact(&mut out[at..])
+            .map_err(io_err(&self.path))?;
+        self.next += 1;
+        Ok(true)
+    }
+
+    /// The next record's stored length from the index (and the reader moved
+    /// past it in the index); `None` at the end.
+    fn next_len(&mut self) -> Result<Option<usize>, BagError> {
+        if self.next == self.len {
+            return Ok(None);
         }
         let mut limit = [0u8; 8];
         self.index
@@ -426,26 +519,84 @@ impl BagReader {
             });
         }
         let len = (end - self.start) as usize;
-        let target = if self.compressed {
-            &mut self.raw
-        } else {
-            &mut *buf
-        };
-        target.resize(len, 0);
-        self.file.read_exact(target).map_err(io_err(&self.path))?;
-        if self.compressed {
-            buf.clear();
-            if len > 0 {
-                *buf = zstd::stream::decode_all(&self.raw[..]).map_err(|e| BagError::Record {
-                    path: self.path.clone(),
-                    index: self.next,
-                    reason: format!("zstd: {e}"),
-                })?;
-            }
-        }
         self.start = end;
-        self.next += 1;
+        Ok(Some(len))
+    }
+
+    /// Reads the next record into `buf`, decompressed; false at the end.
+    #[cfg(test)]
+    pub(crate) fn read(&mut self, buf: &mut Vec<u8>) -> Result<bool, BagError> {
+        let index = self.next;
+        let mut stored = Vec::new();
+        if !self.read_stored(&mut stored)? {
+            return Ok(false);
+        }
+        if self.compressed {
+            RecordDecompressor::new()
+                .map_err(io_err(&self.path))?
+                .decompress(&stored, buf, &self.path, index)?;
+        } else {
+            *buf = stored;
+        }
         Ok(true)
+    }
+}
+
+/// Records as a bag stores them, one after another: what
+/// [`BagWriter::write_stored`] takes, a batch at a time.
+#[derive(Debug, Default)]
+pub(crate) struct StoredRecords {
+    pub bytes: Vec<u8>,
+    /// Each record's end in `bytes`.
+    pub ends: Vec<usize>,
+}
+
+impl StoredRecords {
+    pub(crate) fn push(&mut self, record: &[u8]) {
+        self.bytes.extend_from_slice(record);
+        self.ends.push(self.bytes.len());
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The records, each compressed as a `.bagz` stores it.
+    pub(crate) fn compressed(&self, zstd: &mut RecordCompressor) -> std::io::Result<StoredRecords> {
+        let mut out = StoredRecords {
+            bytes: Vec::with_capacity(self.bytes.len() / 2),
+            ends: Vec::with_capacity(self.ends.len()),
+        };
+        let mut start = 0;
+        for &end in &self.ends {
+            out.push(zstd.compress(&self.bytes[start..end])?);
+            start = end;
+        }
+        Ok(out)
+    }
+}
+
+impl crate::store::parallel::OrderedFile for BagWriter {
+    type Piece = StoredRecords;
+    /// Records and bytes, as [`BagWriter::finish`] says.
+    type Done = (u64, u64);
+    type Error = BagError;
+    fn append(&mut self, records: StoredRecords) -> Result<(), BagError> {
+        let mut start = 0;
+        for &end in &records.ends {
+            self.write_stored(&records.bytes[start..end])?;
+            start = end;
+        }
+        Ok(())
+    }
+    fn finish(self) -> Result<(u64, u64), BagError> {
+        BagWriter::finish(self)
+    }
+    fn broken(path: &Path, what: &str) -> BagError {
+        BagError::Io {
+            path: path.to_owned(),
+            source: io::Error::other(what.to_owned()),
+        }
     }
 }
 

@@ -25,14 +25,20 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReader;
 use serde::Serialize;
 
 use super::{
-    BagSetError,
-    bagz::{BagWriter, shard_file_name},
+    BagError, BagSetError,
+    bagz::{BagWriter, RecordCompressor, StoredRecords, shard_file_name},
     coder,
 };
 use crate::{
     chess::{ActionVocabulary, RecordSet, vocabulary},
     query::{Session, SqlError, literal},
-    store::{StoreError, Table, commit::partition_dir, open_columns, parquet_files},
+    store::{
+        StoreError, Table,
+        commit::partition_dir,
+        open_columns,
+        parallel::{Encoders, InOrder},
+        parquet_files,
+    },
     ui::{Report, group},
 };
 
@@ -63,6 +69,8 @@ pub struct ExportOptions {
     pub overwrite: bool,
     #[command(flatten)]
     pub budget: crate::options::Budget,
+    #[command(flatten)]
+    pub jobs: crate::options::Jobs,
 }
 
 impl ExportOptions {
@@ -84,6 +92,7 @@ impl ExportOptions {
             compress: self.compress,
             overwrite: self.overwrite,
             memory_limit: self.budget.bytes(),
+            threads: self.jobs.or_cores(),
             progress,
         }
     }
@@ -104,6 +113,9 @@ pub struct ExportConfig {
     pub overwrite: bool,
     /// DuckDB's memory budget, bytes.
     pub memory_limit: u64,
+    /// Threads compressing `.bagz` records (`-j`); the files are the same
+    /// at any.
+    pub threads: usize,
     pub progress: bool,
 }
 
@@ -129,6 +141,15 @@ pub enum RowOrder {
     Stored,
     /// Sorted by DuckDB (spilling into `RUN/.tmp/` past its budget).
     Sorted,
+}
+
+/// Records written (and compressed) as one batch.
+const WRITE_BATCH: usize = 4096;
+
+thread_local! {
+    /// Each compressing thread's zstd context.
+    static COMPRESSOR: std::cell::RefCell<Option<RecordCompressor>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// The value rows of a set, to be read in the records' order: board id, then
@@ -392,8 +413,45 @@ fn export_set(
         stmt.stream_arrow([])
             .map_err(|e| session_error(session, e))?,
     );
+    // Records are encoded here and written in batches; `.bagz` batches are
+    // compressed on the pool, in order.
+    let encoders = match config.compress {
+        true => Encoders::new(config.threads, "cb-compress")?,
+        false => Encoders::Inline,
+    };
+    let compress = config.compress;
+    let open = |i: usize| -> Result<InOrder<BagWriter>, BagSetError> {
+        Ok(InOrder::new(
+            BagWriter::create(&files[i])?,
+            &files[i],
+            encoders.clone(),
+        ))
+    };
+    let submit = |writer: &mut InOrder<BagWriter>, batch: StoredRecords| {
+        writer.submit(move |_| {
+            if !compress {
+                return Ok(batch);
+            }
+            COMPRESSOR.with(|c| {
+                let mut c = c.borrow_mut();
+                if c.is_none() {
+                    *c = Some(RecordCompressor::new().map_err(|e| BagError::Io {
+                        path: PathBuf::from("-"),
+                        source: e,
+                    })?);
+                }
+                let zstd = c.as_mut().unwrap_or_else(|| unreachable!("set above"));
+                batch.compressed(zstd).map_err(|e| BagError::Io {
+                    path: PathBuf::from("-"),
+                    source: e,
+                })
+            })
+        })
+    };
     let mut shard = 0usize;
-    let mut writer = BagWriter::create(&files[0])?;
+    let mut writer = open(0)?;
+    let mut in_shard = 0u64;
+    let mut batch = StoredRecords::default();
     let per_shard = n.div_ceil(files.len() as u64);
     let mut record = Vec::with_capacity(128);
     let (mut written, mut bytes) = (0u64, 0u64);
@@ -401,11 +459,11 @@ fn export_set(
     let vocab = vocabulary();
     // The last row's (board id, action): stored rows must increase.
     let mut last: Option<(u64, u16)> = None;
-    while let Some(batch) = stmt.step().map_err(|e| session_error(session, e))? {
-        let batch = RecordBatch::from(batch);
-        let ids = column::<UInt64Type>(&batch, 0)?;
-        let values = Values::of(set, &batch)?;
-        for row in 0..batch.num_rows() {
+    while let Some(rows) = stmt.step().map_err(|e| session_error(session, e))? {
+        let rows = RecordBatch::from(rows);
+        let ids = column::<UInt64Type>(&rows, 0)?;
+        let values = Values::of(set, &rows)?;
+        for row in 0..rows.num_rows() {
             if order == RowOrder::Stored {
                 let action = match values {
                     Values::ActionValue(actions, _) => actions.value(row),
@@ -432,16 +490,23 @@ fn export_set(
                     win_probs.value(row),
                 ),
             }
-            if writer.len() == per_shard && shard + 1 < files.len() {
+            if in_shard == per_shard && shard + 1 < files.len() {
+                submit(&mut writer, std::mem::take(&mut batch))?;
                 bytes += writer.finish()?.1;
                 shard += 1;
-                writer = BagWriter::create(&files[shard])?;
+                in_shard = 0;
+                writer = open(shard)?;
             }
-            writer.write(&record)?;
+            batch.push(&record);
+            in_shard += 1;
             written += 1;
+            if batch.len() == WRITE_BATCH {
+                submit(&mut writer, std::mem::take(&mut batch))?;
+            }
         }
-        bar.inc(batch.num_rows() as u64);
+        bar.inc(rows.num_rows() as u64);
     }
+    submit(&mut writer, batch)?;
     bytes += writer.finish()?.1;
     // Sets smaller than expected leave no stale shard names behind.
     for f in &files[shard + 1..] {

@@ -69,12 +69,18 @@ impl BoardIds {
         self.len as u64
     }
 
+    /// Where the probe for a key with these low bits starts.
+    #[inline]
+    fn first_slot(&self, low: u32) -> usize {
+        // Spread the low bits (xxh3's are already uniform; this keeps a
+        // table that grew as uniform as a new one).
+        (u64::from(low).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.ids.len() - 1)
+    }
+
     /// The key's slot: where it is, or the empty slot where it would go.
     fn slot(&self, high: u64, low: u32) -> usize {
         let mask = self.ids.len() - 1;
-        // Spread the low bits (xxh3's are already uniform; this keeps a
-        // table that grew as uniform as a new one).
-        let mut i = (u64::from(low).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & mask;
+        let mut i = self.first_slot(low);
         loop {
             if self.ids[i] == Self::EMPTY || (self.high[i] == high && self.low[i] == low) {
                 return i;
@@ -87,13 +93,16 @@ impl BoardIds {
         ((key >> 64) as u64, key as u32)
     }
 
-    pub(super) fn get(&self, key: u128) -> Option<u64> {
+    #[cfg(test)]
+    fn get(&self, key: u128) -> Option<u64> {
         let (high, low) = Self::split(key);
         let i = self.slot(high, low);
         (self.ids[i] != Self::EMPTY).then(|| u64::from(self.ids[i]))
     }
 
-    pub(super) fn insert(&mut self, key: u128, id: u64) -> Result<(), BagSetError> {
+    /// Stores `key` as `id` (tests: ids out of the import's order).
+    #[cfg(test)]
+    fn insert(&mut self, key: u128, id: u64) -> Result<(), BagSetError> {
         let id = u32::try_from(id)
             .ok()
             .filter(|&id| id != Self::EMPTY)
@@ -112,14 +121,45 @@ impl BoardIds {
 
     /// The id of `key`, numbering it next if it is new; and whether it was.
     pub(super) fn get_or_insert(&mut self, key: u128) -> Result<(u64, bool), BagSetError> {
-        match self.get(key) {
-            Some(id) => Ok((id, false)),
-            None => {
-                let id = self.len();
-                self.insert(key, id)?;
-                Ok((id, true))
+        if (self.len + 1) * 5 > self.ids.len() * 4 {
+            self.grow();
+        }
+        let (high, low) = Self::split(key);
+        let i = self.slot(high, low);
+        if self.ids[i] != Self::EMPTY {
+            return Ok((u64::from(self.ids[i]), false));
+        }
+        let id = u32::try_from(self.len)
+            .ok()
+            .filter(|&id| id != Self::EMPTY)
+            .ok_or(BagSetError::TooManyBoards)?;
+        self.high[i] = high;
+        self.low[i] = low;
+        self.ids[i] = id;
+        self.len += 1;
+        Ok((u64::from(id), true))
+    }
+
+    /// Asks the CPU to fetch the cache lines `key`'s lookup starts at, so
+    /// that a lookup a few records later does not wait on memory (the
+    /// table is far bigger than the caches: three misses a lookup).
+    #[inline]
+    pub(super) fn prefetch(&self, key: u128) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let (_, low) = Self::split(key);
+            let i = self.first_slot(low);
+            // SAFETY: prefetching is a hint; the addresses are in bounds.
+            #[allow(unused_unsafe)]
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(self.ids.as_ptr().add(i).cast());
+                _mm_prefetch::<_MM_HINT_T0>(self.high.as_ptr().add(i).cast());
+                _mm_prefetch::<_MM_HINT_T0>(self.low.as_ptr().add(i).cast());
             }
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = key;
     }
 
     /// Doubles the table (only when the state-value bag undercounted).

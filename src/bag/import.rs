@@ -34,25 +34,20 @@ use arrow_array::{
     UInt32Array, UInt64Array, new_empty_array,
 };
 use serde::Serialize;
-use xxhash_rust::xxh3::xxh3_128;
 
 use super::{
     BagSetError,
     bagz::{BagReader, is_compressed, shard_paths},
-    coder,
+    decode::{Board, Decode, Input, each_batch},
     ids::{BoardIds, In, Out, Partitioner, Resolved, ensure_open_files, partitions_for, remove},
 };
 use crate::{
-    chess::{
-        RecordSet,
-        actions::vocabulary,
-        legal::{ValueKind, prepare},
-    },
+    chess::{RecordSet, legal::ValueKind},
     store::{
         RunDir, StoreError, Table, chunks,
-        legal_moves::LegalMovesWriter,
         manifest::{ImportRecord, IngestRecord, InputRecord, SplitCounts, SplitManifest},
-        writer::{BOARDS_PER_PART, PartWriter, part_file_name},
+        parallel::{Encoders, ParallelMovesWriter, ParallelPartWriter},
+        writer::{BOARDS_PER_PART, part_file_name},
     },
     ui::{Report, group},
 };
@@ -61,6 +56,8 @@ use crate::{
 const AV_ROWS_PER_PART: u64 = 1 << 24;
 /// Rows per buffered batch.
 const BATCH_ROWS: usize = 64 * 1024;
+/// Records ahead whose board-id slots are prefetched.
+const PREFETCH: usize = 16;
 
 /// `chessbench bag import`'s options (command line only).
 #[derive(Debug, Clone, clap::Args)]
@@ -88,6 +85,8 @@ pub struct ImportOptions {
     #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     pub action_value: Option<PathBuf>,
     #[command(flatten)]
+    pub jobs: crate::options::Jobs,
+    #[command(flatten)]
     pub budget: crate::options::Budget,
 }
 
@@ -114,6 +113,7 @@ impl ImportOptions {
             split: self.split.clone(),
             inputs,
             memory_limit: self.budget.bytes(),
+            threads: self.jobs.or_cores(),
             progress,
         })
     }
@@ -143,6 +143,8 @@ pub struct ImportConfig {
     pub inputs: Vec<(RecordSet, PathBuf)>,
     /// The memory budget, bytes.
     pub memory_limit: u64,
+    /// Threads decoding records (`-j`); the tables are the same at any.
+    pub threads: usize,
     pub progress: bool,
 }
 
@@ -154,6 +156,17 @@ const BYTES_PER_BOARD: u64 = 31;
 /// and action values, the Parquet writers' encoded row groups, the bag
 /// readers' buffers (records and index stream, never a whole index).
 const IMPORT_BUFFERS: u64 = 48 << 20;
+/// Buffers each thread beyond the first adds (`-j`): the batches of
+/// records being decoded and waiting to be applied, and the row groups
+/// being encoded (up to `-j` + 2 of each file in flight). Measured at 10^5
+/// generated games on the 2-core VM: peak RSS grew by ~20 MB a thread from
+/// 2 to 16 threads.
+const THREAD_BUFFERS: u64 = 24 << 20;
+
+/// Memory besides the boards' at `threads` threads.
+fn buffers(threads: usize) -> u64 {
+    IMPORT_BUFFERS + threads.saturating_sub(1) as u64 * THREAD_BUFFERS
+}
 
 /// Finds the ChessBench files of a directory: `SET_data.bag` or
 /// `SET-00000-of-0000N_data.bag` (`.bagz` too), for each set present.
@@ -209,18 +222,20 @@ struct Boards {
     /// Boards written so far (the next board's id).
     count: u64,
     dir: PathBuf,
-    writer: Option<PartWriter>,
-    moves: Option<LegalMovesWriter>,
+    writer: Option<ParallelPartWriter>,
+    moves: Option<ParallelMovesWriter>,
     moves_dir: PathBuf,
     buf: BoardColumns,
     legal_moves: u64,
     with_moves: u64,
+    /// Where the part files' row groups are encoded.
+    encoders: Encoders,
 }
 
 #[derive(Default)]
 struct BoardColumns {
     board_id: Vec<u64>,
-    fen: Vec<String>,
+    fen: arrow_array::builder::StringBuilder,
     side: Vec<&'static str>,
     num_moves: Vec<u8>,
     terminal: Vec<&'static str>,
@@ -231,7 +246,7 @@ impl Boards {
     /// which must be the next; returns what kind of value it has.
     fn add(
         &mut self,
-        fen: &str,
+        board: &Board<'_>,
         id: u64,
         at: &dyn Fn(String) -> BagSetError,
     ) -> Result<ValueKind, BagSetError> {
@@ -241,40 +256,39 @@ impl Boards {
                 self.count
             )));
         }
-        let p = prepare(fen, None).map_err(|e| at(e.to_string()))?;
         if id.is_multiple_of(BOARDS_PER_PART) {
             self.flush_part()?;
             let part = id / BOARDS_PER_PART;
             let path = self.dir.join(part_file_name(part));
-            self.writer = Some(PartWriter::create(&path, Table::Boards)?);
+            self.writer = Some(ParallelPartWriter::create(
+                &path,
+                Table::Boards,
+                self.encoders.clone(),
+            )?);
             let path = self.moves_dir.join(part_file_name(part));
-            self.moves = Some(LegalMovesWriter::create(&path)?);
+            self.moves = Some(ParallelMovesWriter::create(&path, self.encoders.clone())?);
         }
-        let actions: Vec<u16> = p.moves.iter().map(|m| m.0).collect();
+        let actions = board.actions;
         if let Some(w) = self.moves.as_mut() {
-            w.push(id, &actions)?;
+            w.push(id, actions)?;
         }
         self.legal_moves += actions.len() as u64;
         self.with_moves += u64::from(!actions.is_empty());
         self.count += 1;
         let b = &mut self.buf;
         b.board_id.push(id);
-        b.side.push(if fen.split(' ').nth(1) == Some("b") {
-            "b"
-        } else {
-            "w"
-        });
+        b.side.push(if board.black_to_move { "b" } else { "w" });
         b.num_moves.push(actions.len().min(255) as u8);
-        b.terminal.push(match p.terminal {
+        b.terminal.push(match board.terminal {
             Some(ValueKind::Checkmate) => "checkmate",
             Some(ValueKind::Stalemate) => "stalemate",
             _ => "none",
         });
-        b.fen.push(p.fen);
+        b.fen.append_value(board.fen);
         if b.board_id.len() == BATCH_ROWS {
             self.flush_batch()?;
         }
-        Ok(p.terminal.unwrap_or(ValueKind::Search))
+        Ok(board.kind())
     }
 
     fn flush_batch(&mut self) -> Result<(), BagSetError> {
@@ -286,7 +300,7 @@ impl Boards {
         let nulls64: ArrayRef = Arc::new(UInt64Array::new_null(n));
         let columns: Vec<ArrayRef> = vec![
             Arc::new(UInt64Array::from(b.board_id)),
-            Arc::new(StringArray::from(b.fen)),
+            Arc::new({ b.fen }.finish()),
             Arc::new(StringArray::from(b.side)),
             nulls64.clone(),
             Arc::new(UInt8Array::from(b.num_moves)),
@@ -310,7 +324,7 @@ impl Boards {
 }
 
 fn write_batch(
-    writer: Option<&mut PartWriter>,
+    writer: Option<&mut ParallelPartWriter>,
     table: Table,
     columns: Vec<ArrayRef>,
     dir: &Path,
@@ -331,19 +345,12 @@ fn write_empty(dir: &Path, table: Table) -> Result<(), BagSetError> {
         .iter()
         .map(|f| new_empty_array(f.data_type()))
         .collect();
-    let mut w = PartWriter::create(&dir.join(part_file_name(0)), table)?;
+    let mut w = ParallelPartWriter::create(&dir.join(part_file_name(0)), table, Encoders::Inline)?;
     let batch = RecordBatch::try_new(schema, columns)
         .map_err(|e| StoreError::Corrupt(dir.to_owned(), e.to_string()))?;
     w.write(&batch)?;
     w.finish()?;
     Ok(())
-}
-
-/// One set's input: its bag files and how many records they hold.
-struct Input {
-    set: RecordSet,
-    pattern: PathBuf,
-    records: u64,
 }
 
 /// Boards the import will meet, to size the in-memory id table once: the
@@ -365,57 +372,6 @@ fn records_in(pattern: &Path) -> Result<u64, BagSetError> {
     Ok(n)
 }
 
-/// Reads every record of `inputs` in order, with a progress bar per set
-/// (`pass` added to its name). Shards are opened one at a time: the
-/// published action values are 2,148 files. `record` gets the set, the
-/// record and a constructor of errors naming the file and record.
-fn each_record(
-    inputs: &[Input],
-    progress: bool,
-    pass: &str,
-    mut shard: impl FnMut(&BagReader),
-    mut record: impl FnMut(RecordSet, &[u8], &dyn Fn(String) -> BagSetError) -> Result<(), BagSetError>,
-) -> Result<(), BagSetError> {
-    let mut buf = Vec::new();
-    for input in inputs {
-        let name = format!("{}{pass}", input.set.name());
-        let bar = super::progress(progress, input.records, &name);
-        let mut done = 0;
-        for path in shard_paths(&input.pattern)? {
-            let mut reader = BagReader::open(&path)?;
-            shard(&reader);
-            loop {
-                let index = reader.position();
-                if !reader.read(&mut buf)? {
-                    break;
-                }
-                let at = |reason: String| BagSetError::Record {
-                    path: path.clone(),
-                    index,
-                    reason,
-                };
-                record(input.set, &buf, &at)?;
-                if index % 4096 == 0 {
-                    bar.set_position(done + index);
-                }
-            }
-            done += reader.len();
-            bar.set_position(done);
-        }
-        bar.finish_and_clear();
-    }
-    Ok(())
-}
-
-/// The FEN of a record.
-fn record_fen(set: RecordSet, record: &[u8]) -> Result<&str, coder::CoderError> {
-    Ok(match set {
-        RecordSet::StateValue => coder::decode_state_value(record)?.0,
-        RecordSet::BehavioralCloning => coder::decode_behavioral_cloning(record)?.0,
-        RecordSet::ActionValue => coder::decode_action_value(record)?.0,
-    })
-}
-
 /// Where board ids come from: the in-memory table, or the streams the
 /// on-disk passes resolved (module [`ids`](super::ids)).
 enum Ids {
@@ -428,16 +384,16 @@ enum Ids {
 fn board_id(
     ids: &mut Ids,
     boards: &mut Boards,
-    fen: &str,
+    key: u128,
+    board: &Board<'_>,
     at: &dyn Fn(String) -> BagSetError,
 ) -> Result<(u64, Option<ValueKind>), BagSetError> {
-    let key = xxh3_128(fen.as_bytes());
     let (id, first) = match ids {
         Ids::Memory(table) => table.get_or_insert(key)?,
         Ids::Disk(resolved) => resolved.id(key)?,
     };
     let kind = if first {
-        Some(boards.add(fen, id, at)?)
+        Some(boards.add(board, id, at)?)
     } else {
         None
     };
@@ -655,10 +611,16 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
     let records: u64 = inputs.iter().map(|i| i.records).sum();
     // The in-memory table when the boards fit, else the on-disk passes
     // with partitions that fit.
-    let partitions = if expected * BYTES_PER_BOARD + IMPORT_BUFFERS <= config.memory_limit {
+    let buffers = buffers(config.threads);
+    // What the boards may use: the limit less the buffers.
+    let room = config
+        .memory_limit
+        .saturating_sub(buffers)
+        .max(config.memory_limit / 4);
+    let partitions = if expected * BYTES_PER_BOARD + buffers <= config.memory_limit {
         None
     } else {
-        let p = partitions_for(records, config.memory_limit * 3 / 4);
+        let p = partitions_for(records, room * 3 / 4);
         ensure_open_files(p)?;
         Some(p)
     };
@@ -668,6 +630,7 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
     for table in [Table::Games, Table::Rejects] {
         write_empty(&txn.partition(table, split)?, table)?;
     }
+    let encoders = Encoders::new(config.threads, "cb-encode")?;
     let mut boards = Boards {
         count: 0,
         dir: txn.partition(Table::Boards, split)?,
@@ -677,6 +640,7 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         buf: BoardColumns::default(),
         legal_moves: 0,
         with_moves: 0,
+        encoders: encoders.clone(),
     };
     let (mut ids, mut values) = match partitions {
         None => (
@@ -685,19 +649,22 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         ),
         Some(partitions) => {
             let scratch = txn.scratch("import")?;
-            let mut partitioner = Partitioner::create(&scratch, partitions, config.memory_limit)?;
-            each_record(
+            let mut partitioner = Partitioner::create(&scratch, partitions, room)?;
+            each_batch(
                 &inputs,
+                config.threads,
+                Decode::Keys,
                 config.progress,
                 " (ids)",
-                |_| {},
-                |set, record, at| {
-                    let fen = record_fen(set, record).map_err(|e| at(e.to_string()))?;
-                    partitioner.push(xxh3_128(fen.as_bytes()))
+                |batch| {
+                    for r in &batch.records {
+                        partitioner.push(r.key)?;
+                    }
+                    Ok(())
                 },
             )?;
             let resolved = partitioner.resolve(config.progress)?;
-            let values = Values::on_disk(&scratch, resolved.boards, config.memory_limit)?;
+            let values = Values::on_disk(&scratch, resolved.boards, room)?;
             (Ids::Disk(resolved), values)
         }
     };
@@ -708,71 +675,77 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         ..ImportSummary::default()
     };
     let mut inputs_record = Vec::new();
-    let mut av_writer: Option<PartWriter> = None;
+    let mut av_writer: Option<ParallelPartWriter> = None;
     let mut av_part = 0u64;
     let mut av_rows_in_part = 0u64;
     let mut av = (Vec::new(), Vec::new(), Vec::new());
-    // The legal actions of the last board an action value named (records of
-    // one board are usually consecutive).
-    let mut legal_cache: (u64, Vec<u16>) = (u64::MAX, Vec::new());
-
-    each_record(
+    // The last record's board (key, id).
+    let mut last: Option<(u128, u64)> = None;
+    each_batch(
         &inputs,
+        config.threads,
+        Decode::Full,
         config.progress,
         "",
-        |reader| {
-            inputs_record.push(InputRecord {
-                source: reader.path().display().to_string(),
-                split: split.clone(),
-                zstd: is_compressed(reader.path()),
-                bytes_read: fs::metadata(reader.path()).map_or(0, |m| m.len()),
-                pgn_bytes: 0,
-                games_read: 0,
-                error: None,
-            })
-        },
-        |set, record, at| {
-            match set {
-                RecordSet::StateValue => {
-                    let (fen, p) =
-                        coder::decode_state_value(record).map_err(|e| at(e.to_string()))?;
-                    let (id, kind) = board_id(&mut ids, &mut boards, fen, at)?;
-                    values.state_value(id, p, kind)?;
-                    summary.state_value_records += 1;
+        |batch| {
+            if batch.shard_start {
+                let path = batch.path.as_path();
+                inputs_record.push(InputRecord {
+                    source: path.display().to_string(),
+                    split: split.clone(),
+                    zstd: is_compressed(path),
+                    bytes_read: fs::metadata(path).map_or(0, |m| m.len()),
+                    pgn_bytes: 0,
+                    games_read: 0,
+                    error: None,
+                });
+            }
+            for (i, r) in batch.records.iter().enumerate() {
+                if let (Ids::Memory(table), Some(ahead)) = (&ids, batch.records.get(i + PREFETCH)) {
+                    table.prefetch(ahead.key);
                 }
-                RecordSet::BehavioralCloning => {
-                    let (fen, uci) =
-                        coder::decode_behavioral_cloning(record).map_err(|e| at(e.to_string()))?;
-                    let (id, _) = board_id(&mut ids, &mut boards, fen, at)?;
-                    let action = legal_action(id, fen, uci, &mut legal_cache, at)?;
-                    values.best(id, action)?;
-                    summary.behavioral_cloning_records += 1;
-                }
-                RecordSet::ActionValue => {
-                    let (fen, uci, p) =
-                        coder::decode_action_value(record).map_err(|e| at(e.to_string()))?;
-                    let (id, _) = board_id(&mut ids, &mut boards, fen, at)?;
-                    let action = legal_action(id, fen, uci, &mut legal_cache, at)?;
-                    if av_writer.is_none() || av_rows_in_part == AV_ROWS_PER_PART {
-                        flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
-                        if let Some(w) = av_writer.take() {
-                            w.finish()?;
-                            av_part += 1;
+                let at = |reason: String| batch.error(i, reason);
+                let (id, kind) = match last {
+                    // Records of one board are usually consecutive.
+                    Some((key, id)) if key == r.key => (id, None),
+                    _ => {
+                        let board = batch.board(r.board);
+                        board_id(&mut ids, &mut boards, r.key, &board, &at)?
+                    }
+                };
+                last = Some((r.key, id));
+                match batch.set {
+                    RecordSet::StateValue => {
+                        values.state_value(id, r.win_prob, kind)?;
+                        summary.state_value_records += 1;
+                    }
+                    RecordSet::BehavioralCloning => {
+                        values.best(id, r.action)?;
+                        summary.behavioral_cloning_records += 1;
+                    }
+                    RecordSet::ActionValue => {
+                        if av_writer.is_none() || av_rows_in_part == AV_ROWS_PER_PART {
+                            flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
+                            if let Some(w) = av_writer.take() {
+                                w.finish()?;
+                                av_part += 1;
+                            }
+                            av_writer = Some(ParallelPartWriter::create(
+                                &av_dir.join(part_file_name(av_part)),
+                                Table::ActionValues,
+                                encoders.clone(),
+                            )?);
+                            av_rows_in_part = 0;
                         }
-                        av_writer = Some(PartWriter::create(
-                            &av_dir.join(part_file_name(av_part)),
-                            Table::ActionValues,
-                        )?);
-                        av_rows_in_part = 0;
+                        av.0.push(id);
+                        av.1.push(r.action);
+                        av.2.push(r.win_prob);
+                        av_rows_in_part += 1;
+                        if av.0.len() == BATCH_ROWS {
+                            flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
+                        }
+                        summary.action_value_records += 1;
                     }
-                    av.0.push(id);
-                    av.1.push(action);
-                    av.2.push(p);
-                    av_rows_in_part += 1;
-                    if av.0.len() == BATCH_ROWS {
-                        flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
-                    }
-                    summary.action_value_records += 1;
                 }
             }
             Ok(())
@@ -804,7 +777,11 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
     drop(ids);
 
     // state_values: one row per board with a state-value record, in id order.
-    let mut w = PartWriter::create(&sv_dir.join(part_file_name(0)), Table::StateValues)?;
+    let mut w = ParallelPartWriter::create(
+        &sv_dir.join(part_file_name(0)),
+        Table::StateValues,
+        encoders.clone(),
+    )?;
     let mut cols = SvColumns::default();
     values.finish(|id, p, kind, best| {
         cols.board_id.push(id);
@@ -881,32 +858,9 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
     Ok(summary)
 }
 
-/// The action index of `uci`, which must be legal in board `id` (`fen`).
-fn legal_action(
-    id: u64,
-    fen: &str,
-    uci: &str,
-    cache: &mut (u64, Vec<u16>),
-    at: &dyn Fn(String) -> BagSetError,
-) -> Result<u16, BagSetError> {
-    let action = vocabulary().parse(uci).ok_or_else(|| {
-        at(format!(
-            "move {uci:?} is not one of ChessBench's 1968 actions"
-        ))
-    })?;
-    if cache.0 != id {
-        let p = prepare(fen, None).map_err(|e| at(e.to_string()))?;
-        *cache = (id, p.moves.iter().map(|m| m.0).collect());
-    }
-    if cache.1.binary_search(&action).is_err() {
-        return Err(at(format!("move {uci} is not legal in {fen}")));
-    }
-    Ok(action)
-}
-
 fn flush_av(
     av: &mut (Vec<u64>, Vec<u16>, Vec<f64>),
-    writer: Option<&mut PartWriter>,
+    writer: Option<&mut ParallelPartWriter>,
     dir: &Path,
 ) -> Result<(), BagSetError> {
     if av.0.is_empty() {

@@ -5,6 +5,7 @@
 
 pub(crate) mod bagz;
 pub mod coder;
+mod decode;
 pub mod export;
 mod ids;
 pub mod import;

@@ -439,10 +439,7 @@ impl IngestOptions {
                 message: "must be at least 1 MiB".into(),
             });
         }
-        let threads = match self.resources.jobs.jobs {
-            Some(0) | None => std::thread::available_parallelism().map_or(2, |n| n.get()),
-            Some(n) => n,
-        };
+        let threads = self.resources.jobs.or_cores();
         Ok(IngestConfig {
             inputs,
             out,

@@ -53,12 +53,13 @@ const ZSTD_LEVEL: i32 = 1;
 
 const _: () = assert!(NUM_ACTIONS <= 1 << INDEX_BITS);
 
-/// Writes one `legal_moves` part file.
+/// One `legal_moves` part file, taking row groups encoded by
+/// [`encode_row_group`] (on any thread) in order; rows are gathered board
+/// by board into row groups of [`ROW_GROUP_ROWS`] by
+/// [`ParallelMovesWriter`](super::parallel::ParallelMovesWriter).
 pub(crate) struct LegalMovesWriter {
     writer: SerializedFileWriter<BufWriter<File>>,
     columns: [ColumnDescPtr; 3],
-    board_ids: Vec<u64>,
-    actions: Vec<u16>,
     rows: u64,
     path: std::path::PathBuf,
 }
@@ -89,66 +90,32 @@ impl LegalMovesWriter {
         Ok(LegalMovesWriter {
             writer,
             columns,
-            board_ids: Vec::with_capacity(ROW_GROUP_ROWS),
-            actions: Vec::with_capacity(ROW_GROUP_ROWS),
             rows: 0,
             path: path.to_owned(),
         })
     }
 
-    /// Appends the (sorted) legal actions of one board.
-    pub(crate) fn push(&mut self, board_id: u64, actions: &[u16]) -> Result<(), StoreError> {
-        let mut rest = actions;
-        while !rest.is_empty() {
-            let room = ROW_GROUP_ROWS - self.actions.len();
-            let (now, later) = rest.split_at(room.min(rest.len()));
-            self.board_ids
-                .extend(std::iter::repeat_n(board_id, now.len()));
-            self.actions.extend_from_slice(now);
-            if self.actions.len() == ROW_GROUP_ROWS {
-                self.flush()?;
-            }
-            rest = later;
+    /// The column descriptors row groups are encoded for
+    /// ([`encode_row_group`], on any thread).
+    pub(crate) fn columns(&self) -> [ColumnDescPtr; 3] {
+        self.columns.clone()
+    }
+
+    /// Appends a row group encoded by [`encode_row_group`] with this
+    /// writer's [`columns`](Self::columns).
+    pub(crate) fn append(&mut self, group: EncodedRowGroup) -> Result<(), StoreError> {
+        let path = &self.path;
+        let mut rg = self.writer.next_row_group().map_err(perr(path))?;
+        for (bytes, close) in group.chunks {
+            rg.append_column(&bytes, close).map_err(perr(path))?;
         }
+        rg.close().map_err(perr(path))?;
+        self.rows += group.rows;
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), StoreError> {
-        if self.actions.is_empty() {
-            return Ok(());
-        }
-        let path = self.path.clone();
-        // board_id on a thread; the action indices' pages, shared by the
-        // action and uci columns, compressed once on this one.
-        let (ids, actions, columns) = (&self.board_ids, &self.actions, &self.columns);
-        let chunks = std::thread::scope(|scope| -> Result<_, ParquetError> {
-            let board_id = scope.spawn(|| board_id_chunk(ids, &columns[0]));
-            let pages = index_pages(actions);
-            let board_id = board_id
-                .join()
-                .unwrap_or_else(|_| Err(ParquetError::General("column encoder panicked".into())))?;
-            let pages = pages?;
-            Ok([
-                board_id,
-                action_chunk(&pages, &columns[1])?,
-                uci_chunk(&pages, &columns[2])?,
-            ])
-        })
-        .map_err(perr(&path))?;
-        let mut rg = self.writer.next_row_group().map_err(perr(&path))?;
-        for (bytes, close) in chunks {
-            rg.append_column(&bytes, close).map_err(perr(&path))?;
-        }
-        rg.close().map_err(perr(&path))?;
-        self.rows += self.actions.len() as u64;
-        self.board_ids.clear();
-        self.actions.clear();
-        Ok(())
-    }
-
-    /// Flushes and fsyncs the file; returns the number of rows.
-    pub(crate) fn finish(mut self) -> Result<u64, StoreError> {
-        self.flush()?;
+    /// Finishes and fsyncs the file; returns the number of rows.
+    pub(crate) fn finish(self) -> Result<u64, StoreError> {
         let path = self.path.clone();
         let buf = self.writer.into_inner().map_err(perr(&path))?;
         let file = buf
@@ -268,6 +235,60 @@ struct Packed {
     bytes: Bytes,
     raw_len: usize,
     values: u32,
+}
+
+/// One `legal_moves` row group, its three column chunks encoded and
+/// compressed, ready to be appended ([`LegalMovesWriter::append`]).
+pub(crate) struct EncodedRowGroup {
+    chunks: [(Bytes, ColumnCloseResult); 3],
+    rows: u64,
+}
+
+/// How [`encode_row_group`] uses threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Encode {
+    /// `board_id` on a thread of its own beside the action pages: for a
+    /// writer that encodes its row groups one after another.
+    Split,
+    /// All on the calling thread: for callers that encode several row
+    /// groups at once on their own threads.
+    Serial,
+}
+
+/// Encodes one row group: `ids[i]` is the board of action `actions[i]`
+/// (at most [`ROW_GROUP_ROWS`] rows). A pure function of its inputs, so row
+/// groups encoded on any thread and appended in order give the same file as
+/// [`LegalMovesWriter::push`].
+pub(crate) fn encode_row_group(
+    columns: &[ColumnDescPtr; 3],
+    ids: &[u64],
+    actions: &[u16],
+    threads: Encode,
+) -> Result<EncodedRowGroup, ParquetError> {
+    debug_assert_eq!(ids.len(), actions.len());
+    debug_assert!(actions.len() <= ROW_GROUP_ROWS);
+    // The action indices' pages, shared by the action and uci columns, are
+    // compressed once.
+    let (board_id, pages) = match threads {
+        Encode::Split => std::thread::scope(|scope| {
+            let board_id = scope.spawn(|| board_id_chunk(ids, &columns[0]));
+            let pages = index_pages(actions);
+            let board_id = board_id
+                .join()
+                .unwrap_or_else(|_| Err(ParquetError::General("column encoder panicked".into())));
+            (board_id, pages)
+        }),
+        Encode::Serial => (board_id_chunk(ids, &columns[0]), index_pages(actions)),
+    };
+    let pages = pages?;
+    Ok(EncodedRowGroup {
+        chunks: [
+            board_id?,
+            action_chunk(&pages, &columns[1])?,
+            uci_chunk(&pages, &columns[2])?,
+        ],
+        rows: actions.len() as u64,
+    })
 }
 
 /// Compresses one page with a context kept by the caller.
@@ -551,7 +572,11 @@ mod tests {
     fn round_trip_through_arrow_reader() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("lm.parquet");
-        let mut w = LegalMovesWriter::create(&path).unwrap();
+        let mut w = crate::store::parallel::ParallelMovesWriter::create(
+            &path,
+            crate::store::parallel::Encoders::Inline,
+        )
+        .unwrap();
         let mut expected = Vec::new();
         // Enough rows for two row groups and many pages, every action used;
         // now and then the id jumps far (wide deltas, up to 41 bits).

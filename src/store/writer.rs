@@ -7,13 +7,22 @@ use std::{
     fs::File,
     io::BufWriter,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use arrow_array::RecordBatch;
 use parquet::{
-    arrow::ArrowWriter,
+    arrow::{
+        ArrowWriter,
+        arrow_writer::{
+            ArrowColumnChunk, ArrowColumnWriter, ArrowRowGroupWriterFactory, compute_leaves,
+        },
+    },
     basic::{Compression, Encoding, ZstdLevel},
-    file::properties::{EnabledStatistics, WriterProperties, WriterVersion},
+    file::{
+        properties::{EnabledStatistics, WriterProperties, WriterVersion},
+        writer::SerializedFileWriter,
+    },
     schema::types::ColumnPath,
 };
 
@@ -24,6 +33,9 @@ pub(crate) const VALUE_ROW_GROUP_ROWS: usize = 64 * 1024;
 
 /// Boards per part file; legal_moves part N covers the same board ids.
 pub(crate) const BOARDS_PER_PART: u64 = 1 << 20;
+
+/// Rows per row group of `boards` (a part is 8 of them).
+pub(crate) const BOARDS_ROW_GROUP_ROWS: usize = 128 * 1024;
 
 fn zstd(level: i32) -> Compression {
     // Levels 1..=22 are valid; the constants below are in range.
@@ -59,7 +71,7 @@ pub(crate) fn properties(table: Table) -> WriterProperties {
             // Level 1 is both faster and, on FEN columns, smaller than 3
             // (1.89 vs 1.95 MB for the 151,284 boards of Lichess 2022-06).
             .set_compression(zstd(1))
-            .set_max_row_group_row_count(Some(128 * 1024))
+            .set_max_row_group_row_count(Some(BOARDS_ROW_GROUP_ROWS))
             .set_column_dictionary_enabled(col("board_id"), false)
             .set_column_encoding(col("board_id"), Encoding::DELTA_BINARY_PACKED)
             .set_column_dictionary_enabled(col("fen"), false)
@@ -157,4 +169,158 @@ impl PartWriter {
 /// `part-00012.parquet`.
 pub(crate) fn part_file_name(part: u64) -> String {
     format!("part-{part:05}.parquet")
+}
+
+/// A Parquet file whose row groups are encoded elsewhere, on any thread
+/// ([`RowGroupEncoder`]), and appended here in order. The file is the one a
+/// [`PartWriter`] gives for the same batches cut at the same row-group
+/// boundaries: both encode with the same column writers and properties.
+pub(crate) struct RowGroupFile {
+    writer: SerializedFileWriter<BufWriter<File>>,
+    encoder: RowGroupEncoder,
+    path: PathBuf,
+    rows: u64,
+    groups: usize,
+}
+
+/// Encodes row groups of one [`RowGroupFile`]; cheap to clone, shareable
+/// between threads.
+#[derive(Clone)]
+pub(crate) struct RowGroupEncoder {
+    factory: Arc<ArrowRowGroupWriterFactory>,
+    schema: arrow_schema::SchemaRef,
+}
+
+/// One encoded row group of a [`RowGroupFile`].
+pub(crate) struct EncodedRowGroup {
+    chunks: Vec<ArrowColumnChunk>,
+    rows: u64,
+}
+
+impl RowGroupEncoder {
+    /// Starts row group `index` of the file.
+    pub(crate) fn begin(
+        &self,
+        index: usize,
+    ) -> Result<RowGroupInProgress, parquet::errors::ParquetError> {
+        Ok(RowGroupInProgress {
+            writers: self.factory.create_column_writers(index)?,
+            schema: self.schema.clone(),
+            rows: 0,
+        })
+    }
+}
+
+/// A row group being encoded: batches written one after another, as a
+/// [`PartWriter`] writes them.
+pub(crate) struct RowGroupInProgress {
+    writers: Vec<ArrowColumnWriter>,
+    schema: arrow_schema::SchemaRef,
+    rows: u64,
+}
+
+impl RowGroupInProgress {
+    /// Encodes `batch` (the table's schema; the row group stays within the
+    /// table's row-group size).
+    pub(crate) fn write(
+        &mut self,
+        batch: &RecordBatch,
+    ) -> Result<(), parquet::errors::ParquetError> {
+        self.rows += batch.num_rows() as u64;
+        let mut next = self.writers.iter_mut();
+        for (field, column) in self.schema.fields().iter().zip(batch.columns()) {
+            for leaf in compute_leaves(field.as_ref(), column)? {
+                next.next()
+                    .ok_or_else(|| {
+                        parquet::errors::ParquetError::General(
+                            "batch has more columns than the table".into(),
+                        )
+                    })?
+                    .write(&leaf)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the column chunks.
+    pub(crate) fn finish(self) -> Result<EncodedRowGroup, parquet::errors::ParquetError> {
+        let chunks = self
+            .writers
+            .into_iter()
+            .map(|w| w.close())
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(EncodedRowGroup {
+            chunks,
+            rows: self.rows,
+        })
+    }
+}
+
+impl RowGroupFile {
+    /// Creates `path` (its directory must exist) for `table`.
+    pub(crate) fn create(path: &Path, table: Table) -> Result<RowGroupFile, StoreError> {
+        let file = File::create(path).map_err(|e| StoreError::io(path, e))?;
+        let schema = table.schema();
+        let (writer, factory) = ArrowWriter::try_new(
+            BufWriter::with_capacity(1 << 20, file),
+            schema.clone(),
+            Some(properties(table)),
+        )
+        .and_then(ArrowWriter::into_serialized_writer)
+        .map_err(|e| StoreError::parquet(path, e))?;
+        Ok(RowGroupFile {
+            writer,
+            encoder: RowGroupEncoder {
+                factory: Arc::new(factory),
+                schema,
+            },
+            path: path.to_owned(),
+            rows: 0,
+            groups: 0,
+        })
+    }
+
+    /// The encoder of this file's row groups.
+    pub(crate) fn encoder(&self) -> RowGroupEncoder {
+        self.encoder.clone()
+    }
+
+    /// Appends the next row group (encoded as row group
+    /// [`groups`](Self::groups) of this file).
+    pub(crate) fn append(&mut self, group: EncodedRowGroup) -> Result<(), StoreError> {
+        let path = &self.path;
+        let mut rg = self
+            .writer
+            .next_row_group()
+            .map_err(|e| StoreError::parquet(path, e))?;
+        for chunk in group.chunks {
+            chunk
+                .append_to_row_group(&mut rg)
+                .map_err(|e| StoreError::parquet(path, e))?;
+        }
+        rg.close().map_err(|e| StoreError::parquet(path, e))?;
+        self.rows += group.rows;
+        self.groups += 1;
+        Ok(())
+    }
+
+    /// Row groups appended so far.
+    pub(crate) fn groups(&self) -> usize {
+        self.groups
+    }
+
+    /// Finishes the file and flushes it to stable storage; returns the rows.
+    pub(crate) fn finish(self) -> Result<u64, StoreError> {
+        let RowGroupFile {
+            writer, path, rows, ..
+        } = self;
+        let buf = writer
+            .into_inner()
+            .map_err(|e| StoreError::parquet(&path, e))?;
+        let file = buf
+            .into_inner()
+            .map_err(|e| StoreError::io(&path, e.into_error()))?;
+        file.sync_all().map_err(|e| StoreError::io(&path, e))?;
+        Ok(rows)
+    }
 }

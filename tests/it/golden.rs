@@ -91,6 +91,28 @@ fn stdin_gives_the_same_tables_as_a_file() {
     }
 }
 
+/// Every Parquet file of a run, by path within it, with its bytes.
+fn parquet_files(run: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fn walk(
+        dir: &std::path::Path,
+        run: &std::path::Path,
+        out: &mut std::collections::BTreeMap<String, Vec<u8>>,
+    ) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, run, out);
+            } else if p.extension().is_some_and(|x| x == "parquet") {
+                let name = p.strip_prefix(run).unwrap().to_string_lossy().into_owned();
+                out.insert(name, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(run, run, &mut out);
+    out
+}
+
 #[test]
 fn output_does_not_depend_on_memory_limit_or_threads() {
     let path = data_file("lichess_2022-06_head2500.pgn.zst");
@@ -119,9 +141,21 @@ fn output_does_not_depend_on_memory_limit_or_threads() {
         ),
         "{stderr}"
     );
+    // The files themselves are the same bytes at every thread count and
+    // limit (the boards phase writes row groups from several threads).
+    let expected_files = parquet_files(base.path());
+    assert!(expected_files.len() >= 4);
+    assert!(
+        parquet_files(small.path()) == expected_files,
+        "1 thread, 1 MiB: files differ"
+    );
     let three = tempfile::tempdir().unwrap();
     ingest(three.path(), &[path, "-j", "3"]);
     assert!(snapshot(three.path()) == expected, "3-thread run differs");
+    assert!(
+        parquet_files(three.path()) == expected_files,
+        "3 threads: files differ"
+    );
     // 4 threads: boards deduplicated by 4 shards, each spilling its own
     // partitions, in both spill formats whatever this CPU would pick.
     for (format, bytes) in [("plain", 56), ("packed", 44)] {
@@ -140,6 +174,10 @@ fn output_does_not_depend_on_memory_limit_or_threads() {
         assert!(
             snapshot(four.path()) == expected,
             "4-shard spilled run ({format} spill entries) differs"
+        );
+        assert!(
+            parquet_files(four.path()) == expected_files,
+            "4 threads, 1 MiB, {format}: files differ"
         );
     }
 }

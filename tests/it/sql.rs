@@ -556,7 +556,7 @@ fn bag_import_is_the_same_under_a_small_memory_budget() {
     let bags = dir.path().join("bags");
     let o = bag_export(run, &bags, &["--records-per-shard", "500"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let import = |name: &str, limit: &str| {
+    let import_from = |bags: &Path, name: &str, limit: &str, jobs: &str| {
         let out = dir.path().join(name);
         let o = util::run(&[
             "bag",
@@ -567,6 +567,8 @@ fn bag_import_is_the_same_under_a_small_memory_budget() {
             bags.to_str().unwrap(),
             "--memory-limit",
             limit,
+            "-j",
+            jobs,
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let m: serde_json::Value =
@@ -574,6 +576,7 @@ fn bag_import_is_the_same_under_a_small_memory_budget() {
         let options = m["splits"]["train"]["ingest"]["options"].clone();
         (out, options)
     };
+    let import = |name: &str, limit: &str| import_from(&bags, name, limit, "2");
     let (large, options) = import("large", "2GiB");
     assert_eq!(options["board_id_partitions_on_disk"], 0, "in memory");
     let files = |root: &Path, table: &str| -> Vec<(std::ffi::OsString, Vec<u8>)> {
@@ -616,6 +619,47 @@ fn bag_import_is_the_same_under_a_small_memory_budget() {
         for d in staged {
             let left: Vec<_> = walk(&small.join(&d));
             assert!(left.is_empty(), "{limit}: scratch files left: {left:?}");
+        }
+    }
+    // Nor does the thread count (records decoded and row groups encoded on
+    // several threads), in memory or on disk; and compressed bags, written
+    // on 1 or 3 threads, are the same bytes and import to the same tables.
+    let bagz = |jobs: &str| {
+        let out = dir.path().join(format!("bagz-{jobs}"));
+        let o = bag_export(
+            run,
+            &out,
+            &["--records-per-shard", "500", "--compress", "-j", jobs],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    };
+    let (one, three) = (bagz("1"), bagz("3"));
+    let names: Vec<_> = walk(&one);
+    assert!(
+        names
+            .iter()
+            .any(|f| f.extension().is_some_and(|e| e == "bagz"))
+    );
+    for f in &names {
+        let name = f.file_name().unwrap();
+        assert!(
+            std::fs::read(f).unwrap() == std::fs::read(three.join(name)).unwrap(),
+            "{name:?} differs between 1 and 3 threads"
+        );
+    }
+    for (name, from, limit, jobs) in [
+        ("j1", &bags, "2GiB", "1"),
+        ("j4", &bags, "2GiB", "4"),
+        ("j3-disk", &bags, "2KiB", "3"),
+        ("bagz-j3", &three, "2GiB", "3"),
+    ] {
+        let (got, _) = import_from(from, name, limit, jobs);
+        for table in ["boards", "legal_moves", "state_values", "action_values"] {
+            assert!(
+                files(&got, table) == files(&large, table),
+                "{name}: {table} differs"
+            );
         }
     }
 }

@@ -454,12 +454,22 @@ mod tests {
         collect(one)
     }
 
-    fn collect(agg: Aggregator) -> Vec<Vec<Entry>> {
+    /// The boards of each split, its runs merged on `merge` threads.
+    fn collect_merged(agg: Aggregator, merge: usize) -> Vec<Vec<Entry>> {
         agg.finish(3)
             .unwrap()
             .into_iter()
-            .map(|s| s.open().unwrap().collect::<Result<Vec<_>, _>>().unwrap())
+            .map(|s| {
+                s.open(merge)
+                    .unwrap()
+                    .collect::<Result<Vec<_>, _>>()
+                    .unwrap()
+            })
             .collect()
+    }
+
+    fn collect(agg: Aggregator) -> Vec<Vec<Entry>> {
+        collect_merged(agg, 1)
     }
 
     #[test]
@@ -514,7 +524,7 @@ mod tests {
             let got: Vec<Vec<Entry>> = finish(aggregators, 2)
                 .unwrap()
                 .into_iter()
-                .map(|s| s.open().unwrap().collect::<Result<Vec<_>, _>>().unwrap())
+                .map(|s| s.open(1).unwrap().collect::<Result<Vec<_>, _>>().unwrap())
                 .collect();
             assert_eq!(&got, expected, "{shards} shards, limit {limit}");
         }
@@ -527,14 +537,18 @@ mod tests {
         let expected = in_memory(&tmp.path().join("big"), &b);
         // 1024 entries per generation: many spills and recursive splits, in
         // both formats whatever this CPU would pick.
+        // The runs merged on the calling thread, and on 2 and 3 threads
+        // beside it (a tree of merges).
         for format in [SpillFormat::Plain, SpillFormat::Packed] {
-            let dir = tmp.path().join(format!("small-{format:?}"));
-            let mut small = Aggregator::sharded(2, 1024 * BYTES_PER_ENTRY, &dir, 1, format);
-            let mut small = small.remove(0);
-            small.add(&b).unwrap();
-            assert!(small.spilled());
-            let got = collect(small);
-            assert_eq!(got, expected, "{format:?}");
+            for merge in [1, 2, 3] {
+                let dir = tmp.path().join(format!("small-{format:?}-{merge}"));
+                let mut small = Aggregator::sharded(2, 1024 * BYTES_PER_ENTRY, &dir, 1, format);
+                let mut small = small.remove(0);
+                small.add(&b).unwrap();
+                assert!(small.spilled());
+                let got = collect_merged(small, merge);
+                assert_eq!(got, expected, "{format:?}, {merge} merge threads");
+            }
         }
         for split in &expected {
             assert!(split.windows(2).all(|w| w[0].first < w[1].first));

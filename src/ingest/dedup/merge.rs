@@ -146,11 +146,178 @@ pub(crate) enum SplitBoards {
     },
 }
 
+/// Entries a sub-merge hands the final merge at a time (224 KiB).
+const TREE_BATCH: usize = 4096;
+
+/// Batches a sub-merge may have ready ahead of the final merge.
+const TREE_AHEAD: usize = 4;
+
+/// A merge of run files split over threads: each of a few threads merges
+/// its share of the runs ([`MergeRuns`]) and hands its entries over in
+/// batches; the calling thread merges those few streams by first
+/// occurrence (a linear scan). Reading, decoding and most comparisons are
+/// thus spread over the threads, and what is left on the calling thread is
+/// a handful of comparisons an entry.
+pub(crate) struct TreeMerge {
+    streams: Vec<TreeStream>,
+    /// The sub-merges' threads; they stop when their channel closes.
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// One sub-merge's entries as they arrive.
+struct TreeStream {
+    rx: crossbeam_channel::Receiver<Result<Vec<Entry>, IngestError>>,
+    back: crossbeam_channel::Sender<Vec<Entry>>,
+    batch: Vec<Entry>,
+    at: usize,
+    /// The sub-merge has no more entries.
+    done: bool,
+}
+
+impl TreeStream {
+    /// The next entry's first occurrence, waiting for a batch if need be;
+    /// `None` at the end of the stream.
+    fn head(&mut self) -> Result<Option<u64>, IngestError> {
+        while self.at == self.batch.len() {
+            if self.done {
+                return Ok(None);
+            }
+            match self.rx.recv() {
+                Ok(Ok(batch)) => {
+                    let old = std::mem::replace(&mut self.batch, batch);
+                    let _ = self.back.try_send(old);
+                    self.at = 0;
+                }
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                Err(_) => self.done = true,
+            }
+        }
+        Ok(Some(self.batch[self.at].first))
+    }
+}
+
+impl TreeMerge {
+    /// Merges `paths` on `groups` threads (the runs dealt round-robin).
+    fn new(
+        paths: &[PathBuf],
+        groups: usize,
+        mode: ReadMode,
+        format: SpillFormat,
+    ) -> Result<TreeMerge, IngestError> {
+        let groups = groups.clamp(1, paths.len().max(1));
+        let mut streams = Vec::with_capacity(groups);
+        let mut threads = Vec::with_capacity(groups);
+        for g in 0..groups {
+            let mine: Vec<PathBuf> = paths.iter().skip(g).step_by(groups).cloned().collect();
+            // Opened here, so that a run that cannot be opened fails at once.
+            let mut merge = MergeRuns::new(&mine, mode, format)?;
+            let (tx, rx) = crossbeam_channel::bounded(TREE_AHEAD);
+            let (back_tx, back_rx) = crossbeam_channel::bounded::<Vec<Entry>>(TREE_AHEAD + 2);
+            let thread = std::thread::Builder::new()
+                .name(format!("cb-merge-{g}"))
+                .spawn(move || {
+                    loop {
+                        let mut batch = back_rx
+                            .try_recv()
+                            .unwrap_or_else(|_| Vec::with_capacity(TREE_BATCH));
+                        batch.clear();
+                        for entry in merge.by_ref() {
+                            match entry {
+                                Ok(e) => batch.push(e),
+                                Err(e) => {
+                                    let _ = tx.send(Err(e));
+                                    return;
+                                }
+                            }
+                            if batch.len() == TREE_BATCH {
+                                break;
+                            }
+                        }
+                        let last = batch.len() < TREE_BATCH;
+                        if (!batch.is_empty() && tx.send(Ok(batch)).is_err()) || last {
+                            return;
+                        }
+                    }
+                })
+                .map_err(|e| IngestError::Internal(format!("cannot start a merge thread: {e}")))?;
+            streams.push(TreeStream {
+                rx,
+                back: back_tx,
+                batch: Vec::new(),
+                at: 0,
+                done: false,
+            });
+            threads.push(thread);
+        }
+        Ok(TreeMerge { streams, threads })
+    }
+}
+
+impl Iterator for TreeMerge {
+    type Item = Result<Entry, IngestError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut least: Option<(u64, usize)> = None;
+        for (i, stream) in self.streams.iter_mut().enumerate() {
+            match stream.head() {
+                Ok(Some(first)) => {
+                    if least.is_none_or(|(f, _)| first < f) {
+                        least = Some((first, i));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        let stream = &mut self.streams[least?.1];
+        let entry = stream.batch[stream.at];
+        stream.at += 1;
+        Some(Ok(entry))
+    }
+}
+
+impl Drop for TreeMerge {
+    fn drop(&mut self) {
+        // Closing the channels stops the sub-merges at their next batch.
+        self.streams.clear();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
 impl SplitBoards {
-    /// The boards in order of first occurrence.
-    pub(crate) fn open(self) -> Result<BoardStream, IngestError> {
+    /// Memory the boards hold until they are written: the tables kept in
+    /// memory, or the run files' read buffers.
+    pub(crate) fn held_bytes(&self) -> u64 {
+        match self {
+            SplitBoards::Memory(tables) => tables
+                .iter()
+                .map(|t| (t.capacity() * std::mem::size_of::<Entry>()) as u64)
+                .sum(),
+            SplitBoards::Runs { paths, buffer, .. } => (paths.len() * buffer) as u64,
+        }
+    }
+
+    /// The boards in order of first occurrence. Run files are merged on
+    /// `threads` threads beside the caller's ([`TreeMerge`]) when there are
+    /// more than one, else on the caller's.
+    pub(crate) fn open(self, threads: usize) -> Result<BoardStream, IngestError> {
         Ok(match self {
             SplitBoards::Memory(tables) => BoardStream::Memory(MemoryMerge::new(tables)),
+            SplitBoards::Runs {
+                paths,
+                buffer,
+                format,
+            } if threads > 1 => BoardStream::Tree(TreeMerge::new(
+                &paths,
+                threads,
+                ReadMode::Direct(buffer),
+                format,
+            )?),
             SplitBoards::Runs {
                 paths,
                 buffer,
@@ -164,6 +331,7 @@ impl SplitBoards {
 pub(crate) enum BoardStream {
     Memory(MemoryMerge),
     Merged(MergeRuns),
+    Tree(TreeMerge),
 }
 
 impl Iterator for BoardStream {
@@ -173,6 +341,7 @@ impl Iterator for BoardStream {
         match self {
             BoardStream::Memory(it) => it.next().map(Ok),
             BoardStream::Merged(m) => m.next(),
+            BoardStream::Tree(t) => t.next(),
         }
     }
 }

@@ -50,5 +50,4 @@ pub(crate) use self::{
     aggregator::{Aggregator, BatchGame, KeyBatch, Keys, finish},
     budget::{MIN_TABLES, PIPELINE_FLOOR, PIPELINE_RESERVE, STREAM_TABLE_BYTES, least_limit},
     entry::{Entry, SpillFormat, split_first_seen},
-    merge::BoardStream,
 };

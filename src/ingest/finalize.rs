@@ -197,6 +197,8 @@ pub(crate) fn write_split(
     pool.in_place_scope(|scope| {
         let shared = &shared;
         let mut part: Option<Arc<Part>> = None;
+        // Chunks sent to the current part so far.
+        let mut chunks_in_part = 0usize;
         for chunk_no in 0usize.. {
             // A buffer: waits while the tasks have `in_flight` chunks.
             let mut buffer = loop {
@@ -237,8 +239,9 @@ pub(crate) fn write_split(
             }
             if in_part == 0 {
                 if let Some(done) = part.take() {
-                    done.close(layout.chunks_per_part, shared, scope);
+                    done.close(chunks_in_part, shared, scope);
                 }
+                chunks_in_part = 0;
                 match Part::create(index as u64, layout, boards_dir, moves_dir) {
                     Ok(p) => {
                         let p = Arc::new(p);
@@ -259,6 +262,7 @@ pub(crate) fn write_split(
                 break;
             }
             let last = chunk.len() < layout.chunk_boards;
+            chunks_in_part += 1;
             scope.spawn(move |scope| {
                 shared.run(|| {
                     let first_id =
@@ -277,17 +281,14 @@ pub(crate) fn write_split(
                 });
             });
             if last {
-                if let Some(p) = part.take() {
-                    p.close(in_part + 1, shared, scope);
-                }
                 break;
             }
         }
+        // The stream ended: in a short chunk, or at a chunk's end.
         if let Some(p) = part.take()
             && !shared.failed()
         {
-            // The stream ended at a part boundary.
-            p.close(layout.chunks_per_part, shared, scope);
+            p.close(chunks_in_part, shared, scope);
         }
     });
     drop(pool);
@@ -833,8 +834,14 @@ mod tests {
     }
 
     #[test]
-    fn a_split_ending_at_a_part_boundary_or_empty_has_its_parts() {
+    fn a_split_ending_at_a_part_or_chunk_boundary_or_empty_has_its_parts() {
         let tmp = tempfile::tempdir().unwrap();
+        // Two full chunks after a full part: the stream ends at a chunk's
+        // end inside a part.
+        let boards = entries(1200 + 600);
+        let totals = write(&tmp.path().join("chunk"), &boards, SMALL, 3, 5).unwrap();
+        assert_eq!(totals.state_value, 1800);
+        assert_eq!(files(&tmp.path().join("chunk")).len(), 4);
         let boards = entries(2 * 1200);
         write(&tmp.path().join("two"), &boards, SMALL, 3, 5).unwrap();
         let names: Vec<String> = files(&tmp.path().join("two")).into_keys().collect();

@@ -108,6 +108,8 @@ struct State<F: OrderedFile> {
     next: usize,
     ready: BTreeMap<usize, F::Piece>,
     error: Option<F::Error>,
+    /// Pieces whose task has ended, whatever its outcome.
+    ended: usize,
 }
 
 struct Shared<F: OrderedFile> {
@@ -133,6 +135,7 @@ impl<F: OrderedFile> InOrder<F> {
                     next: 0,
                     ready: BTreeMap::new(),
                     error: None,
+                    ended: 0,
                 }),
                 changed: Condvar::new(),
             }),
@@ -159,6 +162,7 @@ impl<F: OrderedFile> InOrder<F> {
                 let group = encode(index)?;
                 let mut state = self.shared.state.lock().map_err(|_| self.poisoned())?;
                 state.next += 1;
+                state.ended += 1;
                 state
                     .file
                     .as_mut()
@@ -190,6 +194,7 @@ impl<F: OrderedFile> InOrder<F> {
                     let Ok(mut state) = shared.state.lock() else {
                         return;
                     };
+                    state.ended += 1;
                     match encoded {
                         Ok(group) => {
                             state.ready.insert(index, group);
@@ -236,6 +241,26 @@ impl<F: OrderedFile> InOrder<F> {
             return Err(e);
         }
         state.file.take().ok_or_else(|| self.poisoned())?.finish()
+    }
+}
+
+impl<F: OrderedFile> Drop for InOrder<F> {
+    /// A writer given up (an error elsewhere) waits for the pieces still
+    /// being encoded and drops its file (an unfinished bag removes its
+    /// temporary file then): nothing touches a new file of the same name
+    /// afterwards.
+    fn drop(&mut self) {
+        let Ok(mut state) = self.shared.state.lock() else {
+            return;
+        };
+        while state.ended < self.submitted {
+            match self.shared.changed.wait(state) {
+                Ok(s) => state = s,
+                Err(_) => return,
+            }
+        }
+        // The file goes now, not with the last task's reference to it.
+        drop(state.file.take());
     }
 }
 
@@ -457,6 +482,30 @@ mod tests {
                 "{threads} threads: legal moves differ"
             );
         }
+    }
+
+    #[test]
+    fn a_writer_given_up_waits_for_its_pieces() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.parquet");
+        let file = RowGroupFile::create(&path, Table::ActionValues).unwrap();
+        let encoder = file.encoder();
+        let mut w = InOrder::new(file, &path, Encoders::new(3, "cb-test").unwrap());
+        let ended = Arc::new(AtomicUsize::new(0));
+        for _ in 0..6 {
+            let (ended, encoder) = (Arc::clone(&ended), encoder.clone());
+            w.submit(move |i| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let mut g = encoder.begin(i).unwrap();
+                g.write(&batch(0, 10)).unwrap();
+                ended.fetch_add(1, Ordering::SeqCst);
+                Ok(g.finish().unwrap())
+            })
+            .unwrap();
+        }
+        drop(w);
+        assert_eq!(ended.load(Ordering::SeqCst), 6);
     }
 
     #[test]

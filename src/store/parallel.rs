@@ -110,6 +110,8 @@ struct State<F: OrderedFile> {
     error: Option<F::Error>,
     /// Pieces whose task has ended, whatever its outcome.
     ended: usize,
+    /// An error was handed to the writer's caller (and taken from `error`).
+    failed: bool,
 }
 
 struct Shared<F: OrderedFile> {
@@ -136,6 +138,7 @@ impl<F: OrderedFile> InOrder<F> {
                     ready: BTreeMap::new(),
                     error: None,
                     ended: 0,
+                    failed: false,
                 }),
                 changed: Condvar::new(),
             }),
@@ -155,24 +158,27 @@ impl<F: OrderedFile> InOrder<F> {
         &mut self,
         encode: impl FnOnce(usize) -> Result<F::Piece, F::Error> + Send + 'static,
     ) -> Result<(), F::Error> {
+        // A piece is counted once it is appended (inline) or its task is
+        // spawned: `finish` and `drop` wait for exactly those.
         let index = self.submitted;
-        self.submitted += 1;
         match &self.encoders {
             Encoders::Inline => {
                 let group = encode(index)?;
                 let mut state = self.shared.state.lock().map_err(|_| self.poisoned())?;
-                state.next += 1;
-                state.ended += 1;
                 state
                     .file
                     .as_mut()
                     .ok_or_else(|| self.poisoned())?
-                    .append(group)
+                    .append(group)?;
+                state.next += 1;
+                state.ended += 1;
+                self.submitted += 1;
+                Ok(())
             }
             Encoders::Pool { pool, window } => {
                 {
                     let mut state = self.shared.state.lock().map_err(|_| self.poisoned())?;
-                    while state.error.is_none() && index >= state.next + window {
+                    while state.error.is_none() && !state.failed && index >= state.next + window {
                         state = self
                             .shared
                             .changed
@@ -180,9 +186,14 @@ impl<F: OrderedFile> InOrder<F> {
                             .map_err(|_| self.poisoned())?;
                     }
                     if let Some(e) = state.error.take() {
+                        state.failed = true;
                         return Err(e);
                     }
+                    if state.failed {
+                        return Err(F::broken(&self.path, "an earlier piece failed"));
+                    }
                 }
+                self.submitted += 1;
                 let shared = Arc::clone(&self.shared);
                 let path = self.path.clone();
                 pool.spawn(move || {
@@ -230,7 +241,7 @@ impl<F: OrderedFile> InOrder<F> {
     /// Waits for every piece, then finishes the file.
     pub(crate) fn finish(self) -> Result<F::Done, F::Error> {
         let mut state = self.shared.state.lock().map_err(|_| self.poisoned())?;
-        while state.error.is_none() && state.next < self.submitted {
+        while state.error.is_none() && !state.failed && state.next < self.submitted {
             state = self
                 .shared
                 .changed
@@ -238,7 +249,11 @@ impl<F: OrderedFile> InOrder<F> {
                 .map_err(|_| self.poisoned())?;
         }
         if let Some(e) = state.error.take() {
+            state.failed = true;
             return Err(e);
+        }
+        if state.failed {
+            return Err(F::broken(&self.path, "an earlier piece failed"));
         }
         state.file.take().ok_or_else(|| self.poisoned())?.finish()
     }
@@ -506,6 +521,37 @@ mod tests {
         }
         drop(w);
         assert_eq!(ended.load(Ordering::SeqCst), 6);
+    }
+
+    #[test]
+    fn a_failed_piece_fails_the_next_submit_and_the_writer_drops() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.parquet");
+        let file = RowGroupFile::create(&path, Table::ActionValues).unwrap();
+        let mut w = InOrder::new(file, &path, Encoders::new(2, "cb-test").unwrap());
+        w.submit(|_| {
+            Err(StoreError::Corrupt(
+                PathBuf::from("x"),
+                "broken row group".into(),
+            ))
+        })
+        .unwrap();
+        // A later submit sees the error (once); what is refused is not
+        // counted, so dropping the writer does not wait for it.
+        let err = loop {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            if let Err(e) =
+                w.submit(|_| Err(StoreError::Corrupt(PathBuf::from("x"), "never run".into())))
+            {
+                break e;
+            }
+        };
+        assert!(
+            err.to_string().contains("broken row group") || err.to_string().contains("never run"),
+            "{err}"
+        );
+        assert!(w.submit(|_| unreachable!()).is_err());
+        drop(w);
     }
 
     #[test]

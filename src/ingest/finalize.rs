@@ -268,16 +268,12 @@ pub(crate) fn write_split(
                     let first_id =
                         this.index * layout.part_boards() + (in_part * layout.chunk_boards) as u64;
                     let (boards, moves) = render_chunk(&this, in_part, first_id, &chunk, shared)?;
-                    this.take_chunk(
-                        in_part,
-                        Rendered {
-                            boards,
-                            moves,
-                            buffer: chunk,
-                        },
-                        shared,
-                        scope,
-                    )
+                    let rendered = Rendered {
+                        boards,
+                        moves,
+                        buffer: chunk,
+                    };
+                    this.take(Piece::Chunk(in_part, rendered), shared, scope)
                 });
             });
             if last {
@@ -353,6 +349,13 @@ struct Rendered {
     boards: crate::store::writer::EncodedRowGroup,
     moves: MovesChunk,
     buffer: Vec<Entry>,
+}
+
+/// What a part's tasks hand it: a rendered chunk, or an encoded
+/// `legal_moves` row group, each with its number in the part.
+enum Piece {
+    Chunk(usize, Rendered),
+    Moves(usize, Box<legal_moves::EncodedRowGroup>),
 }
 
 /// Legal moves of consecutive boards: `counts[i]` actions of board
@@ -483,11 +486,11 @@ impl Part {
         });
     }
 
-    /// A rendered chunk for the part, taken now or when those before it are.
-    fn take_chunk<'s>(
+    /// A rendered chunk or an encoded `legal_moves` row group for the
+    /// part, taken now or when those before it are.
+    fn take<'s>(
         self: &Arc<Self>,
-        in_part: usize,
-        chunk: Rendered,
+        piece: Piece,
         shared: &'s Shared<'s>,
         scope: &rayon::Scope<'s>,
     ) -> Result<(), IngestError>
@@ -495,24 +498,10 @@ impl Part {
         Self: 's,
     {
         let mut sink = self.lock()?;
-        sink.ready.insert(in_part, chunk);
-        self.advance(&mut sink, shared, scope)
-    }
-
-    /// An encoded `legal_moves` row group, appended now or when those
-    /// before it are.
-    fn take_group<'s>(
-        self: &Arc<Self>,
-        number: usize,
-        group: legal_moves::EncodedRowGroup,
-        shared: &'s Shared<'s>,
-        scope: &rayon::Scope<'s>,
-    ) -> Result<(), IngestError>
-    where
-        Self: 's,
-    {
-        let mut sink = self.lock()?;
-        sink.encoded.insert(number, group);
+        match piece {
+            Piece::Chunk(i, chunk) => sink.ready.insert(i, chunk).is_none(),
+            Piece::Moves(i, group) => sink.encoded.insert(i, *group).is_none(),
+        };
         self.advance(&mut sink, shared, scope)
     }
 
@@ -614,7 +603,7 @@ impl Part {
                 )
                 .map_err(|e| part.parquet_err(e))?;
                 drop((ids, group));
-                part.take_group(number, encoded, shared, scope)
+                part.take(Piece::Moves(number, Box::new(encoded)), shared, scope)
             });
         });
     }

@@ -118,10 +118,7 @@ impl LegalMovesWriter {
     pub(crate) fn finish(self) -> Result<u64, StoreError> {
         let path = self.path.clone();
         let buf = self.writer.into_inner().map_err(perr(&path))?;
-        let file = buf
-            .into_inner()
-            .map_err(|e| StoreError::io(&path, e.into_error()))?;
-        file.sync_all().map_err(|e| StoreError::io(&path, e))?;
+        super::writer::sync_file(buf, &path)?;
         Ok(self.rows)
     }
 }

@@ -523,12 +523,11 @@ mod tests {
         assert_eq!(ended.load(Ordering::SeqCst), 6);
     }
 
-    #[test]
-    fn a_failed_piece_fails_the_next_submit_and_the_writer_drops() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("x.parquet");
+    /// A writer on `threads` threads whose first piece fails.
+    fn failing_writer(dir: &Path, threads: usize) -> InOrder<RowGroupFile> {
+        let path = dir.join("x.parquet");
         let file = RowGroupFile::create(&path, Table::ActionValues).unwrap();
-        let mut w = InOrder::new(file, &path, Encoders::new(2, "cb-test").unwrap());
+        let mut w = InOrder::new(file, &path, Encoders::new(threads, "cb-test").unwrap());
         w.submit(|_| {
             Err(StoreError::Corrupt(
                 PathBuf::from("x"),
@@ -536,6 +535,13 @@ mod tests {
             ))
         })
         .unwrap();
+        w
+    }
+
+    #[test]
+    fn a_failed_piece_fails_the_next_submit_and_the_writer_drops() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = failing_writer(tmp.path(), 2);
         // A later submit sees the error (once); what is refused is not
         // counted, so dropping the writer does not wait for it.
         let err = loop {
@@ -557,16 +563,7 @@ mod tests {
     #[test]
     fn an_encoding_error_reaches_the_writer() {
         let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("x.parquet");
-        let file = RowGroupFile::create(&path, Table::ActionValues).unwrap();
-        let mut w = InOrder::new(file, &path, Encoders::new(3, "cb-test").unwrap());
-        w.submit(|_| {
-            Err(StoreError::Corrupt(
-                PathBuf::from("x"),
-                "broken row group".into(),
-            ))
-        })
-        .unwrap();
+        let w = failing_writer(tmp.path(), 3);
         let err = w.finish().err().unwrap();
         assert!(err.to_string().contains("broken row group"), "{err}");
     }

@@ -158,12 +158,17 @@ impl PartWriter {
         let buf = writer
             .into_inner()
             .map_err(|e| StoreError::parquet(&path, e))?;
-        let file = buf
-            .into_inner()
-            .map_err(|e| StoreError::io(&path, e.into_error()))?;
-        file.sync_all().map_err(|e| StoreError::io(&path, e))?;
+        sync_file(buf, &path)?;
         Ok(rows)
     }
+}
+
+/// Flushes a finished Parquet file's buffer and the file to stable storage.
+pub(crate) fn sync_file(buf: BufWriter<File>, path: &Path) -> Result<(), StoreError> {
+    let file = buf
+        .into_inner()
+        .map_err(|e| StoreError::io(path, e.into_error()))?;
+    file.sync_all().map_err(|e| StoreError::io(path, e))
 }
 
 /// `part-00012.parquet`.
@@ -317,10 +322,7 @@ impl RowGroupFile {
         let buf = writer
             .into_inner()
             .map_err(|e| StoreError::parquet(&path, e))?;
-        let file = buf
-            .into_inner()
-            .map_err(|e| StoreError::io(&path, e.into_error()))?;
-        file.sync_all().map_err(|e| StoreError::io(&path, e))?;
+        sync_file(buf, &path)?;
         Ok(rows)
     }
 }

@@ -248,7 +248,8 @@ check-cuda: | $(DUCKDB_LIB)
 	$(CARGO) check --locked --features cuda --all-targets
 
 ## The fused attention's kernels as CubeCL compiles them for CUDA, run on the
-## CPU as C++ (no GPU needed; g++): src/model/cuda_attention.rs.
+## CPU as C++ under a model of CUDA's memory layouts and launch (no GPU
+## needed; g++, ThreadSanitizer): src/model/cuda_attention.rs, docs/gpu.md.
 test-kernels: | $(DUCKDB_LIB)
 	$(CARGO) test --locked --features cuda --lib cuda_attention -- --nocapture
 

@@ -3,8 +3,8 @@
 # no network: the binaries come prebuilt in .gpu/ (`scripts/gpu-bundle`, see
 # there).
 #
-#   bench/gpu.sh PART...  PART: jit check step9 account step136 curves
-#                               train eval loader evalbench
+#   bench/gpu.sh PART...  PART: jit check step9 attention account step136
+#                               curves train eval loader evalbench
 #
 #   jit        the first training step of a fresh process (kernel compiling
 #              and autotuning), f32 then bf16, each cold and then with the
@@ -36,6 +36,10 @@
 #              STEP_ATTENTION="fused burn" adds burn's attention instead of
 #              the fused kernels (CHESSBENCH_ATTENTION=burn, runs
 #              step-burn-burnattention-...)
+#   attention  the fused attention's effect on the step: burn 9M (K=32,
+#              batch 1024) in f32 and mixed bf16 with the fused kernels
+#              and with burn's attention, then PyTorch eager TF32 and
+#              torch.compile amp-bf16 on the same card
 #   curves     the 9M ablation recipe, 300 steps in f32 and in mixed bf16
 #              from the same seed: their loss curves compared
 #   account    where one step's time goes, kernel by kernel: burn's 9M step
@@ -304,6 +308,16 @@ step_shape() { # PRESET BUCKETS BATCH STEPS
 }
 
 part_step9() { step_shape 9m 32 1024 "${STEP_STEPS_9M:-20}"; }
+
+# The attention's own share of the 9M step (K=32, batch 1024): burn in f32
+# and mixed bf16, each with the fused kernels and with burn's attention
+# (`"attention"` in each row says which ran), then the PyTorch references
+# on the same card (eager TF32, torch.compile amp-bf16).
+part_attention() {
+  STEP_IMPLS=burn STEP_ATTENTION="fused burn" STEP_PROFILE=0 step_shape 9m 32 1024 "${STEP_STEPS_9M:-20}"
+  STEP_IMPLS=torch STEP_PRECISIONS=f32 step_shape 9m 32 1024 "${STEP_STEPS_9M:-20}"
+  STEP_IMPLS=torchcompile STEP_PRECISIONS=bf16 step_shape 9m 32 1024 "${STEP_STEPS_9M:-20}"
+}
 part_step136() { step_shape 136m 128 "${STEP_BATCH_136M:-512}" "${STEP_STEPS_136M:-10}"; }
 
 # The kernel account of one 9M step (K=32, batch 1024): burn per precision,
@@ -345,8 +359,8 @@ part_account() {
 setup
 for part in "$@"; do
   case "$part" in
-    check | jit | train | curves | eval | loader | evalbench | step9 | step136 | account) "part_$part" ;;
-    *) echo "unknown part $part (jit check step9 account step136 curves train eval loader evalbench)" >&2; exit 2 ;;
+    check | jit | train | curves | eval | loader | evalbench | step9 | attention | step136 | account) "part_$part" ;;
+    *) echo "unknown part $part (jit check step9 attention account step136 curves train eval loader evalbench)" >&2; exit 2 ;;
   esac
 done
 # What burn-cuda compiled and tuned (kernel names, one line each).

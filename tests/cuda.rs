@@ -20,7 +20,12 @@
 //! below leave about 6x to TF32 accumulation and other summation orders.
 //!
 //! Each case prints which products ran (cuBLASLt, or burn's where it does
-//! not load: `CHESSBENCH_PRODUCTS=burn` forces those).
+//! not load: `CHESSBENCH_PRODUCTS=burn` forces those), which attention
+//! (the fused kernels, or burn's where they fail their start-up test:
+//! `CHESSBENCH_ATTENTION=burn` forces it) and how long it took. The file is
+//! meant to run whole in under 4 minutes on an H100, kernel compiling
+//! included (hence 400 boards in the batched-scoring case), so that one
+//! device call can run it and still time the step.
 //!
 //! Built only with `--features cuda` and run on a machine with an NVIDIA GPU
 //! (`cargo test --release --features cuda --test cuda`; `bench/gpu.sh` runs
@@ -56,8 +61,13 @@ fn check(
         Precision::Bf16 => (BF16_FORWARD_TOLERANCE, BF16_GRADIENT_TOLERANCE),
     };
     let shape = ModelShape::preset(preset, policy, buckets);
+    let started = std::time::Instant::now();
     let a = cuda_against_cpu(&shape, loss, batch, 7, precision).expect("one step on CPU and CUDA");
-    println!("{preset:?} {policy:?} K={buckets} {loss:?} batch {batch}: {a:?}");
+    let attention = <burn::backend::Cuda<f32, i32> as chessbench::model::ModelBackend>::attention();
+    println!(
+        "{preset:?} {policy:?} K={buckets} {loss:?} batch {batch}, {attention:?} attention, {:.1} s: {a:?}",
+        started.elapsed().as_secs_f64()
+    );
     assert!(
         a.log_probs < forward && a.loss < forward,
         "{preset:?} {policy:?} {precision:?}: CUDA's forward pass differs from the CPU's by more than {forward}: {a:?}"
@@ -117,12 +127,15 @@ fn nine_million_mixed_bf16_stays_within_bf16_of_the_cpu() {
     );
 }
 
-/// Evaluation at GPU scale: 3,000 boards scored together (many boards'
+/// Evaluation at GPU scale: 400 boards scored together (many boards'
 /// legal moves in each forward pass) give what each board scored alone
 /// gives (one pass a board, as the UCI engine), f32 and bf16: the same best
 /// move except where the two best scores are within 1e-6 (a float tie,
 /// counted and printed), and expected values within 1e-6 (f32; bf16 within
-/// 1e-3: a row's products may be tiled differently in a bigger pass).
+/// 1e-3: a row's products may be tiled differently in a bigger pass). 400
+/// boards (about 12,000 legal moves, 1 to 50 a board) keep the 800 single
+/// passes within the test's time on a device; the walk covers openings to
+/// middlegames.
 #[test]
 fn nine_million_boards_scored_together_equal_boards_scored_alone() {
     use chessbench::{
@@ -132,7 +145,7 @@ fn nine_million_boards_scored_together_equal_boards_scored_alone() {
         },
         model::DeviceKind,
     };
-    let boards = chessbench::testing::walk(3000);
+    let boards = chessbench::testing::walk(400);
     let refs: Vec<&shakmaty::Chess> = boards.iter().collect();
     for (precision, tolerance) in [(Precision::F32, 1e-6), (Precision::Bf16, 1e-3)] {
         let model = Model::random(Preset::M9, RecordSet::ActionValue, 128, DeviceKind::Cuda)
@@ -175,21 +188,25 @@ fn nine_million_boards_scored_together_equal_boards_scored_alone() {
 /// the 136M/270M head (128) and an odd shape; f32 within 1e-4 relative
 /// (no tensor cores on either side), bf16 tensors within 2e-2 (bf16's
 /// rounding of the outputs and gradients: 8 bits of mantissa, 4e-3, with
-/// room for the tiles' sums over bf16 inputs).
+/// room for the tiles' sums over bf16 inputs). Both formats are measured
+/// and printed before either is judged. The same inputs run on the CPU
+/// through a model of CUDA's layouts and launch (`make test-kernels`).
 #[test]
 fn fused_attention_kernels_equal_the_reference() {
     use burn::tensor::DType;
     use chessbench::model::cuda_attention::kernel_errors;
     let device = cubecl::cuda::CudaDevice::default();
+    let mut failures = Vec::new();
     for (dtype, bound) in [(DType::F32, 1e-4f32), (DType::BF16, 2e-2)] {
         let errors = kernel_errors(&device, dtype).expect("the kernels ran");
-        for (shape, what, e) in &errors {
-            println!("{dtype:?} {shape:?} {what}: {e:.1e}");
-        }
         for (shape, what, e) in errors {
-            assert!(e <= bound, "{dtype:?} {shape:?} {what}: {e:e} relative");
+            println!("{dtype:?} {shape:?} {what}: {e:.1e}");
+            if e.is_nan() || e > bound {
+                failures.push(format!("{dtype:?} {shape:?} {what}: {e:e} relative"));
+            }
         }
     }
+    assert!(failures.is_empty(), "above their bounds: {failures:?}");
     assert_eq!(
         <burn::backend::Cuda<f32, i32> as chessbench::model::ModelBackend>::attention(),
         chessbench::model::AttentionKernel::Fused,

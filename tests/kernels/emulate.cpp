@@ -1,15 +1,29 @@
-// chessbench: GPL-3.0-or-later. Runs the fused attention's three kernels, as
-// CubeCL compiles them to CUDA C (src/model/cuda_attention.rs writes them to
-// k_fwd.inc, k_dq.inc, k_dkdv.inc), on the CPU (shim.h), one cube after the
-// other, and prints each output's largest error relative to a double
-// precision reference of attention and its backward.
+// chessbench: GPL-3.0-or-later. Launches one of the fused attention's
+// kernels, as CubeCL compiles them to CUDA C (src/model/cuda_attention.rs
+// writes them to k_fwd.inc, k_dq.inc, k_dkdv.inc), on the CPU (shim.h), the
+// way cubecl-cuda launches them: the tensors' buffers in argument order,
+// then the shapes and strides (the dynamic metadata), then the info struct
+// by value (a grid constant). The caller (the Rust test) lays out every
+// buffer and serialises the info with CubeCL's own code; this program only
+// runs the cubes, in a shuffled order (a GPU runs them in no set order),
+// each with one thread per unit and its shared memory poisoned.
 //
-//   g++ -std=c++20 -DSEQ=79 -DDIM=32 -DELEM=float -I. -IDIR emulate.cpp -lpthread
-//   ./a.out HEADS
+//   g++ -std=c++20 -DELEM=float -I. -IDIR emulate.cpp -lpthread
+//   ./a.out KERNEL CUBES UNITS BUFFERS DYNAMIC_OFFSET SEED DIR
+//
+// KERNEL: fwd, dq or dkdv. DIR holds buf0.bin..buf{BUFFERS-1}.bin (each
+// buffer from the kernel's pointer on) and info.bin (the info words, the
+// dynamic metadata from word DYNAMIC_OFFSET on); the buffers are written
+// back after the launch.
 #include "shim.h"
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <random>
+#include <string>
+#include <tuple>
+#include <type_traits>
 typedef unsigned int uint;
 typedef unsigned char uint8;
 typedef unsigned short uint16;
@@ -27,117 +41,106 @@ unsigned char* g_shared;
 #include "k_dq.inc"
 #include "k_dkdv.inc"
 
-template <class Info> Info* make_info(float scale, std::vector<uint32_t> lens) {
-    Info* info = new Info;
-    memset(info, 0, sizeof(Info));
-    info->scalars_float[0] = scale;
-    size_t n = sizeof(info->static_meta) / sizeof(uint32_t);
-    for (size_t i = 0; i < lens.size() && i < n; i++) info->static_meta[i] = lens[i];
-    return info;
+static std::vector<unsigned char> slurp(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) {
+        fprintf(stderr, "cannot read %s\n", path.c_str());
+        exit(2);
+    }
+    return std::vector<unsigned char>(std::istreambuf_iterator<char>(f), {});
 }
 
-void launch(unsigned grid, unsigned block, unsigned shared, std::function<void()> f) {
-    blockDim = {block, 1, 1};
-    gridDim = {grid, 1, 1};
-    for (unsigned b = 0; b < grid; b++) {
-        unsigned char* sh = new unsigned char[shared ? shared : 1];
-        memset(sh, 0xFF, shared);
-        g_shared = sh;
-        std::barrier<> bar(block);
-        g_barrier = &bar;
-        std::vector<std::thread> ts;
-        for (unsigned t = 0; t < block; t++)
-            ts.emplace_back([&, t, b] {
-                threadIdx = {t, 0, 0};
-                blockIdx = {b, 0, 0};
-                f();
+// A kernel argument: pointers in order (the buffers, then the dynamic
+// metadata), the one non-pointer (the info struct) copied from `info`.
+template <class T> T argument(void** pointers, size_t& next, const void* info) {
+    if constexpr (std::is_pointer_v<T>) {
+        return reinterpret_cast<T>(pointers[next++]);
+    } else {
+        T value;
+        memcpy(&value, info, sizeof(T));
+        return value;
+    }
+}
+
+template <class... A> constexpr size_t pointer_count(void (*)(A...)) {
+    return (size_t(0) + ... + size_t(std::is_pointer_v<A>));
+}
+
+template <class... A> constexpr size_t info_size(void (*)(A...)) {
+    return (size_t(0) + ... + (std::is_pointer_v<A> ? size_t(0) : sizeof(A)));
+}
+
+// Runs `kernel` on every cube, in `order`, with `units` threads each.
+template <class... A>
+void launch(void (*kernel)(A...), void** pointers, const void* info, const std::vector<unsigned>& order,
+            unsigned units, unsigned shared) {
+    blockDim = {units, 1, 1};
+    gridDim = {(unsigned)order.size(), 1, 1};
+    for (unsigned cube : order) {
+        std::vector<unsigned char> memory(shared ? shared : 1, 0xFF);
+        g_shared = memory.data();
+        std::barrier<> barrier(units);
+        g_barrier = &barrier;
+        std::vector<std::thread> threads;
+        for (unsigned unit = 0; unit < units; unit++)
+            threads.emplace_back([&, unit, cube] {
+                threadIdx = {unit, 0, 0};
+                blockIdx = {cube, 0, 0};
+                size_t next = 0;
+                // Braces evaluate the arguments left to right.
+                std::tuple<A...> args{argument<A>(pointers, next, info)...};
+                std::apply(kernel, args);
             });
-        for (auto& t : ts) t.join();
-        delete[] sh;
+        for (auto& t : threads) t.join();
     }
 }
 
-template <class A> static double relerr(const A* a, const std::vector<double>& r) {
-    double top = 1e-30, e = 0;
-    for (size_t i = 0; i < r.size(); i++) top = std::max(top, std::fabs(r[i]));
-    for (size_t i = 0; i < r.size(); i++) {
-        double d = std::fabs((double)(float)a[i] - r[i]);
-        if (!(d <= e)) e = std::isnan(d) ? INFINITY : std::max(e, d);
+template <class... A>
+int run(void (*kernel)(A...), unsigned shared, char** argv) {
+    const unsigned cubes = atoi(argv[2]), units = atoi(argv[3]), buffers = atoi(argv[4]);
+    const size_t dynamic_offset = strtoull(argv[5], nullptr, 10);
+    const unsigned seed = atoi(argv[6]);
+    const std::string dir = argv[7];
+    if (pointer_count(kernel) != buffers + 1) {
+        fprintf(stderr, "%s takes %zu pointers, given %u buffers and the metadata\n", argv[1],
+                pointer_count(kernel), buffers);
+        return 2;
     }
-    return e / top;
+    std::vector<std::vector<unsigned char>> memory;
+    for (unsigned i = 0; i < buffers; i++) memory.push_back(slurp(dir + "/buf" + std::to_string(i) + ".bin"));
+    std::vector<unsigned char> info_bytes = slurp(dir + "/info.bin");
+    // The struct passed by value is the words before the dynamic metadata.
+    if (info_size(kernel) != dynamic_offset * 8 || info_bytes.size() < dynamic_offset * 8) {
+        fprintf(stderr, "the info struct is %zu bytes, the runtime's %zu\n", info_size(kernel), dynamic_offset * 8);
+        return 2;
+    }
+    // Word-aligned copies, as the device's would be.
+    std::vector<uint64> info((info_bytes.size() + 7) / 8);
+    memcpy(info.data(), info_bytes.data(), info_bytes.size());
+    std::vector<void*> pointers;
+    for (auto& m : memory) pointers.push_back(m.data());
+    pointers.push_back(info.data() + dynamic_offset);
+    std::vector<unsigned> order(cubes);
+    for (unsigned i = 0; i < cubes; i++) order[i] = i;
+    std::mt19937 rng(seed);
+    std::shuffle(order.begin(), order.end(), rng);
+    launch(kernel, pointers.data(), info.data(), order, units, shared);
+    for (unsigned i = 0; i < buffers; i++) {
+        std::ofstream f(dir + "/buf" + std::to_string(i) + ".bin", std::ios::binary);
+        f.write(reinterpret_cast<const char*>(memory[i].data()), memory[i].size());
+    }
+    return 0;
 }
 
 int main(int argc, char** argv) {
-    const unsigned T = SEQ, D = DIM, BH = atoi(argv[1]);
-    const size_t n = (size_t)BH * T * D, nl = (size_t)BH * T;
-    const float scale = 1.0f / std::sqrt((float)D);
-    std::mt19937 rng(42 + T * 7 + D);
-    std::uniform_real_distribution<float> U(-2, 2);
-    ELEM *q = new ELEM[n], *k = new ELEM[n], *v = new ELEM[n], *g = new ELEM[n];
-    for (size_t i = 0; i < n; i++) {
-        q[i] = U(rng);
-        k[i] = U(rng);
-        v[i] = U(rng);
-        g[i] = U(rng);
+    if (argc != 8) {
+        fprintf(stderr, "usage: %s KERNEL CUBES UNITS BUFFERS DYNAMIC_OFFSET SEED DIR\n", argv[0]);
+        return 2;
     }
-    ELEM *out = new ELEM[n], *dq = new ELEM[n], *dk = new ELEM[n], *dv = new ELEM[n];
-    float *lse = new float[nl], *delta = new float[nl];
-    for (size_t i = 0; i < n; i++) out[i] = dq[i] = dk[i] = dv[i] = NAN;
-    for (size_t i = 0; i < nl; i++) lse[i] = delta[i] = NAN;
-    unsigned units = (T + 31) / 32 * 32;
-    auto fi = make_info<fwd::info_st>(scale, {(uint32_t)n, (uint32_t)n, (uint32_t)n, (uint32_t)n, (uint32_t)nl});
-    launch(BH, units, fwd::SHARED_BYTES, [&] { fwd::attention_forward_kernel(q, k, v, out, lse, fi); });
-    auto qi = make_info<dqk::info_st>(
-        scale, {(uint32_t)n, (uint32_t)n, (uint32_t)n, (uint32_t)n, (uint32_t)nl, (uint32_t)n, (uint32_t)n, (uint32_t)nl});
-    launch(BH, units, dqk::SHARED_BYTES, [&] { dqk::attention_dq_kernel(q, k, v, out, lse, g, dq, delta, qi); });
-    auto ki = make_info<dkdvk::info_st>(
-        scale, {(uint32_t)n, (uint32_t)n, (uint32_t)n, (uint32_t)nl, (uint32_t)nl, (uint32_t)n, (uint32_t)n, (uint32_t)n});
-    launch(BH, units, dkdvk::SHARED_BYTES, [&] { dkdvk::attention_dkdv_kernel(q, k, v, lse, delta, g, dk, dv, ki); });
-
-    // The reference, in double from the same (rounded) inputs.
-    std::vector<double> ro(n), rl(nl), rdq(n), rdk(n), rdv(n), rd(nl);
-    auto f = [](ELEM x) { return (double)(float)x; };
-    for (unsigned h = 0; h < BH; h++) {
-        size_t b = (size_t)h * T * D;
-        std::vector<double> P(T * T);
-        for (unsigned i = 0; i < T; i++) {
-            double m = -INFINITY;
-            for (unsigned j = 0; j < T; j++) {
-                double s = 0;
-                for (unsigned c = 0; c < D; c++) s += f(q[b + i * D + c]) * f(k[b + j * D + c]);
-                P[i * T + j] = s * scale;
-                m = std::max(m, P[i * T + j]);
-            }
-            double l = 0;
-            for (unsigned j = 0; j < T; j++) {
-                P[i * T + j] = std::exp(P[i * T + j] - m);
-                l += P[i * T + j];
-            }
-            for (unsigned j = 0; j < T; j++) P[i * T + j] /= l;
-            rl[h * T + i] = m + std::log(l);
-            for (unsigned c = 0; c < D; c++) {
-                double o = 0;
-                for (unsigned j = 0; j < T; j++) o += P[i * T + j] * f(v[b + j * D + c]);
-                ro[b + i * D + c] = o;
-            }
-        }
-        for (unsigned i = 0; i < T; i++) {
-            double s = 0;
-            for (unsigned c = 0; c < D; c++) s += f(g[b + i * D + c]) * ro[b + i * D + c];
-            rd[h * T + i] = s;
-        }
-        for (unsigned i = 0; i < T; i++)
-            for (unsigned j = 0; j < T; j++) {
-                double dp = 0;
-                for (unsigned c = 0; c < D; c++) dp += f(g[b + i * D + c]) * f(v[b + j * D + c]);
-                double p = P[i * T + j], ds = p * (dp - rd[h * T + i]);
-                for (unsigned c = 0; c < D; c++) {
-                    rdv[b + j * D + c] += p * f(g[b + i * D + c]);
-                    rdq[b + i * D + c] += scale * ds * f(k[b + j * D + c]);
-                    rdk[b + j * D + c] += scale * ds * f(q[b + i * D + c]);
-                }
-            }
-    }
-    printf("out %.3e lse %.3e delta %.3e dq %.3e dk %.3e dv %.3e\n", relerr(out, ro), relerr(lse, rl),
-           relerr(delta, rd), relerr(dq, rdq), relerr(dk, rdk), relerr(dv, rdv));
+    const std::string which = argv[1];
+    if (which == "fwd") return run(fwd::attention_forward_kernel, fwd::SHARED_BYTES, argv);
+    if (which == "dq") return run(dqk::attention_dq_kernel, dqk::SHARED_BYTES, argv);
+    if (which == "dkdv") return run(dkdvk::attention_dkdv_kernel, dkdvk::SHARED_BYTES, argv);
+    fprintf(stderr, "no kernel %s\n", argv[1]);
+    return 2;
 }

@@ -33,6 +33,7 @@ use burn_cubecl::{
     BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement,
     cubecl::prelude::*,
     cubecl::server::MemoryLayoutStrategy,
+    kernel::into_contiguous,
     ops::numeric::{empty_device_contiguous_dtype, empty_device_dtype},
     tensor::CubeTensor,
 };
@@ -56,19 +57,24 @@ pub(crate) const MAX_DIM: usize = 128;
 /// The longest sequence (one unit per row, a cube of at most 1,024 units).
 pub(crate) const MAX_SEQ: usize = 1024;
 
-/// Whether the kernels take `[batch, heads, seq, dim]` in `dtype`. They
-/// index in u32, so every buffer they may be handed must stay below 2^32
-/// elements: a view into a projection three times as wide as the tensor,
-/// its rows padded by the allocator up to twice their width, hence at most
-/// 2^32 / 8 elements a tensor (2 GiB of f32; evaluation's passes are
-/// smaller).
+/// The most elements a tensor of the kernels may have. The kernels index
+/// in u32, so each buffer they are handed must stay below 2^32 elements:
+/// the allocator pads a row at most 4x (two bf16 take 16 bytes; a row of
+/// one element is not padded), so the outputs stay below 2^30, and an
+/// input view whose buffer runs further than u32 reaches is copied dense at
+/// launch ([`within_u32`]). Evaluation's largest passes hold about 4.5e7.
+const MAX_ELEMENTS: usize = 1 << 28;
+
+/// Whether the kernels take `[batch, heads, seq, dim]` in `dtype`: f32 or
+/// bf16 (the formats they are checked in), at most [`MAX_SEQ`] rows of at
+/// most [`MAX_DIM`], at most [`MAX_ELEMENTS`] elements.
 pub(crate) fn supported(shape: [usize; 4], dtype: DType) -> bool {
     let [b, h, t, d] = shape;
     b * h > 0
-        && b.saturating_mul(h).saturating_mul(t).saturating_mul(d) <= u32::MAX as usize / 8
+        && b.saturating_mul(h).saturating_mul(t).saturating_mul(d) <= MAX_ELEMENTS
         && (1..=MAX_SEQ).contains(&t)
         && (1..=MAX_DIM).contains(&d)
-        && matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
+        && matches!(dtype, DType::F32 | DType::BF16)
 }
 
 /// The environment variable that picks the attention: `burn` or `fused`.
@@ -576,6 +582,16 @@ fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>, shape: Shape, dtype: DType) 
     }
 }
 
+/// `t`, or a dense copy where its buffer (a view's runs to the end of
+/// the allocation it views) is longer than u32 indices reach.
+fn within_u32<R: CubeRuntime>(t: CubeTensor<R>) -> CubeTensor<R> {
+    if t.handle.size_in_used() / t.dtype.size() as u64 > u32::MAX as u64 {
+        into_contiguous(t)
+    } else {
+        t
+    }
+}
+
 /// The launch geometry of `[batch, heads, seq, dim]`: one cube per head.
 fn geometry(shape: [usize; 4]) -> (CubeCount, CubeDim, usize, usize, f32) {
     let [b, h, t, d] = shape;
@@ -599,6 +615,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Cube<F,
         v: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         // Inputs as they come (views included): the kernels follow strides.
+        let (q, k, v) = (within_u32(q), within_u32(k), within_u32(v));
         let shape = dims4(&q);
         let (count, dim, t, d, scale) = geometry(shape);
         let out = empty_like(&q, Shape::new(shape), q.dtype);
@@ -630,6 +647,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Cube<F,
         lse: FloatTensor<Self>,
         d_out: FloatTensor<Self>,
     ) -> [FloatTensor<Self>; 3] {
+        let (q, k, v) = (within_u32(q), within_u32(k), within_u32(v));
+        let (out, lse, d_out) = (within_u32(out), within_u32(lse), within_u32(d_out));
         let shape = dims4(&q);
         let (count, dim, t, d, scale) = geometry(shape);
         let dtype = q.dtype;
@@ -803,11 +822,13 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<
     ) -> [FloatTensor<Self>; 3] {
         let shape = q.shape.clone();
         let dtype = q.dtype;
+        let rows = Shape::new([shape[0], shape[1], shape[2]]);
         assert!(
             [&k, &v, &out, &d_out]
                 .iter()
                 .all(|t| t.dtype == dtype && t.shape == shape)
-                && lse.dtype == DType::F32,
+                && lse.dtype == DType::F32
+                && lse.shape == rows,
             "fused attention backward of mixed formats or shapes"
         );
         let grads = [0, 1, 2]

@@ -294,12 +294,13 @@ mod kernels {
         #[comptime] dim: usize,
         #[comptime] rows: usize,
     ) {
-        let column = src.stride(3);
+        // The head's first row and the strides, once: the loop is per element.
+        let (first, row, column) = (row_at::<F>(src, head, 0), src.stride(2), src.stride(3));
         let mut idx = UNIT_POS_X as usize;
         while idx < rows * dim {
             let r = start + idx / dim;
             if r < seq {
-                tile[idx] = f32::cast_from(src[row_at::<F>(src, head, r) + (idx % dim) * column]);
+                tile[idx] = f32::cast_from(src[first + r * row + (idx % dim) * column]);
             }
             idx += CUBE_DIM_X as usize;
         }
@@ -868,6 +869,7 @@ mod emulated {
         process::Command,
     };
 
+    use burn::tensor::bf16;
     use burn_cubecl::cubecl::{
         Compiler, InfoBuilder,
         ir::{
@@ -976,33 +978,23 @@ mod emulated {
         fn round(self, x: f32) -> f32 {
             match self {
                 Elem::F32 => x,
-                Elem::Bf16 => f32::from_bits((bf16_bits(x) as u32) << 16),
+                Elem::Bf16 => bf16::from_f32(x).to_f32(),
             }
         }
 
         fn encode(self, x: f32, out: &mut [u8]) {
             match self {
                 Elem::F32 => out.copy_from_slice(&x.to_le_bytes()),
-                Elem::Bf16 => out.copy_from_slice(&bf16_bits(x).to_le_bytes()),
+                Elem::Bf16 => out.copy_from_slice(&bf16::from_f32(x).to_le_bytes()),
             }
         }
 
         fn decode(self, bytes: &[u8]) -> f32 {
             match self {
                 Elem::F32 => f32::from_le_bytes(bytes.try_into().unwrap()),
-                Elem::Bf16 => {
-                    f32::from_bits((u16::from_le_bytes(bytes.try_into().unwrap()) as u32) << 16)
-                }
+                Elem::Bf16 => bf16::from_le_bytes(bytes.try_into().unwrap()).to_f32(),
             }
         }
-    }
-
-    fn bf16_bits(x: f32) -> u16 {
-        let u = x.to_bits();
-        if x.is_nan() {
-            return 0x7fc0;
-        }
-        ((u + 0x7fff + ((u >> 16) & 1)) >> 16) as u16
     }
 
     /// How the model hands a `[batch, heads, seq, dim]` input to the kernels.
@@ -1316,10 +1308,10 @@ mod emulated {
         format!("{kernel}")
     }
 
-    /// The kernel's CUDA C as a C++ namespace `ns` for emulate.cpp: its
-    /// dynamic shared memory becomes the shim's buffer, whose size (the
-    /// last shared array's end) it declares.
-    fn as_cpp(source: &str, ns: &str) -> String {
+    /// The kernel's CUDA C as a C++ namespace `ns` for emulate.cpp, and
+    /// its shared memory in bytes: the dynamic shared memory becomes the
+    /// shim's buffer, whose size (the last shared array's end) it declares.
+    fn as_cpp(source: &str, ns: &str) -> (String, usize) {
         let mut shared = 0;
         let lines: Vec<&str> = source.lines().collect();
         for (i, line) in lines.iter().enumerate() {
@@ -1354,16 +1346,9 @@ mod emulated {
             })
             .collect::<Vec<_>>()
             .join("\n");
-        format!("namespace {ns} {{\nconstexpr unsigned SHARED_BYTES = {shared};\n{body}\n}}\n")
-    }
-
-    /// The shared memory [`as_cpp`]'s output declares.
-    fn shared_bytes(cpp: &str) -> usize {
-        cpp.lines()
-            .nth(1)
-            .and_then(|l| l.strip_prefix("constexpr unsigned SHARED_BYTES = "))
-            .and_then(|l| l.trim_end_matches(';').parse().ok())
-            .expect("the shared memory size")
+        let cpp =
+            format!("namespace {ns} {{\nconstexpr unsigned SHARED_BYTES = {shared};\n{body}\n}}\n");
+        (cpp, shared)
     }
 
     /// The three kernels for `seq x dim` heads in `elem`, compiled for the
@@ -1385,8 +1370,8 @@ mod emulated {
         let dir = tempfile::tempdir().unwrap();
         let mut shared = [0; 3];
         for (n, (which, ns)) in KERNELS.into_iter().enumerate() {
-            let cpp = as_cpp(&cuda_source(which, seq, dim, elem.storage()), ns);
-            shared[n] = shared_bytes(&cpp);
+            let (cpp, bytes) = as_cpp(&cuda_source(which, seq, dim, elem.storage()), ns);
+            shared[n] = bytes;
             std::fs::write(dir.path().join(format!("k_{which}.inc")), &cpp).unwrap();
             // For reading what a GPU compiles: CHESSBENCH_KERNEL_DUMP=DIR.
             if let Some(dump) = std::env::var_os("CHESSBENCH_KERNEL_DUMP") {
@@ -1705,8 +1690,8 @@ mod emulated {
                     "{seq}: {cube_dim:?}"
                 );
                 for (which, ns) in KERNELS {
-                    let cpp = as_cpp(&cuda_source(which, seq, dim, Elem::F32.storage()), ns);
-                    let shared = shared_bytes(&cpp);
+                    let (_, shared) =
+                        as_cpp(&cuda_source(which, seq, dim, Elem::F32.storage()), ns);
                     assert!(
                         shared <= hw.max_shared_memory_size,
                         "{which} {seq}x{dim}: {shared} bytes"

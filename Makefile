@@ -247,11 +247,12 @@ parity-paired: $(BENCH_READY) | $(DUCKDB_LIB)
 check-cuda: | $(DUCKDB_LIB)
 	$(CARGO) check --locked --features cuda --all-targets
 
-## The fused attention's kernels as CubeCL compiles them for CUDA, run on the
-## CPU as C++ under a model of CUDA's memory layouts and launch (no GPU
-## needed; g++, ThreadSanitizer): src/model/cuda_attention.rs, docs/gpu.md.
+## The project's CUDA kernels (fused attention, layer norm, SwiGLU) as
+## CubeCL compiles them for CUDA, run on the CPU as C++ under a model of
+## CUDA's memory layouts and launch (no GPU needed; g++, ThreadSanitizer):
+## src/model/cuda_emulator.rs, docs/gpu.md.
 test-kernels: | $(DUCKDB_LIB)
-	$(CARGO) test --locked --features cuda --lib cuda_attention -- --nocapture
+	$(CARGO) test --locked --features cuda --lib model::cuda_ -- --nocapture
 
 ## On a machine with an NVIDIA GPU and Rust: the CUDA test (one training
 ## step on CUDA against the CPU, tests/cuda.rs).

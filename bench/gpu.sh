@@ -3,16 +3,17 @@
 # no network: the binaries come prebuilt in .gpu/ (`scripts/gpu-bundle`, see
 # there).
 #
-#   bench/gpu.sh PART...  PART: jit check step9 attention account step136
-#                               curves train eval loader evalbench
+#   bench/gpu.sh PART...  PART: jit check step9 attention layers account
+#                               step136 curves train eval loader evalbench
 #
 #   jit        the first training step of a fresh process (kernel compiling
-#              and autotuning), f32 then bf16, each cold and then with the
-#              caches of the cold run (run it first: later parts compile
-#              the same kernels)
+#              and autotuning), f32 then bf16, each cold (an empty kernel
+#              cache and CUDA driver cache of its own) and then with the
+#              caches of the cold run
 #   check      the CUDA test (tests/cuda.rs): one step on CUDA vs the CPU,
-#              f32 and mixed bf16; the fused attention kernels against
-#              their reference; boards scored together vs alone
+#              f32 and mixed bf16; the fused attention, layer norm and
+#              SwiGLU kernels against their reference; boards scored
+#              together vs alone
 #   train      `chessbench train` of the 9M action-value model (the ablation
 #              recipe, batch 1024) on the demo run, on CUDA: TRAIN_STEPS
 #              (100) steps, then resumed to twice that from its checkpoint;
@@ -35,20 +36,30 @@
 #              products (CHESSBENCH_PRODUCTS=burn; a cold autotune, minutes);
 #              STEP_ATTENTION="fused burn" adds burn's attention instead of
 #              the fused kernels (CHESSBENCH_ATTENTION=burn, runs
-#              step-burn-burnattention-...)
+#              step-burn-burnattention-...); STEP_LAYERS="fused burn"
+#              adds burn's layer norm and SwiGLU (CHESSBENCH_LAYERS=burn,
+#              runs step-burn-burnlayers-...)
 #   attention  the fused attention's effect on the step: burn 9M (K=32,
 #              batch 1024) in f32 and mixed bf16 with the fused kernels
 #              and with burn's attention, then PyTorch eager TF32 and
 #              torch.compile amp-bf16 on the same card
+#   layers     the fused layer norm and SwiGLU's effect on the step: burn
+#              9M in f32 and mixed bf16 with the fused layers and with
+#              burn's (fused attention in both)
 #   curves     the 9M ablation recipe, 300 steps in f32 and in mixed bf16
 #              from the same seed: their loss curves compared
 #   account    where one step's time goes, kernel by kernel: burn's 9M step
-#              (with the fused attention, then with burn's: the attention's
-#              share before and after) under nsys (timed steps only) when
-#              the machine has it,
-#              CubeCL's own per-kernel profile otherwise, and PyTorch's
-#              torch.compile step under torch.profiler; grouped into a
-#              table by bench/kernel_account.py
+#              (with the fused attention, layer norm and SwiGLU, then with
+#              burn's: their share before and after) per precision
+#              (ACCOUNT_PRECISIONS, ACCOUNT_KERNELS, ACCOUNT_STEPS,
+#              ACCOUNT_PREWARM) under
+#              nsys (timed steps only) when the machine has it, CubeCL's
+#              own per-kernel profile otherwise (a device sync around each
+#              launch: the step runs slower, cuBLASLt's products are not
+#              in it), and PyTorch's torch.compile step under
+#              torch.profiler; grouped into account-*.md by
+#              bench/kernel_account.py (CubeCL's raw logs in
+#              account-cubecl-logs.tar.gz)
 #
 # Run names: step-IMPL-PRESET-PRECISION-bBATCH (IMPL burn, burncubecl,
 # torch, torchcompile, jax; PRECISION as each implementation names it).
@@ -126,28 +137,22 @@ EOF
   export LD_LIBRARY_PATH=$W/bin:${CUDA_PATH:-/usr/local/cuda}/lib64:$nvrtc:$cublas:${LD_LIBRARY_PATH:-}
   NSYS=$(command -v nsys || ls -d /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/*/bin/nsys \
     /usr/local/cuda*/nsight-systems*/bin/nsys 2>/dev/null | head -1)
-  # burn-cuda compiles every kernel at run time (NVRTC) and autotunes each
-  # matrix product shape: keep compiled PTX and autotune results in
-  # ./target for the whole measurement (as the repository's cubecl.toml does),
-  # tune at the minimal level, and log what gets compiled and tuned. The
-  # repository's cubecl.toml is put back on exit.
-  mkdir -p "$ROOT/target"
-  cp "$ROOT/cubecl.toml" "$W/cubecl.toml.orig"
-  trap 'cp "$W/cubecl.toml.orig" "$ROOT/cubecl.toml"' EXIT
-  # CubeCL's compiled-kernel cache is keyed by a kernel's name and
-  # arguments, not its body: kernels from another bundle's binaries (a warm
-  # machine after a rebuild) would load silently. Cleared when the
-  # binaries change.
-  local stamp
-  stamp=$(cat "$BUNDLE"/bin/*.xz | sha256sum | cut -c1-16)
-  if [ "$(cat "$ROOT/target/.bundle-stamp" 2>/dev/null)" != "$stamp" ]; then
-    rm -rf "$ROOT/target/cuda"
-    mkdir -p "$ROOT/target"
-    echo "$stamp" >"$ROOT/target/.bundle-stamp"
+  # burn-cuda compiles every kernel at run time (NVRTC) and autotunes some:
+  # chessbench keeps compiled kernels and autotune results in one directory
+  # per source build under CHESSBENCH_KERNEL_CACHE (src/model/cuda_cache.rs),
+  # here ./target/kernels for the whole measurement (a warm machine keeps
+  # it between calls). A cubecl.toml written here tunes at the minimal
+  # level and logs what gets compiled and tuned; the repository's own (if
+  # any) is put back on exit.
+  export CHESSBENCH_KERNEL_CACHE=${CHESSBENCH_KERNEL_CACHE:-$ROOT/target/kernels}
+  mkdir -p "$CHESSBENCH_KERNEL_CACHE"
+  if [ -f "$ROOT/cubecl.toml" ]; then
+    cp "$ROOT/cubecl.toml" "$W/cubecl.toml.orig"
+    trap 'cp "$W/cubecl.toml.orig" "$ROOT/cubecl.toml"' EXIT
+  else
+    trap 'rm -f "$ROOT/cubecl.toml"' EXIT
   fi
   cat >"$ROOT/cubecl.toml" <<EOF
-[compilation]
-cache = "target"
 [compilation.logger]
 level = "basic"
 file = "$W/cubecl-compile.log"
@@ -258,13 +263,20 @@ EOF
 # (NVRTC) and autotunes what CubeCL still tunes; then the same again with
 # the PTX and autotune caches from the first. Per precision.
 part_jit() {
-  local n p
+  # Cold: an empty kernel cache and an empty CUDA driver cache (PTX to
+  # machine code), as on a fresh machine; warm: the same run again with
+  # what the cold one left.
+  local n p cache
   for p in ${JIT_PRECISIONS:-f32 bf16}; do
+    cache=$W/jit-cache-$p
+    rm -rf "$cache"
+    mkdir -p "$cache/nv"
     for pass in cold warm; do
       n=$(cat "$W/cubecl-compile.log" 2>/dev/null | wc -l)
-      run "first-step-burn-9m-$p-$pass" "${JIT_LIMIT:-240}" "$CB" bench-step --model 9m --buckets 32 \
-        --batch-size 1024 --steps 1 --warmup 0 --device cuda --precision "$p" --json
-      say "  compile log lines +$(( $(cat "$W/cubecl-compile.log" 2>/dev/null | wc -l) - n ))"
+      CHESSBENCH_KERNEL_CACHE=$cache CUDA_CACHE_PATH=$cache/nv run "first-step-burn-9m-$p-$pass" \
+        "${JIT_LIMIT:-240}" "$CB" bench-step --model 9m --buckets 32 --batch-size 1024 --steps 1 --warmup 0 \
+        --device cuda --precision "$p" --json
+      say "  compile log lines +$(( $(cat "$W/cubecl-compile.log" 2>/dev/null | wc -l) - n )), cache $(du -sh "$cache" | cut -f1)"
     done
   done
 }
@@ -283,15 +295,20 @@ step_shape() { # PRESET BUCKETS BATCH STEPS
         burn)
           for products in ${STEP_PRODUCTS:-cublaslt}; do
           for attn in ${STEP_ATTENTION:-fused}; do
+          for layers in ${STEP_LAYERS:-fused}; do
             name=$([ "$products" = burn ] && echo burncubecl || echo burn)
             [ "$attn" = burn ] && name=$name-burnattention
-            CHESSBENCH_PRODUCTS=$products CHESSBENCH_ATTENTION=$attn run "step-$name-$preset-$p-b$batch" \
+            [ "$layers" = burn ] && name=$name-burnlayers
+            CHESSBENCH_PRODUCTS=$products CHESSBENCH_ATTENTION=$attn CHESSBENCH_LAYERS=$layers \
+              run "step-$name-$preset-$p-b$batch" \
               "${BURN_LIMIT:-200}" "$CB" bench-step --model "$preset" --buckets "$k" --batch-size "$batch" \
               --steps "$steps" --warmup 3 --device cuda --precision "$p" --json
-            [ "${STEP_PROFILE:-1}" = 1 ] && CHESSBENCH_PRODUCTS=$products CHESSBENCH_ATTENTION=$attn run \
+            [ "${STEP_PROFILE:-1}" = 1 ] && CHESSBENCH_PRODUCTS=$products CHESSBENCH_ATTENTION=$attn \
+              CHESSBENCH_LAYERS=$layers run \
               "step-$name-$preset-$p-b$batch-profile" "${BURN_LIMIT:-200}" "$CB" bench-step --model "$preset" \
               --buckets "$k" --batch-size "$batch" --steps "$steps" --warmup 3 --device cuda --precision "$p" \
               --profile --json
+          done
           done
           done ;;
         torch) run "step-torch-$preset-$tp-b$batch" 120 python3 bench/torch_reference.py --preset "$preset" \
@@ -318,49 +335,95 @@ part_attention() {
   STEP_IMPLS=torch STEP_PRECISIONS=f32 step_shape 9m 32 1024 "${STEP_STEPS_9M:-20}"
   STEP_IMPLS=torchcompile STEP_PRECISIONS=bf16 step_shape 9m 32 1024 "${STEP_STEPS_9M:-20}"
 }
+# The fused layer norm and SwiGLU's effect on the step: burn 9M (K=32,
+# batch 1024) in f32 and mixed bf16 with the fused attention, with the
+# fused layers and with burn's (`"layers"` in each row says which ran).
+part_layers() {
+  STEP_IMPLS=burn STEP_LAYERS="fused burn" STEP_PROFILE=0 step_shape 9m 32 1024 "${STEP_STEPS_9M:-20}"
+}
 part_step136() { step_shape 136m 128 "${STEP_BATCH_136M:-512}" "${STEP_STEPS_136M:-10}"; }
 
 # The kernel account of one 9M step (K=32, batch 1024): burn per precision,
-# then torch.compile amp-bf16 for comparison. nsys records the timed steps
-# only (bench-step brackets them with cuProfilerStart/Stop).
+# each with the fused attention, layer norm and SwiGLU and with burn's,
+# then torch.compile
+# amp-bf16 for comparison.
+#
+# With nsys: it records the timed steps only (bench-step brackets them with
+# cuProfilerStart/Stop). Without it (the usual case): CubeCL's own profiler,
+# switched on for that run by a [profiling.logger] section added to the
+# cubecl.toml that setup wrote. It writes one line per kernel launch,
+# "| 12.5µs     | ElemwiseFuse | CudaRuntime", and at every device sync a
+# table of the launches since the last one; bench-step syncs after its
+# warm-up and after its timed steps, so `--skip-syncs 1` keeps the timed
+# steps (the process writes the log itself: a marker appended from here
+# could not land between its phases). Each launch is timed between two
+# device syncs: the run is slower than bench-step's own, every kernel's
+# time includes its launch, and the cuBLASLt products (enqueued on
+# CubeCL's stream by chessbench, not launched through CubeCL) are in no
+# kernel's time; --wall-ms (the run's own ms per step) shows how much of
+# the step that leaves out. Autotuning under the profiler times every
+# candidate with those syncs and may choose (and cache) other kernels than
+# an unprofiled run: on a machine whose caches have not seen this step
+# (no `attention` or `step9` part before), ACCOUNT_PREWARM=1 runs one
+# unprofiled step of each configuration first.
 part_account() {
-  local p args=(bench-step --model 9m --buckets 32 --batch-size 1024 --steps "${ACCOUNT_STEPS:-10}"
-    --warmup 3 --device cuda --json)
-  # Each precision with the fused attention, then burn's (its share before
-  # and after).
-  local a n
+  local steps=${ACCOUNT_STEPS:-10} p a n log wall logs
+  local args=(bench-step --model 9m --buckets 32 --batch-size 1024 --steps "$steps" --warmup 3 --device cuda
+    --json)
   for p in ${ACCOUNT_PRECISIONS:-f32 bf16}; do
-  for a in ${ACCOUNT_ATTENTION:-fused burn}; do
-    n=account-burn-9m-$p-$a-attention
-    export CHESSBENCH_ATTENTION=$a
+  for a in ${ACCOUNT_KERNELS:-fused burn}; do
+    n=account-burn-9m-$p-$a-kernels
     if [ -n "${NSYS:-}" ]; then
-      run "$n" 300 "$NSYS" profile -t cuda --capture-range=cudaProfilerApi \
+      CHESSBENCH_ATTENTION=$a CHESSBENCH_LAYERS=$a run "$n" 300 "$NSYS" profile -t cuda --capture-range=cudaProfilerApi \
         --capture-range-end=stop --force-overwrite true -o "$W/$n" "$CB" "${args[@]}" --precision "$p"
       "$NSYS" stats -r cuda_gpu_kern_sum -f csv -o "$OUT/$n" --force-overwrite true \
         "$W/$n.nsys-rep" >>"$LOG" 2>&1 ||
         "$NSYS" stats -r gpukernsum -f csv -o "$OUT/$n" "$W/$n.nsys-rep" >>"$LOG" 2>&1
       python3 bench/kernel_account.py --nsys "$(ls "$OUT"/"$n"*.csv | head -1)" \
-        --steps "${ACCOUNT_STEPS:-10}" --title "burn 9M $p, $a attention" | tee "$OUT/$n.md" >>"$SUM"
+        --steps "$steps" --title "burn 9M $p, $a attention and layers" 2>&1 | tee "$OUT/$n.md" >>"$SUM"
     else
-      CUBECL_DEBUG_OPTION=profile CUBECL_DEBUG_LOG="$OUT/$n-cubecl.txt" \
-        run "$n" 300 "$CB" "${args[@]}" --precision "$p"
+      [ "${ACCOUNT_PREWARM:-0}" = 1 ] && CHESSBENCH_ATTENTION=$a CHESSBENCH_LAYERS=$a run "$n-prewarm" "${ACCOUNT_LIMIT:-300}" "$CB" \
+        bench-step --model 9m --buckets 32 --batch-size 1024 --steps 1 --warmup 1 --device cuda --precision "$p" --json
+      log=$W/$n-cubecl.log
+      rm -f "$log" # CubeCL appends
+      cp "$ROOT/cubecl.toml" "$W/cubecl.toml.account"
+      printf '[profiling.logger]\nlevel = "basic"\nfile = "%s"\n' "$log" >>"$ROOT/cubecl.toml"
+      CHESSBENCH_ATTENTION=$a CHESSBENCH_LAYERS=$a run "$n" "${ACCOUNT_LIMIT:-300}" "$CB" "${args[@]}" --precision "$p"
+      cp "$W/cubecl.toml.account" "$ROOT/cubecl.toml"
+      # The run's own ms per step (profiled), from its row in results.jsonl.
+      wall=$(python3 - "$RES" "$n" <<'EOF'
+import json, sys
+ms = ""
+for line in open(sys.argv[1]):
+    try:
+        d = json.loads(line)
+    except ValueError:
+        continue
+    if d.get("run") == sys.argv[2] and d.get("seconds") and d.get("bench", {}).get("steps"):
+        ms = f'{1e3 * d["seconds"] / d["bench"]["steps"]:.3f}'
+print(ms)
+EOF
+      )
+      python3 bench/kernel_account.py --cubecl "$log" --skip-syncs 1 --steps "$steps" ${wall:+--wall-ms "$wall"} \
+        --title "burn 9M $p, $a attention and layers, CubeCL profiler" 2>&1 | tee "$OUT/$n.md" >>"$SUM"
+      logs=("$W"/account-*-cubecl.log)
+      [ -f "${logs[0]}" ] && tar -czf "$OUT/account-cubecl-logs.tar.gz" -C "$W" "${logs[@]##*/}"
     fi
-    unset CHESSBENCH_ATTENTION
   done
   done
   run "account-torchcompile-9m-amp-bf16" 200 python3 bench/torch_reference.py --preset 9m --buckets 32 \
-    --batch 1024 --steps "${ACCOUNT_STEPS:-10}" --warmup 5 --device cuda --precision amp-bf16 --compile \
+    --batch 1024 --steps "$steps" --warmup 5 --device cuda --precision amp-bf16 --compile \
     --profile-out "$OUT/account-torchcompile-9m-amp-bf16.csv"
   python3 bench/kernel_account.py --torch "$OUT/account-torchcompile-9m-amp-bf16.csv" \
-    --steps "${ACCOUNT_STEPS:-10}" --title "torch.compile 9M amp-bf16" |
+    --steps "$steps" --title "torch.compile 9M amp-bf16" 2>&1 |
     tee "$OUT/account-torchcompile-9m-amp-bf16.md" >>"$SUM"
 }
 
 setup
 for part in "$@"; do
   case "$part" in
-    check | jit | train | curves | eval | loader | evalbench | step9 | attention | step136 | account) "part_$part" ;;
-    *) echo "unknown part $part (jit check step9 attention account step136 curves train eval loader evalbench)" >&2; exit 2 ;;
+    check | jit | train | curves | eval | loader | evalbench | step9 | attention | layers | step136 | account) "part_$part" ;;
+    *) echo "unknown part $part (jit check step9 attention layers account step136 curves train eval loader evalbench)" >&2; exit 2 ;;
   esac
 done
 # What burn-cuda compiled and tuned (kernel names, one line each).

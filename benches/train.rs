@@ -111,6 +111,7 @@ fn main() {
             device: DeviceKind::Cpu,
             precision: Precision::F32,
             profile: false,
+            count_ops: false,
         };
         let t = bench_steps(&bench).expect("burn step");
         println!(

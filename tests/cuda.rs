@@ -60,12 +60,15 @@ fn check(
         Precision::F32 => (FORWARD_TOLERANCE, GRADIENT_TOLERANCE),
         Precision::Bf16 => (BF16_FORWARD_TOLERANCE, BF16_GRADIENT_TOLERANCE),
     };
+    chessbench::model::cuda_cache::configure_kernel_cache();
     let shape = ModelShape::preset(preset, policy, buckets);
     let started = std::time::Instant::now();
     let a = cuda_against_cpu(&shape, loss, batch, 7, precision).expect("one step on CPU and CUDA");
-    let attention = <burn::backend::Cuda<f32, i32> as chessbench::model::ModelBackend>::attention();
+    type Gpu = burn::backend::Cuda<f32, i32>;
+    let attention = <Gpu as chessbench::model::ModelBackend>::attention();
+    let layers = <Gpu as chessbench::model::ModelBackend>::layers();
     println!(
-        "{preset:?} {policy:?} K={buckets} {loss:?} batch {batch}, {attention:?} attention, {:.1} s: {a:?}",
+        "{preset:?} {policy:?} K={buckets} {loss:?} batch {batch}, {attention:?} attention, {layers:?} layers, {:.1} s: {a:?}",
         started.elapsed().as_secs_f64()
     );
     assert!(
@@ -193,13 +196,30 @@ fn nine_million_boards_scored_together_equal_boards_scored_alone() {
 /// through a model of CUDA's layouts and launch (`make test-kernels`).
 #[test]
 fn fused_attention_kernels_equal_the_reference() {
+    kernels_within_bounds(chessbench::model::cuda_attention::kernel_errors);
+    assert_eq!(
+        <burn::backend::Cuda<f32, i32> as chessbench::model::ModelBackend>::attention(),
+        chessbench::model::AttentionKernel::Fused,
+        "the fused attention failed its start-up test"
+    );
+}
+
+/// A family's kernel check: each output's shape, name and relative error.
+type KernelCheck<S> = fn(
+    &cubecl::cuda::CudaDevice,
+    burn::tensor::DType,
+) -> Result<Vec<(S, &'static str, f32)>, String>;
+
+/// Runs `errors` (each output's shape, name and relative error against its
+/// reference) for f32 (bound 1e-4) and bf16 (2e-2), prints every figure of
+/// both formats, then fails on any above its bound (or NaN).
+fn kernels_within_bounds<S: std::fmt::Debug>(errors: KernelCheck<S>) {
     use burn::tensor::DType;
-    use chessbench::model::cuda_attention::kernel_errors;
+    chessbench::model::cuda_cache::configure_kernel_cache();
     let device = cubecl::cuda::CudaDevice::default();
     let mut failures = Vec::new();
     for (dtype, bound) in [(DType::F32, 1e-4f32), (DType::BF16, 2e-2)] {
-        let errors = kernel_errors(&device, dtype).expect("the kernels ran");
-        for (shape, what, e) in errors {
+        for (shape, what, e) in errors(&device, dtype).expect("the kernels ran") {
             println!("{dtype:?} {shape:?} {what}: {e:.1e}");
             if e.is_nan() || e > bound {
                 failures.push(format!("{dtype:?} {shape:?} {what}: {e:e} relative"));
@@ -207,9 +227,21 @@ fn fused_attention_kernels_equal_the_reference() {
         }
     }
     assert!(failures.is_empty(), "above their bounds: {failures:?}");
+}
+
+/// The fused layer norm and SwiGLU kernels against their plain-Rust
+/// reference (`src/model/layers.rs`, which `make test` checks against
+/// burn's autodiff): forward, the norm's mean and `rstd`, and every
+/// gradient, on the 9M and 136M widths and odd ones, f32 within 1e-4 and
+/// bf16 within 2e-2, both formats printed before either is judged; then
+/// the start-up test's verdict. The CPU model of the launch runs the same
+/// inputs (`make test-kernels`).
+#[test]
+fn fused_layer_kernels_equal_the_reference() {
+    kernels_within_bounds(chessbench::model::cuda_layers::kernel_errors);
     assert_eq!(
-        <burn::backend::Cuda<f32, i32> as chessbench::model::ModelBackend>::attention(),
-        chessbench::model::AttentionKernel::Fused,
-        "the fused attention failed its start-up test"
+        <burn::backend::Cuda<f32, i32> as chessbench::model::ModelBackend>::layers(),
+        chessbench::model::LayerKernels::Fused,
+        "the fused layers failed their start-up test"
     );
 }

@@ -180,6 +180,7 @@ impl Model {
             DeviceKind::Cpu => load_cpu(&dir, weights, &state)?,
             #[cfg(feature = "cuda")]
             DeviceKind::Cuda => {
+                crate::model::cuda_cache::configure_kernel_cache();
                 load_on::<burn::backend::Cuda<f32, i32>>(&dir, weights, &state, Default::default())?
             }
             #[cfg(not(feature = "cuda"))]
@@ -215,6 +216,7 @@ impl Model {
             ),
             #[cfg(feature = "cuda")]
             DeviceKind::Cuda => {
+                crate::model::cuda_cache::configure_kernel_cache();
                 random_on::<burn::backend::Cuda<f32, i32>>(&shape, Default::default())
             }
             #[cfg(not(feature = "cuda"))]

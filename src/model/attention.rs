@@ -290,6 +290,53 @@ pub(crate) fn backward(
     Gradients { dq, dk, dv }
 }
 
+/// [`FusedAttention`]'s passes computed by [`forward`] and [`backward`] on
+/// host copies of the tensors, for any backend: the CPU's stand-in for the
+/// kernels in tests and in the operation counter ([`super::op_count`]).
+pub(crate) mod on_host {
+    use super::*;
+    use crate::model::layers::on_host::{read, write};
+
+    fn heads(dims: &[usize]) -> Heads {
+        Heads {
+            batch: dims[0],
+            heads: dims[1],
+            seq: dims[2],
+            dim: dims[3],
+        }
+    }
+
+    pub(crate) fn forward<B: Backend>(
+        q: FloatTensor<B>,
+        k: FloatTensor<B>,
+        v: FloatTensor<B>,
+    ) -> (FloatTensor<B>, FloatTensor<B>) {
+        let at = Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(q.clone())).device();
+        let ((dims, q), (_, k), (_, v)) = (read::<B, 4>(q), read::<B, 4>(k), read::<B, 4>(v));
+        let f = super::forward(&q, &k, &v, heads(&dims));
+        (
+            write::<B>(f.out, &dims, &at),
+            write::<B>(f.lse, &dims[..3], &at),
+        )
+    }
+
+    pub(crate) fn backward<B: Backend>(
+        q: FloatTensor<B>,
+        k: FloatTensor<B>,
+        v: FloatTensor<B>,
+        out: FloatTensor<B>,
+        lse: FloatTensor<B>,
+        d_out: FloatTensor<B>,
+    ) -> [FloatTensor<B>; 3] {
+        let at = Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(q.clone())).device();
+        let ((dims, q), (_, k), (_, v)) = (read::<B, 4>(q), read::<B, 4>(k), read::<B, 4>(v));
+        let ((_, out), (_, lse), (_, d_out)) =
+            (read::<B, 4>(out), read::<B, 3>(lse), read::<B, 4>(d_out));
+        let g = super::backward(&q, &k, &v, &Forward { out, lse }, &d_out, heads(&dims));
+        [g.dq, g.dk, g.dv].map(|t| write::<B>(t, &dims, &at))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use burn::{
@@ -308,12 +355,7 @@ mod tests {
             k: FloatTensor<Self>,
             v: FloatTensor<Self>,
         ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-            let (s, [q, k, v]) = host([q, k, v]);
-            let f = forward(&q, &k, &v, s);
-            (
-                device(f.out, &[s.batch, s.heads, s.seq, s.dim]),
-                device(f.lse, &[s.batch, s.heads, s.seq]),
-            )
+            on_host::forward::<Self>(q, k, v)
         }
 
         fn attention_backward(
@@ -324,43 +366,7 @@ mod tests {
             lse: FloatTensor<Self>,
             d_out: FloatTensor<Self>,
         ) -> [FloatTensor<Self>; 3] {
-            let (s, [q, k, v, out, d_out]) = host([q, k, v, out, d_out]);
-            let lse = Tensor::<Flex, 3>::from_primitive(TensorPrimitive::Float(lse))
-                .into_data()
-                .to_vec::<f32>()
-                .unwrap();
-            let g = backward(&q, &k, &v, &Forward { out, lse }, &d_out, s);
-            let dims = [s.batch, s.heads, s.seq, s.dim];
-            [
-                device(g.dq, &dims),
-                device(g.dk, &dims),
-                device(g.dv, &dims),
-            ]
-        }
-    }
-
-    /// Host copies of 4-D tensors of one shape.
-    fn host<const N: usize>(ts: [FloatTensor<Flex>; N]) -> (Heads, [Vec<f32>; N]) {
-        let ts = ts.map(|t| Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(t)));
-        let [batch, heads, seq, dim] = ts[0].dims();
-        let shape = Heads {
-            batch,
-            heads,
-            seq,
-            dim,
-        };
-        (shape, ts.map(|t| t.into_data().to_vec::<f32>().unwrap()))
-    }
-
-    fn device(v: Vec<f32>, dims: &[usize]) -> FloatTensor<Flex> {
-        let data = TensorData::new(v, dims.to_vec());
-        match dims.len() {
-            3 => Tensor::<Flex, 3>::from_data(data, &Default::default())
-                .into_primitive()
-                .tensor(),
-            _ => Tensor::<Flex, 4>::from_data(data, &Default::default())
-                .into_primitive()
-                .tensor(),
+            on_host::backward::<Self>(q, k, v, out, lse, d_out)
         }
     }
 

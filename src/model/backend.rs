@@ -13,7 +13,8 @@
 
 use burn::{
     backend::{Autodiff, Flex},
-    tensor::{Tensor, backend::Backend},
+    nn::LayerNorm,
+    tensor::{Tensor, activation::silu, backend::Backend},
 };
 use serde::{Deserialize, Serialize};
 
@@ -55,10 +56,43 @@ pub trait ModelBackend: Backend {
         AttentionKernel::Burn
     }
 
+    /// A block's layer norm of `x` (`[batch, seq, d]`): burn's `LayerNorm`
+    /// unless the backend has a fused kernel ([`super::layers`]).
+    fn norm(norm: &LayerNorm<Self>, x: Tensor<Self, 3>) -> Tensor<Self, 3> {
+        norm.forward(x)
+    }
+
+    /// The SwiGLU of a block's gate|up product `both` (`[batch, seq, 2 f]`):
+    /// `silu(gate) * up`, by burn's operations unless the backend has a
+    /// fused kernel ([`super::layers`]).
+    fn swiglu(both: Tensor<Self, 3>) -> Tensor<Self, 3> {
+        burn_swiglu(both)
+    }
+
+    /// Which implementation [`Self::norm`] and [`Self::swiglu`] run
+    /// (reported with timings).
+    fn layers() -> LayerKernels {
+        LayerKernels::Burn
+    }
+
     /// Starts (`true`) or stops the range an external profiler records
     /// (NVIDIA's `nsys profile --capture-range=cudaProfilerApi`), so a
-    /// kernel account covers the timed steps only. Nothing on the CPU.
+    /// kernel account covers the timed steps only; the operation counter
+    /// ([`super::op_count`]) starts counting. Nothing on the CPU.
     fn profiler_range(_start: bool) {}
+
+    /// The operations issued since the profiler range started, by name,
+    /// where the backend counts them ([`super::op_count`]).
+    fn op_counts() -> Option<std::collections::BTreeMap<String, u64>> {
+        None
+    }
+}
+
+/// burn's SwiGLU of a gate|up product `both` (`[.., 2 f]`): `silu(gate) *
+/// up`, by its slices, sigmoid and products.
+pub(crate) fn burn_swiglu<B: Backend>(both: Tensor<B, 3>) -> Tensor<B, 3> {
+    let f = both.dims()[2] / 2;
+    silu(both.clone().narrow(2, 0, f)) * both.narrow(2, f, f)
 }
 
 /// The matrix products behind the linear layers.
@@ -78,6 +112,17 @@ pub enum Products {
 pub enum AttentionKernel {
     /// burn's `module::attention` (under autodiff: the scores materialised
     /// and differentiated op by op).
+    #[default]
+    Burn,
+    /// The project's fused kernels, forward and backward (CUDA only).
+    Fused,
+}
+
+/// The layer norms and SwiGLUs of the blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerKernels {
+    /// burn's operations (under autodiff: each differentiated on its own).
     #[default]
     Burn,
     /// The project's fused kernels, forward and backward (CUDA only).

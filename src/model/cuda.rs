@@ -31,6 +31,7 @@ use std::{
 
 use burn::{
     backend::{Autodiff, autodiff::checkpoint::strategy::CheckpointStrategy},
+    nn::LayerNorm,
     tensor::{DType, Shape, Tensor, TensorData, TensorPrimitive, ops::FloatTensor},
 };
 use burn_cubecl::{
@@ -49,9 +50,10 @@ use cudarc::{
 
 use super::{
     attention,
-    backend::{AttentionKernel, ModelBackend, Products},
-    cuda_attention,
+    backend::{AttentionKernel, LayerKernels, ModelBackend, Products, burn_swiglu},
+    cuda_attention, cuda_layers,
     gemm::{self, Gemm, LtMatrix, LtPlan, Operand, burn_gemm, lt_plan},
+    layers,
 };
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
@@ -88,6 +90,25 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> ModelBackend for Fusion<Cu
 
     fn attention() -> AttentionKernel {
         cuda_attention::attention_kernel()
+    }
+
+    fn norm(norm: &LayerNorm<Self>, x: Tensor<Self, 3>) -> Tensor<Self, 3> {
+        match fused_norm_parameters(norm, &x) {
+            Some((gamma, beta)) => layers::fused_layer_norm_inference(x, gamma, beta),
+            None => norm.forward(x),
+        }
+    }
+
+    fn swiglu(both: Tensor<Self, 3>) -> Tensor<Self, 3> {
+        if use_fused_swiglu(&both) {
+            layers::fused_swiglu_inference(both)
+        } else {
+            burn_swiglu(both)
+        }
+    }
+
+    fn layers() -> LayerKernels {
+        cuda_layers::layer_kernels()
     }
 
     fn profiler_range(start: bool) {
@@ -132,6 +153,25 @@ where
         cuda_attention::attention_kernel()
     }
 
+    fn norm(norm: &LayerNorm<Self>, x: Tensor<Self, 3>) -> Tensor<Self, 3> {
+        match fused_norm_parameters(norm, &x) {
+            Some((gamma, beta)) => layers::fused_layer_norm(x, gamma, beta),
+            None => norm.forward(x),
+        }
+    }
+
+    fn swiglu(both: Tensor<Self, 3>) -> Tensor<Self, 3> {
+        if use_fused_swiglu(&both) {
+            layers::fused_swiglu(both)
+        } else {
+            burn_swiglu(both)
+        }
+    }
+
+    fn layers() -> LayerKernels {
+        cuda_layers::layer_kernels()
+    }
+
     fn profiler_range(start: bool) {
         <Fusion<Cube<F, I, BT>> as ModelBackend>::profiler_range(start);
     }
@@ -139,6 +179,27 @@ where
     fn product_fallbacks() -> u64 {
         <Fusion<Cube<F, I, BT>> as ModelBackend>::product_fallbacks()
     }
+}
+
+/// A layer norm's `gamma` and `beta` when the fused kernels take it: they
+/// pass their start-up test, the norm has an offset, and `x`'s shape and
+/// format suit them (the parameters in `x`'s format). The model's norms
+/// all use [`layers::LAYER_NORM_EPS`], as burn's and haiku's default.
+fn fused_norm_parameters<B: burn::tensor::backend::Backend>(
+    norm: &LayerNorm<B>,
+    x: &Tensor<B, 3>,
+) -> Option<(Tensor<B, 1>, Tensor<B, 1>)> {
+    let beta = norm.beta.as_ref()?;
+    let (gamma, beta) = (norm.gamma.val(), beta.val());
+    let fits = cuda_layers::norm_supported(x.dims(), x.dtype())
+        && gamma.dtype() == x.dtype()
+        && beta.dtype() == x.dtype();
+    (fits && cuda_layers::fused_enabled()).then_some((gamma, beta))
+}
+
+/// Whether the SwiGLU of `both` runs the fused kernels.
+fn use_fused_swiglu<B: burn::tensor::backend::Backend>(both: &Tensor<B, 3>) -> bool {
+    cuda_layers::swiglu_supported(both.dims(), both.dtype()) && cuda_layers::fused_enabled()
 }
 
 /// `cuProfilerStart` / `cuProfilerStop` on GPU 0's primary context (the
@@ -303,6 +364,53 @@ pub fn vendor_products() -> bool {
 }
 
 /// The message of a caught panic (a start-up test that panicked).
+/// Whether a family of the project's fused kernels runs (the caller keeps
+/// the answer for the process): not when `var` says `burn`; otherwise when
+/// `self_test` passes on GPU 0 (a panic counts as a failure), with one
+/// warning naming `what` and `fallback` when it does not.
+pub(crate) fn fused_choice(
+    var: &str,
+    what: &str,
+    fallback: &str,
+    self_test: fn(&CudaDevice) -> Result<(), String>,
+) -> bool {
+    let wanted = std::env::var(var).unwrap_or_default();
+    if wanted == "burn" {
+        return false;
+    }
+    if !matches!(wanted.as_str(), "" | "fused") {
+        eprintln!(
+            "warning: {var}={wanted:?} is neither \"burn\" nor \"fused\"; using {what} where it works"
+        );
+    }
+    let tested = std::panic::catch_unwind(|| self_test(&CudaDevice::default()))
+        .unwrap_or_else(|panic| Err(format!("it panicked: {}", panic_message(&*panic))));
+    match tested {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("warning: {what} is not used ({e}); {fallback} runs");
+            false
+        }
+    }
+}
+
+/// Largest difference relative to the reference's largest magnitude; a
+/// NaN anywhere (memory nobody wrote read back) or a length that differs
+/// makes it infinite.
+pub(crate) fn relative_error(ours: &[f32], reference: &[f32]) -> f32 {
+    if ours.len() != reference.len() {
+        return f32::INFINITY;
+    }
+    let top = reference
+        .iter()
+        .fold(0.0f32, |a, x| a.max(x.abs()))
+        .max(1e-30);
+    ours.iter().zip(reference).fold(0.0f32, |a, (x, y)| {
+        let d = (x - y).abs();
+        if d.is_nan() { f32::INFINITY } else { a.max(d) }
+    }) / top
+}
+
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<String>()

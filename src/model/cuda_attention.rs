@@ -47,7 +47,7 @@ use cubecl::cuda::{CudaDevice, CudaRuntime};
 use super::{
     attention::{self, FusedAttention, Heads, KEY_TILE},
     backend::AttentionKernel,
-    cuda::panic_message,
+    cuda::{fused_choice, relative_error},
 };
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
@@ -102,38 +102,13 @@ pub(crate) fn attention_kernel() -> AttentionKernel {
 pub fn fused_enabled() -> bool {
     static CHOICE: OnceLock<bool> = OnceLock::new();
     *CHOICE.get_or_init(|| {
-        let wanted = std::env::var(ATTENTION_VAR).unwrap_or_default();
-        if wanted == "burn" {
-            return false;
-        }
-        if !matches!(wanted.as_str(), "" | "fused") {
-            eprintln!(
-                "warning: {ATTENTION_VAR}={wanted:?} is neither \"burn\" nor \"fused\"; using the fused attention where it works"
-            );
-        }
-        let tested = std::panic::catch_unwind(|| self_test(&CudaDevice::default()))
-            .unwrap_or_else(|panic| Err(format!("it panicked: {}", panic_message(&*panic))));
-        match tested {
-            Ok(()) => true,
-            Err(e) => {
-                eprintln!("warning: the fused attention is not used ({e}); burn's attention runs");
-                false
-            }
-        }
+        fused_choice(
+            ATTENTION_VAR,
+            "the fused attention",
+            "burn's attention",
+            self_test,
+        )
     })
-}
-
-/// Largest difference relative to the reference's largest magnitude; a
-/// NaN anywhere (uninitialised memory read back) makes it infinite.
-fn relative_error(ours: &[f32], reference: &[f32]) -> f32 {
-    let top = reference
-        .iter()
-        .fold(0.0f32, |a, x| a.max(x.abs()))
-        .max(1e-30);
-    ours.iter().zip(reference).fold(0.0f32, |a, (x, y)| {
-        let d = (x - y).abs();
-        if d.is_nan() { f32::INFINITY } else { a.max(d) }
-    }) / top
 }
 
 /// The shapes the kernels are checked on at start-up and in
@@ -573,7 +548,11 @@ mod kernels {
 pub(crate) const OUTPUT_LAYOUT: MemoryLayoutStrategy = MemoryLayoutStrategy::Optimized;
 
 /// An uninitialised tensor on `like`'s device, in [`OUTPUT_LAYOUT`].
-fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>, shape: Shape, dtype: DType) -> CubeTensor<R> {
+pub(crate) fn empty_like<R: CubeRuntime>(
+    like: &CubeTensor<R>,
+    shape: Shape,
+    dtype: DType,
+) -> CubeTensor<R> {
     let (client, device) = (like.client.clone(), like.device.clone());
     match OUTPUT_LAYOUT {
         MemoryLayoutStrategy::Optimized => empty_device_dtype::<R>(client, device, shape, dtype),
@@ -585,7 +564,7 @@ fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>, shape: Shape, dtype: DType) 
 
 /// `t`, or a dense copy where its buffer (a view's runs to the end of
 /// the allocation it views) is longer than u32 indices reach.
-fn within_u32<R: CubeRuntime>(t: CubeTensor<R>) -> CubeTensor<R> {
+pub(crate) fn within_u32<R: CubeRuntime>(t: CubeTensor<R>) -> CubeTensor<R> {
     if t.handle.size_in_used() / t.dtype.size() as u64 > u32::MAX as u64 {
         into_contiguous(t)
     } else {
@@ -838,164 +817,24 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<
     }
 }
 
-/// The kernels on the CPU, launched as the CUDA runtime launches them.
-///
-/// Their CUDA C (CubeCL's own compiler with the options cubecl-cuda uses
-/// on an H100, the source NVRTC gets there) is compiled as C++ against
-/// `tests/kernels/shim.h` and run by `tests/kernels/emulate.cpp`: a thread
-/// per unit, a barrier for `__syncthreads`, shared memory and every byte
-/// of every allocation not written by the test filled with poison (NaN as
-/// f32 and bf16: CUDA clears neither), the cubes of a launch in shuffled
-/// order. What this side models, from CubeCL's own code where it exists:
-///
-/// - **memory layouts**: each output allocated in [`OUTPUT_LAYOUT`]
-///   through cubecl-runtime's `PitchedMemoryLayoutPolicy` with cubecl-cuda's
-///   512-byte alignment (rows padded to an aligned pitch), inputs as the
-///   model hands them over (dense, freshly allocated, or views into a
-///   projection with an offset), read back through their strides as burn
-///   reads them; bytes outside a tensor's elements must keep their poison;
-/// - **the launch**: the geometry of [`geometry`], checked against an
-///   H100's limits, and the kernel's info (scalars, buffer lengths,
-///   shapes, strides) serialised by CubeCL's own `InfoBuilder`, passed as
-///   cubecl-cuda passes it with grid constants (by value, the shapes and
-///   strides in a second buffer).
-///
-/// What it cannot show: warp scheduling, the GPU's memory model, the
-/// device's `__expf`, speed.
+/// The kernels on the CPU, launched as the CUDA runtime launches them
+/// ([`super::cuda_emulator`]): inputs as the model hands them over (dense,
+/// freshly allocated, or views into a projection with an offset), outputs
+/// allocated in [`OUTPUT_LAYOUT`], the geometry of [`geometry`].
 #[cfg(test)]
 mod emulated {
-    use std::{
-        path::{Path, PathBuf},
-        process::Command,
-    };
-
-    use burn::tensor::bf16;
-    use burn_cubecl::cubecl::{
-        Compiler, InfoBuilder,
-        ir::{
-            AddressType, DeviceProperties, ElemType, FloatKind, HardwareProperties,
-            MemoryDeviceProperties, StorageType, UIntKind, VectorSize,
-        },
-        prelude::*,
-        profile::TimingMethod,
-        server::{MemoryLayoutDescriptor, MemoryLayoutPolicy, MemoryLayoutStrategy},
-        stream_id::StreamId,
-    };
-    use cubecl_cpp::{
-        cuda::{CudaDialect, mma::CudaWmmaCompiler},
-        shared::{CompilationOptions, CppCompiler, CppSupportedFeatures},
-    };
-    use cubecl_runtime::allocator::PitchedMemoryLayoutPolicy;
+    use burn_cubecl::cubecl::{ir::StorageType, prelude::*, server::MemoryLayoutStrategy};
 
     use super::{
         KEY_TILE, OUTPUT_LAYOUT, geometry, kernels::*, relative_error, test_values, units,
     };
-    use crate::model::attention::{self, Heads};
-
-    /// The row alignment cubecl-cuda gives its allocator (`runtime.rs`:
-    /// `cuMemAllocPitch`'s alignment).
-    const CUDA_MEM_ALIGNMENT: usize = 512;
-
-    /// What an allocation holds before anything writes it: CUDA does not
-    /// clear memory. `0xFF` bytes read as NaN in f32 and in bf16.
-    const POISON: u8 = 0xFF;
-
-    /// An H100's limits (what the compiler consults, and what a launch
-    /// must fit).
-    fn properties() -> DeviceProperties {
-        let hardware = HardwareProperties {
-            load_width: 128,
-            plane_size_min: 32,
-            plane_size_max: 32,
-            max_bindings: 1024,
-            max_shared_memory_size: 227 * 1024,
-            max_cube_count: (i32::MAX as u32, 65535, 65535),
-            max_units_per_cube: 1024,
-            max_cube_dim: (1024, 1024, 64),
-            num_streaming_multiprocessors: Some(132),
-            num_cpu_cores: None,
-            num_tensor_cores: Some(4),
-            min_tensor_cores_dim: Some(8),
-            max_vector_size: VectorSize::MAX,
-        };
-        let memory = MemoryDeviceProperties {
-            max_page_size: 1 << 34,
-            alignment: CUDA_MEM_ALIGNMENT as u64,
-        };
-        let mut p =
-            DeviceProperties::new(Default::default(), memory, hardware, TimingMethod::System);
-        cubecl_cpp::register_supported_types(&mut p);
-        p
-    }
-
-    /// The compiler options cubecl-cuda sets for an sm_90 card with CUDA 13
-    /// (`runtime.rs`): fast math, the info struct as a grid constant,
-    /// clusters, `elect.sync`, the fast `tanh`.
-    fn compilation_options() -> CompilationOptions {
-        CompilationOptions {
-            warp_size: 32,
-            supports_features: CppSupportedFeatures {
-                grid_constants: true,
-                clusters: true,
-                fast_math: true,
-                fast_tanh: true,
-                elect_sync: true,
-            },
-        }
-    }
-
-    /// The element formats the kernels take.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    enum Elem {
-        F32,
-        Bf16,
-    }
-
-    impl Elem {
-        fn size(self) -> usize {
-            match self {
-                Elem::F32 => 4,
-                Elem::Bf16 => 2,
-            }
-        }
-
-        fn storage(self) -> StorageType {
-            StorageType::Scalar(ElemType::Float(match self {
-                Elem::F32 => FloatKind::F32,
-                Elem::Bf16 => FloatKind::BF16,
-            }))
-        }
-
-        /// The shim's name of the type.
-        fn cpp(self) -> &'static str {
-            match self {
-                Elem::F32 => "float",
-                Elem::Bf16 => "__nv_bfloat16",
-            }
-        }
-
-        /// `x` rounded to this format (bf16: to nearest, ties to even).
-        fn round(self, x: f32) -> f32 {
-            match self {
-                Elem::F32 => x,
-                Elem::Bf16 => bf16::from_f32(x).to_f32(),
-            }
-        }
-
-        fn encode(self, x: f32, out: &mut [u8]) {
-            match self {
-                Elem::F32 => out.copy_from_slice(&x.to_le_bytes()),
-                Elem::Bf16 => out.copy_from_slice(&bf16::from_f32(x).to_le_bytes()),
-            }
-        }
-
-        fn decode(self, bytes: &[u8]) -> f32 {
-            match self {
-                Elem::F32 => f32::from_le_bytes(bytes.try_into().unwrap()),
-                Elem::Bf16 => bf16::from_le_bytes(bytes.try_into().unwrap()).to_f32(),
-            }
-        }
-    }
+    use crate::model::{
+        attention::{self, Heads},
+        cuda_emulator::{
+            Device, DeviceTensor, Elem, Kernel, Launch, POISON, as_cpp, builder, cuda_c, have_gpp,
+            properties, settings,
+        },
+    };
 
     /// How the model hands a `[batch, heads, seq, dim]` input to the kernels.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1013,185 +852,44 @@ mod emulated {
         Views,
     }
 
-    /// How a launch hands the tensors over.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    enum Launch {
-        /// As [`FusedAttention`](super::FusedAttention)'s implementation
-        /// does: inputs as they come, each tensor with its real strides.
-        Strided,
-        /// As the kernels and their launch were before they followed
-        /// strides: inputs copied dense through their strides first
-        /// (`into_contiguous`), outputs allocated as now, every tensor
-        /// indexed as if dense.
-        Dense,
+    /// `[b, h, t, d]` viewed out of a dense `[b, t, parts * h * d]`
+    /// allocation at part `part`: sliced as burn slices the last dimension
+    /// (a view from the part's first column, its handle cut at both ends),
+    /// split into heads and transposed.
+    fn heads_view(s: Heads, elem: Elem, parts: usize, part: usize) -> DeviceTensor {
+        let width = parts * s.heads * s.dim;
+        let mut t = DeviceTensor::narrowed(
+            [s.batch, s.seq, s.heads * s.dim],
+            elem,
+            width,
+            part * s.heads * s.dim,
+        );
+        t.shape = vec![s.batch, s.heads, s.seq, s.dim];
+        t.strides = vec![s.seq * width, s.dim, width, 1];
+        t
     }
 
-    /// A tensor as the CUDA runtime hands it to a kernel: an allocation, a
-    /// view of it (shape, strides, the first element's offset), poison
-    /// wherever no element lies.
-    struct DeviceTensor {
-        bytes: Vec<u8>,
-        elem: Elem,
-        shape: Vec<usize>,
-        strides: Vec<usize>,
-        /// The first element, in elements from the allocation's start (the
-        /// handle's offset: the kernel's pointer starts here).
-        offset: usize,
-        /// Elements cut from the allocation's end (the handle's end offset,
-        /// which a slice sets): the kernel's buffer length ends there.
-        offset_end: usize,
-        /// What every byte held before the elements were written.
-        fill: u8,
-    }
-
-    fn dense_strides(shape: &[usize]) -> Vec<usize> {
-        let mut strides = vec![1; shape.len()];
-        for i in (0..shape.len().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * shape[i + 1];
-        }
-        strides
-    }
-
-    impl DeviceTensor {
-        /// A new allocation of `shape` as cubecl-cuda's allocator makes it
-        /// for `strategy`.
-        fn allocate(shape: &[usize], elem: Elem, strategy: MemoryLayoutStrategy) -> Self {
-            Self::allocate_filled(shape, elem, strategy, POISON)
-        }
-
-        /// [`Self::allocate`] with every byte `fill`.
-        fn allocate_filled(
-            shape: &[usize],
-            elem: Elem,
-            strategy: MemoryLayoutStrategy,
-            fill: u8,
-        ) -> Self {
-            let policy = PitchedMemoryLayoutPolicy::new(CUDA_MEM_ALIGNMENT);
-            let descriptor =
-                MemoryLayoutDescriptor::new(strategy, shape.to_vec().into(), elem.size());
-            let (_, layouts) = policy.apply(StreamId::current(), &[descriptor]);
-            let layout = &layouts[0];
-            DeviceTensor {
-                bytes: vec![fill; layout.memory.size_in_used() as usize],
-                elem,
-                shape: shape.to_vec(),
-                strides: layout.strides.to_vec(),
-                offset: 0,
-                offset_end: 0,
-                fill,
+    /// An input of shape `s` laid out as `inputs` says (`part`: 0, 1, 2
+    /// for q, k, v of one projection; 3 for the output's gradient).
+    fn input(s: Heads, elem: Elem, inputs: Inputs, part: usize) -> DeviceTensor {
+        let shape = [s.batch, s.heads, s.seq, s.dim];
+        match inputs {
+            Inputs::Contiguous => {
+                DeviceTensor::allocate(&shape, elem, MemoryLayoutStrategy::Contiguous)
             }
-        }
-
-        /// `[b, h, t, d]` viewed out of a dense `[b, t, parts * h * d]`
-        /// allocation at part `part`: sliced as burn slices the last
-        /// dimension (a view from the part's first column, its handle cut
-        /// at both ends), split into heads and transposed.
-        fn heads_view(s: Heads, elem: Elem, parts: usize, part: usize) -> Self {
-            let width = parts * s.heads * s.dim;
-            let mut t = Self::allocate(
-                &[s.batch, s.seq, width],
-                elem,
-                MemoryLayoutStrategy::Contiguous,
-            );
-            t.shape = vec![s.batch, s.heads, s.seq, s.dim];
-            t.strides = vec![s.seq * width, s.dim, width, 1];
-            t.offset = part * s.heads * s.dim;
-            t.offset_end = (parts - part - 1) * s.heads * s.dim;
-            t
-        }
-
-        /// An input of shape `s` laid out as `inputs` says (`part`: 0, 1, 2
-        /// for q, k, v of one projection; 3 for the output's gradient).
-        fn input(s: Heads, elem: Elem, inputs: Inputs, part: usize) -> Self {
-            let shape = [s.batch, s.heads, s.seq, s.dim];
-            match inputs {
-                Inputs::Contiguous => {
-                    Self::allocate(&shape, elem, MemoryLayoutStrategy::Contiguous)
-                }
-                Inputs::Allocated => Self::allocate(&shape, elem, MemoryLayoutStrategy::Optimized),
-                Inputs::Views if part < 3 => Self::heads_view(s, elem, 3, part),
-                Inputs::Views => Self::heads_view(s, elem, 1, 0),
+            Inputs::Allocated => {
+                DeviceTensor::allocate(&shape, elem, MemoryLayoutStrategy::Optimized)
             }
-        }
-
-        /// A dense copy, read through the strides (`into_contiguous`).
-        fn contiguous(&self) -> Self {
-            let mut dense =
-                Self::allocate(&self.shape, self.elem, MemoryLayoutStrategy::Contiguous);
-            dense.write(&self.read());
-            dense
-        }
-
-        /// Byte offsets of the elements, in row-major order of the shape.
-        fn positions(&self) -> Vec<usize> {
-            let n: usize = self.shape.iter().product();
-            (0..n)
-                .map(|mut flat| {
-                    let mut at = self.offset;
-                    for (&dim, &stride) in self.shape.iter().zip(&self.strides).rev() {
-                        at += (flat % dim) * stride;
-                        flat /= dim;
-                    }
-                    at * self.elem.size()
-                })
-                .collect()
-        }
-
-        fn write(&mut self, values: &[f32]) {
-            let size = self.elem.size();
-            for (at, &x) in self.positions().into_iter().zip(values) {
-                self.elem.encode(x, &mut self.bytes[at..at + size]);
-            }
-        }
-
-        /// The elements, through the strides (as burn reads a tensor back).
-        fn read(&self) -> Vec<f32> {
-            let size = self.elem.size();
-            self.positions()
-                .into_iter()
-                .map(|at| self.elem.decode(&self.bytes[at..at + size]))
-                .collect()
-        }
-
-        /// Every byte `fill`, as if newly allocated.
-        fn refill(&mut self, fill: u8) {
-            self.bytes.fill(fill);
-            self.fill = fill;
-        }
-
-        /// Bytes outside the elements that no longer hold what they held
-        /// when allocated.
-        fn stray_writes(&self) -> usize {
-            let mut mine = vec![false; self.bytes.len()];
-            for at in self.positions() {
-                mine[at..at + self.elem.size()].fill(true);
-            }
-            self.bytes
-                .iter()
-                .zip(mine)
-                .filter(|&(&b, mine)| !mine && b != self.fill)
-                .count()
-        }
-
-        /// What the kernel's pointer covers: the handle between its offsets.
-        fn binding(&self) -> &[u8] {
-            let size = self.elem.size();
-            &self.bytes[self.offset * size..self.bytes.len() - self.offset_end * size]
+            Inputs::Views if part < 3 => heads_view(s, elem, 3, part),
+            Inputs::Views => heads_view(s, elem, 1, 0),
         }
     }
 
     /// The CUDA C of kernel `which` (`fwd`, `dq`, `dkdv`).
     fn cuda_source(which: &str, seq: usize, dim: usize, dtype: StorageType) -> String {
         let arg = TensorCompilationArg { inplace: None };
-        let mut b = KernelBuilder::default();
-        b.runtime_properties(Default::default());
-        b.device_properties(&properties());
-        let settings = |name: &str| {
-            KernelSettings::default()
-                .cube_dim(CubeDim::new_1d(units(seq)))
-                .address_type(AddressType::U32)
-                .kernel_name(name)
-        };
+        let mut b = builder();
+        let settings = |name: &str| settings(name, units(seq));
         macro_rules! tensors {
             ($b:ident, $t:ty, $f:ident) => {
                 <Tensor<$t> as LaunchArg>::$f(&arg, &mut $b)
@@ -1295,215 +993,65 @@ mod emulated {
                 b.build(settings("attention_dkdv_kernel"))
             }
         };
-        let mut compiler = CppCompiler::<CudaDialect<CudaWmmaCompiler>>::default();
-        let address = StorageType::Scalar(ElemType::UInt(UIntKind::U32));
-        let kernel = compiler
-            .compile(
-                definition,
-                &compilation_options(),
-                ExecutionMode::Checked,
-                address,
-            )
-            .expect("CubeCL compiles the kernel");
-        format!("{kernel}")
+        cuda_c(definition)
     }
 
-    /// The kernel's CUDA C as a C++ namespace `ns` for emulate.cpp, and
-    /// its shared memory in bytes: the dynamic shared memory becomes the
-    /// shim's buffer, whose size (the last shared array's end) it declares.
-    fn as_cpp(source: &str, ns: &str) -> (String, usize) {
-        let mut shared = 0;
-        let lines: Vec<&str> = source.lines().collect();
-        for (i, line) in lines.iter().enumerate() {
-            // "// Shared array size: N, B bytes" then "T *x = reinterpret_cast<T*>(&dynamic_shared_mem[OFF]);"
-            let Some(rest) = line.trim().strip_prefix("// Shared array size: ") else {
-                continue;
-            };
-            let bytes: usize = rest
-                .split(", ")
-                .nth(1)
-                .and_then(|b| b.trim_end_matches(" bytes").parse().ok())
-                .expect("a shared array's size");
-            let next = lines.get(i + 1).copied().unwrap_or("");
-            let offset: usize = next
-                .split("dynamic_shared_mem[")
-                .nth(1)
-                .and_then(|r| r.split(']').next())
-                .and_then(|o| o.parse().ok())
-                .expect("a shared array's offset");
-            shared = shared.max(offset + bytes);
-        }
-        let body = source.replace("extern \"C\" ", "");
-        let body = body
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("#include <cuda"))
-            .map(|l| {
-                if l.contains("extern __shared__") && l.contains("dynamic_shared_mem[]") {
-                    "uint8* dynamic_shared_mem = g_shared;".to_owned()
-                } else {
-                    l.to_owned()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        let cpp =
-            format!("namespace {ns} {{\nconstexpr unsigned SHARED_BYTES = {shared};\n{body}\n}}\n");
-        (cpp, shared)
-    }
-
-    /// The three kernels for `seq x dim` heads in `elem`, compiled for the
-    /// CPU, and their shared memory sizes (forward, dQ, dK | dV).
-    struct Device {
-        _dir: tempfile::TempDir,
-        exe: PathBuf,
-        shared: [usize; 3],
-    }
-
-    const KERNELS: [(&str, &str); 3] = [("fwd", "fwd"), ("dq", "dqk"), ("dkdv", "dkdvk")];
+    /// The three kernels (forward, dQ, dK | dV) by their names in
+    /// [`cuda_source`].
+    const KERNELS: [(&str, &str); 3] = [
+        ("fwd", "attention_forward_kernel"),
+        ("dq", "attention_dq_kernel"),
+        ("dkdv", "attention_dkdv_kernel"),
+    ];
 
     fn build(seq: usize, dim: usize, elem: Elem) -> Device {
         build_with(seq, dim, elem, &[])
     }
 
-    /// [`build`] with extra compiler flags (a sanitizer).
+    /// The three kernels for `seq x dim` heads in `elem`, compiled for the
+    /// CPU with extra compiler flags (a sanitizer).
     fn build_with(seq: usize, dim: usize, elem: Elem, flags: &[&str]) -> Device {
-        let dir = tempfile::tempdir().unwrap();
-        let mut shared = [0; 3];
-        for (n, (which, ns)) in KERNELS.into_iter().enumerate() {
-            let (cpp, bytes) = as_cpp(&cuda_source(which, seq, dim, elem.storage()), ns);
-            shared[n] = bytes;
-            std::fs::write(dir.path().join(format!("k_{which}.inc")), &cpp).unwrap();
-            // For reading what a GPU compiles: CHESSBENCH_KERNEL_DUMP=DIR.
-            if let Some(dump) = std::env::var_os("CHESSBENCH_KERNEL_DUMP") {
-                let name = format!("{which}-{seq}x{dim}-{}.cu", elem.cpp());
-                std::fs::create_dir_all(&dump).unwrap();
-                std::fs::write(Path::new(&dump).join(name), &cpp).unwrap();
-            }
-        }
-        let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels");
-        let exe = dir.path().join("emulate");
-        let built = Command::new("g++")
-            .args(["-std=c++20", "-O1", "-w"])
-            .args(flags)
-            .arg(format!("-I{}", kernels.display()))
-            .arg(format!("-I{}", dir.path().display()))
-            .arg(kernels.join("emulate.cpp"))
-            .arg("-o")
-            .arg(&exe)
-            .arg("-lpthread")
-            .output()
-            .expect("g++ runs");
-        assert!(
-            built.status.success(),
-            "the kernels' CUDA C does not compile as C++: {}",
-            String::from_utf8_lossy(&built.stderr)
-        );
-        Device {
-            _dir: dir,
-            exe,
-            shared,
-        }
+        let kernels: Vec<Kernel> = KERNELS
+            .iter()
+            .map(|&(which, function)| Kernel {
+                name: which.to_owned(),
+                dump: format!(
+                    "{which}-{seq}x{dim}-{}",
+                    elem.cpp().trim_start_matches("__")
+                ),
+                function: function.to_owned(),
+                source: cuda_source(which, seq, dim, elem.storage()),
+            })
+            .collect();
+        Device::build(&kernels, flags)
     }
 
-    impl Device {
-        /// Launches kernel `n` of [`KERNELS`] on `inputs` then `outputs` (the
-        /// kernel's argument order) as cubecl-cuda does, after `launch`'s
-        /// preparation; the outputs' memory is what the kernel left.
-        fn launch(
-            &self,
-            n: usize,
-            s: Heads,
-            inputs: &[&DeviceTensor],
-            outputs: &mut [&mut DeviceTensor],
-            launch: Launch,
-            seed: u64,
-        ) {
-            let (count, cube_dim, ..) = geometry([s.batch, s.heads, s.seq, s.dim]);
-            let CubeCount::Static(cubes, 1, 1) = count else {
-                panic!("a launch of {count:?} cubes");
-            };
-            // The launch must fit the device (CUDA refuses it otherwise).
-            let hw = properties().hardware;
-            assert!(
-                cube_dim.num_elems() <= hw.max_units_per_cube && cube_dim.x <= hw.max_cube_dim.0,
-                "{cube_dim:?} units in a cube"
-            );
-            assert!(cubes >= 1 && cubes <= hw.max_cube_count.0, "{cubes} cubes");
-            assert!(
-                self.shared[n] <= hw.max_shared_memory_size,
-                "{} bytes of shared memory",
-                self.shared[n]
-            );
-            let dense: Vec<DeviceTensor>;
-            let inputs: Vec<&DeviceTensor> = match launch {
-                Launch::Strided => inputs.to_vec(),
-                Launch::Dense => {
-                    dense = inputs.iter().map(|t| t.contiguous()).collect();
-                    dense.iter().collect()
-                }
-            };
-
-            // The info as the launcher builds it: the scale, then per tensor
-            // its buffer length, length, rank, shape and strides (u32 indices).
-            let mut info = InfoBuilder::default();
-            info.scalars.push(s.scale());
-            let tensors = inputs.iter().copied().chain(outputs.iter().map(|t| &**t));
-            for t in tensors {
-                let strides = match launch {
-                    Launch::Strided => t.strides.clone(),
-                    Launch::Dense => dense_strides(&t.shape),
-                };
-                let buffer_len = t.binding().len() / t.elem.size();
-                assert!(
-                    buffer_len <= u32::MAX as usize,
-                    "u32 indices cannot reach {buffer_len} elements"
-                );
-                info.metadata.register_tensor(
-                    t.shape.len() as u64,
-                    buffer_len as u64,
-                    t.shape.iter().product::<usize>() as u64,
-                    t.shape.clone().into(),
-                    strides.into(),
-                    AddressType::U32,
-                );
-            }
-            let info = info.finish(AddressType::U32);
-
-            let dir = tempfile::tempdir().unwrap();
-            let file = |i: usize| dir.path().join(format!("buf{i}.bin"));
-            let tensors = inputs.iter().copied().chain(outputs.iter().map(|t| &**t));
-            for (i, t) in tensors.enumerate() {
-                std::fs::write(file(i), t.binding()).unwrap();
-            }
-            let words: Vec<u8> = info.data.iter().flat_map(|w| w.to_le_bytes()).collect();
-            std::fs::write(dir.path().join("info.bin"), words).unwrap();
-            let ran = Command::new(&self.exe)
-                .arg(KERNELS[n].0)
-                .arg(cubes.to_string())
-                .arg(cube_dim.x.to_string())
-                .arg((inputs.len() + outputs.len()).to_string())
-                .arg(info.dynamic_metadata_offset.to_string())
-                .arg(seed.to_string())
-                .arg(dir.path())
-                .output()
-                .expect("the emulator runs");
-            assert!(
-                ran.status.success(),
-                "{} {s:?}: {}",
-                KERNELS[n].0,
-                String::from_utf8_lossy(&ran.stderr)
-            );
-            for (i, t) in inputs.iter().enumerate() {
-                let back = std::fs::read(file(i)).unwrap();
-                assert!(back == t.binding(), "{} wrote into input {i}", KERNELS[n].0);
-            }
-            for (i, t) in outputs.iter_mut().enumerate() {
-                let back = std::fs::read(file(inputs.len() + i)).unwrap();
-                let size = t.elem.size();
-                let (start, end) = (t.offset * size, t.bytes.len() - t.offset_end * size);
-                t.bytes[start..end].copy_from_slice(&back);
-            }
-        }
+    /// Launches kernel `n` of [`KERNELS`] on heads `s` as the backend's
+    /// launch does (its geometry and scale).
+    #[allow(clippy::too_many_arguments)]
+    fn launch_kernel(
+        device: &Device,
+        n: usize,
+        s: Heads,
+        inputs: &[&DeviceTensor],
+        outputs: &mut [&mut DeviceTensor],
+        launch: Launch,
+        seed: u64,
+    ) {
+        let (count, cube_dim, ..) = geometry([s.batch, s.heads, s.seq, s.dim]);
+        let CubeCount::Static(cubes, 1, 1) = count else {
+            panic!("a launch of {count:?} cubes");
+        };
+        device.launch(
+            KERNELS[n].0,
+            cubes,
+            cube_dim.x,
+            &[s.scale()],
+            inputs,
+            outputs,
+            launch,
+            seed,
+        );
     }
 
     /// The errors of one run of the forward and backward, and the bytes
@@ -1538,7 +1086,7 @@ mod emulated {
         };
         let (q, k, v, g) = (values(1), values(2), values(3), values(4));
         let input = |part, x: &[f32]| {
-            let mut t = DeviceTensor::input(s, elem, inputs, part);
+            let mut t = input(s, elem, inputs, part);
             t.refill(fill);
             t.write(x);
             t
@@ -1548,9 +1096,18 @@ mod emulated {
         let new =
             |shape: &[usize], elem| DeviceTensor::allocate_filled(shape, elem, OUTPUT_LAYOUT, fill);
         let (mut out, mut lse) = (new(&shape, elem), new(&lse_shape, Elem::F32));
-        device.launch(0, s, &[&tq, &tk, &tv], &mut [&mut out, &mut lse], launch, 1);
+        launch_kernel(
+            device,
+            0,
+            s,
+            &[&tq, &tk, &tv],
+            &mut [&mut out, &mut lse],
+            launch,
+            1,
+        );
         let (mut dq, mut delta) = (new(&shape, elem), new(&lse_shape, Elem::F32));
-        device.launch(
+        launch_kernel(
+            device,
             1,
             s,
             &[&tq, &tk, &tv, &out, &lse, &tg],
@@ -1559,7 +1116,8 @@ mod emulated {
             2,
         );
         let (mut dk, mut dv) = (new(&shape, elem), new(&shape, elem));
-        device.launch(
+        launch_kernel(
+            device,
             2,
             s,
             &[&tq, &tk, &tv, &lse, &delta, &tg],
@@ -1595,14 +1153,6 @@ mod emulated {
             seq,
             dim,
         }
-    }
-
-    fn have_gpp() -> bool {
-        if Command::new("g++").arg("--version").output().is_err() {
-            crate::testing::missing("no g++ to compile the kernels' CUDA C for the CPU");
-            return false;
-        }
-        true
     }
 
     /// The three kernels on the 9M head (79 x 32), the 136M/270M head
@@ -1689,9 +1239,9 @@ mod emulated {
                     cube_dim.num_elems() <= hw.max_units_per_cube,
                     "{seq}: {cube_dim:?}"
                 );
-                for (which, ns) in KERNELS {
+                for (which, _) in KERNELS {
                     let (_, shared) =
-                        as_cpp(&cuda_source(which, seq, dim, Elem::F32.storage()), ns);
+                        as_cpp(&cuda_source(which, seq, dim, Elem::F32.storage()), "k");
                     assert!(
                         shared <= hw.max_shared_memory_size,
                         "{which} {seq}x{dim}: {shared} bytes"

@@ -14,13 +14,21 @@ pub(crate) mod cpu;
 pub mod cuda;
 #[cfg(feature = "cuda")]
 pub mod cuda_attention;
+#[cfg(feature = "cuda")]
+pub mod cuda_cache;
+#[cfg(all(test, feature = "cuda"))]
+mod cuda_emulator;
+#[cfg(feature = "cuda")]
+pub mod cuda_layers;
 pub(crate) mod device;
 pub(crate) mod gemm;
 pub mod haiku;
+pub(crate) mod layers;
 pub(crate) mod net;
+pub mod op_count;
 pub(crate) mod shape;
 
-pub use backend::{AttentionKernel, ModelBackend, Products, TrainBackend};
+pub use backend::{AttentionKernel, LayerKernels, ModelBackend, Products, TrainBackend};
 pub(crate) use checkpoint::{CheckpointError, CheckpointInfo, Weights};
 pub use device::{DeviceKind, Precision, tune_allocator};
 pub(crate) use net::{Predictor, tokens_tensor};

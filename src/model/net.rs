@@ -215,7 +215,7 @@ impl<B: ModelBackend> Block<B> {
     fn forward(&self, x: Tensor<B, 3>, compute: Compute) -> Tensor<B, 3> {
         let [b, t, d] = x.dims();
         let dh = d / self.heads;
-        let h = self.attn_norm.forward(x.clone());
+        let h = B::norm(&self.attn_norm, x.clone());
         // [b, t, d] -> [b, heads, t, dh]
         let split = |p: Tensor<B, 3>| p.reshape([b, t, self.heads, dh]).swap_dims(1, 2);
         let (q, k, v) = if compute.fused_projections {
@@ -243,12 +243,10 @@ impl<B: ModelBackend> Block<B> {
             self.out.weight.val(),
         );
         let x = x + compute.widen(out);
-        let h = self.mlp_norm.forward(x.clone());
+        let h = B::norm(&self.mlp_norm, x.clone());
         let gated = if compute.fused_projections {
-            let ffn = self.up.weight.dims()[1];
             let w = Tensor::cat(vec![self.gate.weight.val(), self.up.weight.val()], 1);
-            let both = compute.product(h, w);
-            silu(both.clone().narrow(2, 0, ffn)) * both.narrow(2, ffn, ffn)
+            B::swiglu(compute.product(h, w))
         } else {
             silu(compute.product(h.clone(), self.gate.weight.val()))
                 * compute.product(h, self.up.weight.val())
@@ -450,10 +448,7 @@ impl<B: ModelBackend> Predictor<B> {
         for block in &self.blocks {
             x = block.forward(x, compute);
         }
-        let last = self
-            .final_norm
-            .forward(x.narrow(1, t - 1, 1))
-            .reshape([b, self.d_model]);
+        let last = B::norm(&self.final_norm, x.narrow(1, t - 1, 1)).reshape([b, self.d_model]);
         let logits = compute.widen(compute.product(last, self.head.weight.val()));
         let logits = match &self.head.bias {
             Some(bias) => logits + bias.val().unsqueeze_dim(0),

@@ -249,6 +249,7 @@ pub fn cuda_against_cpu(
     precision: Precision,
 ) -> Result<Agreement, TrainError> {
     use burn::backend::{Autodiff, Cuda, Flex};
+    crate::model::cuda_cache::configure_kernel_cache();
     compare_backends::<Autodiff<Flex>, Autodiff<Cuda<f32, i32>>>(
         shape,
         loss,

@@ -77,6 +77,10 @@ pub enum TrainError {
         "device = \"cuda\" needs a binary built with `--features cuda` (this one has the CPU backend only)"
     )]
     NoCuda,
+    #[error(
+        "--count-ops counts the f32 step's operations on the CPU (as built for CUDA): use --device cpu --precision f32"
+    )]
+    CountOpsSettings,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
@@ -204,6 +208,7 @@ pub fn train(config: &TrainConfig, options: &RunOptions) -> Result<Summary, Trai
         }
         #[cfg(feature = "cuda")]
         DeviceKind::Cuda => {
+            crate::model::cuda_cache::configure_kernel_cache();
             train_on::<Autodiff<burn::backend::Cuda<f32, i32>>>(config, options, Default::default())
         }
         #[cfg(not(feature = "cuda"))]

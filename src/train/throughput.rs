@@ -25,8 +25,8 @@ use super::{
 use crate::{
     chess::{RecordSet, value::ValueBuckets},
     model::{
-        AttentionKernel, DeviceKind, ModelBackend, ModelShape, Precision, Predictor, Products,
-        TrainBackend, tokens_tensor, tune_allocator,
+        AttentionKernel, DeviceKind, LayerKernels, ModelBackend, ModelShape, Precision, Predictor,
+        Products, TrainBackend, op_count::OpCounts, tokens_tensor, tune_allocator,
     },
     options::Compute,
     ui::Report,
@@ -49,6 +49,13 @@ pub struct BenchStepOptions {
     /// Synchronise after each phase and report seconds per phase.
     #[arg(long)]
     pub profile: bool,
+    /// Count the operations a step issues instead of timing it on a GPU:
+    /// the step runs on the CPU, built as on CUDA (fused kernels unless
+    /// CHESSBENCH_ATTENTION / CHESSBENCH_LAYERS say `burn`), and every burn
+    /// operation is counted by kind: what the GPU step's kernel launches
+    /// follow. f32 only. Any batch size counts the same; use a small one.
+    #[arg(long, conflicts_with = "profile")]
+    pub count_ops: bool,
 }
 
 impl BenchStepOptions {
@@ -73,6 +80,7 @@ impl BenchStepOptions {
             device: self.compute.device,
             precision: self.compute.precision,
             profile: self.profile,
+            count_ops: self.count_ops,
         }
     }
 }
@@ -81,7 +89,7 @@ impl Report for StepTiming {
     fn render(&self, out: &mut dyn Write) -> io::Result<()> {
         writeln!(
             out,
-            "{:.2}M parameters, batch {}, {:?}: {:.0} samples/s, {:.2} model TFLOP/s ({} steps in {:.2} s on {}, {:?} products, {:?} attention)",
+            "{:.2}M parameters, batch {}, {:?}: {:.0} samples/s, {:.2} model TFLOP/s ({} steps in {:.2} s on {}, {:?} products, {:?} attention, {:?} layers)",
             self.params as f64 / 1e6,
             self.bench.batch_size,
             self.bench.precision,
@@ -92,6 +100,7 @@ impl Report for StepTiming {
             self.device,
             self.products,
             self.attention,
+            self.layers,
         )?;
         if self.product_fallbacks > 0 {
             writeln!(
@@ -99,6 +108,16 @@ impl Report for StepTiming {
                 "  {} products fell back to burn's (a cuBLASLt call failed; see the warning)",
                 self.product_fallbacks
             )?;
+        }
+        if let Some(ops) = &self.ops {
+            writeln!(
+                out,
+                "  operations per step: {:.0} that launch a kernel on CUDA before fusion, {:.0} of them element-wise (fusion merges those)",
+                ops.launches, ops.element_wise
+            )?;
+            for (group, n) in &ops.groups {
+                writeln!(out, "  {group:<20} {n:>8.0}")?;
+            }
         }
         if let Some(phases) = &self.phases {
             let total: f64 = phases.iter().map(|(_, s)| s).sum();
@@ -127,6 +146,8 @@ pub struct StepBench {
     pub precision: Precision,
     /// Synchronise after each phase to attribute time (slower overall).
     pub profile: bool,
+    /// Count operations on the CPU ([`crate::model::op_count`]).
+    pub count_ops: bool,
 }
 
 /// Timings of [`StepBench`].
@@ -141,6 +162,10 @@ pub struct StepTiming {
     pub product_fallbacks: u64,
     /// The blocks' attention: burn's, or the fused kernels.
     pub attention: AttentionKernel,
+    /// The blocks' layer norms and SwiGLUs: burn's, or the fused kernels.
+    pub layers: LayerKernels,
+    /// The operations per timed step (`--count-ops` only).
+    pub ops: Option<OpCounts>,
     pub seconds: f64,
     pub samples_per_s: f64,
     pub model_flops_per_s: f64,
@@ -153,10 +178,25 @@ pub struct StepTiming {
 /// Runs the bench on the backend it names.
 pub fn bench_steps(bench: &StepBench) -> Result<StepTiming, TrainError> {
     use burn::backend::Autodiff;
+    if bench.count_ops {
+        // Mixed bf16 is refused: burn's router runs the products'
+        // backward with mismatched formats on the CPU backend.
+        if bench.device != DeviceKind::Cpu || bench.precision != Precision::F32 {
+            return Err(TrainError::CountOpsSettings);
+        }
+        // At least one warm-up step: the optimiser's first step sets up its
+        // state, which no later step repeats.
+        let bench = StepBench {
+            warmup: bench.warmup.max(1),
+            ..bench.clone()
+        };
+        return run::<Autodiff<crate::model::op_count::Counted>>(&bench, Default::default());
+    }
     match bench.device {
         DeviceKind::Cpu => run::<Autodiff<burn::backend::Flex>>(bench, Default::default()),
         #[cfg(feature = "cuda")]
         DeviceKind::Cuda => {
+            crate::model::cuda_cache::configure_kernel_cache();
             run::<Autodiff<burn::backend::Cuda<f32, i32>>>(bench, Default::default())
         }
         #[cfg(not(feature = "cuda"))]
@@ -173,6 +213,7 @@ fn run<B: TrainBackend>(bench: &StepBench, device: B::Device) -> Result<StepTimi
     // Decided (and any warning printed) before anything is timed.
     let products = <B as ModelBackend>::products();
     let attention = <B as ModelBackend>::attention();
+    let layers = <B as ModelBackend>::layers();
     B::seed(&device, 0);
     let shape = bench.shape;
     let n = bench.batch_size;
@@ -236,6 +277,8 @@ fn run<B: TrainBackend>(bench: &StepBench, device: B::Device) -> Result<StepTimi
         products,
         product_fallbacks: <B as ModelBackend>::product_fallbacks(),
         attention,
+        layers,
+        ops: <B as ModelBackend>::op_counts().map(|c| OpCounts::per_step(&c, bench.steps)),
         seconds,
         samples_per_s,
         model_flops_per_s: samples_per_s * shape.train_flops_per_sample(),
@@ -247,4 +290,76 @@ fn run<B: TrainBackend>(bench: &StepBench, device: B::Device) -> Result<StepTimi
                 .collect()
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Preset, op_count};
+
+    fn counted(modes: (bool, bool)) -> StepTiming {
+        op_count::force(Some(modes));
+        let bench = StepBench {
+            shape: ModelShape::preset(Preset::Tiny, RecordSet::ActionValue, 32),
+            loss: Loss::HlGauss,
+            batch_size: 3,
+            steps: 2,
+            warmup: 1,
+            device: DeviceKind::Cpu,
+            precision: Precision::F32,
+            profile: false,
+            count_ops: true,
+        };
+        let timing = bench_steps(&bench).expect("a counted step");
+        op_count::force(None);
+        timing
+    }
+
+    /// `--count-ops` counts a step's operations as CUDA builds the step:
+    /// the same counts every step and every run, the fused kernels by the
+    /// kernels each pass launches (two layer norms and a SwiGLU per block
+    /// and the final norm; an attention per block), and far fewer launches
+    /// with them than with burn's operations.
+    #[test]
+    fn counted_steps_show_what_the_fused_kernels_save() {
+        let fused = counted((true, true));
+        let ops = fused.ops.clone().expect("counts");
+        assert_eq!(fused.attention, AttentionKernel::Fused);
+        assert_eq!(fused.layers, LayerKernels::Fused);
+        let layers = fused.bench.shape.layers as f64;
+        let per = |name: &str| ops.ops.get(name).copied().unwrap_or(0.0);
+        assert_eq!(per("fused.layer_norm_forward"), 2.0 * layers + 1.0);
+        assert_eq!(per("fused.layer_norm_backward"), 2.0 * layers + 1.0);
+        assert_eq!(
+            per("fused.layer_norm_column_sums"),
+            2.0 * (2.0 * layers + 1.0)
+        );
+        assert_eq!(per("fused.swiglu_forward"), layers);
+        assert_eq!(per("fused.attention_dq"), layers);
+        assert_eq!(per("fused.attention_dkdv"), layers);
+        assert!(
+            ops.groups["matrix products"] >= 5.0 * layers,
+            "{:?}",
+            ops.groups
+        );
+        // Whole numbers per step: every step issues the same operations.
+        for (name, n) in &ops.ops {
+            assert_eq!(n.fract(), 0.0, "{name}: {n} per step");
+        }
+        let again = counted((true, true)).ops.unwrap();
+        assert_eq!(again.ops, ops.ops, "the same counts in another run");
+
+        let burn = counted((false, false)).ops.expect("counts");
+        assert!(burn.ops.keys().all(|k| !k.starts_with("fused.")));
+        assert!(
+            burn.launches > ops.launches + 10.0 * layers,
+            "burn's {} launches per step against {} with the fused kernels",
+            burn.launches,
+            ops.launches
+        );
+        println!(
+            "tiny model, launches per step before fusion: fused {} (element-wise {}), burn's {} (element-wise {})",
+            ops.launches, ops.element_wise, burn.launches, burn.element_wise
+        );
+    }
 }

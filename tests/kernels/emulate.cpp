@@ -1,6 +1,6 @@
-// chessbench: GPL-3.0-or-later. Launches one of the fused attention's
-// kernels, as CubeCL compiles them to CUDA C (src/model/cuda_attention.rs
-// writes them to k_fwd.inc, k_dq.inc, k_dkdv.inc), on the CPU (shim.h), the
+// chessbench: GPL-3.0-or-later. Launches one of the project's CUDA
+// kernels, as CubeCL compiles them to CUDA C (src/model/cuda_emulator.rs
+// writes them with kernels.inc, which includes them), on the CPU (shim.h), the
 // way cubecl-cuda launches them: the tensors' buffers in argument order,
 // then the shapes and strides (the dynamic metadata), then the info struct
 // by value (a grid constant). The caller (the Rust test) lays out every
@@ -8,10 +8,10 @@
 // runs the cubes, in a shuffled order (a GPU runs them in no set order),
 // each with one thread per unit and its shared memory poisoned.
 //
-//   g++ -std=c++20 -DELEM=float -I. -IDIR emulate.cpp -lpthread
+//   g++ -std=c++20 -I. -IDIR emulate.cpp -lpthread
 //   ./a.out KERNEL CUBES UNITS BUFFERS DYNAMIC_OFFSET SEED DIR
 //
-// KERNEL: fwd, dq or dkdv. DIR holds buf0.bin..buf{BUFFERS-1}.bin (each
+// KERNEL: a name kernels.inc dispatches. DIR holds buf0.bin..buf{BUFFERS-1}.bin (each
 // buffer from the kernel's pointer on) and info.bin (the info words, the
 // dynamic metadata from word DYNAMIC_OFFSET on); the buffers are written
 // back after the launch.
@@ -37,9 +37,6 @@ thread_local dim3s threadIdx, blockIdx;
 dim3s blockDim, gridDim;
 std::barrier<>* g_barrier;
 unsigned char* g_shared;
-#include "k_fwd.inc"
-#include "k_dq.inc"
-#include "k_dkdv.inc"
 
 static std::vector<unsigned char> slurp(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
@@ -132,15 +129,15 @@ int run(void (*kernel)(A...), unsigned shared, char** argv) {
     return 0;
 }
 
+// The kernels of this build (src/model/cuda_emulator.rs writes it): each
+// kernel's CUDA C in a namespace of its own, and `dispatch`, which runs the
+// one named KERNEL through `run`.
+#include "kernels.inc"
+
 int main(int argc, char** argv) {
     if (argc != 8) {
         fprintf(stderr, "usage: %s KERNEL CUBES UNITS BUFFERS DYNAMIC_OFFSET SEED DIR\n", argv[0]);
         return 2;
     }
-    const std::string which = argv[1];
-    if (which == "fwd") return run(fwd::attention_forward_kernel, fwd::SHARED_BYTES, argv);
-    if (which == "dq") return run(dqk::attention_dq_kernel, dqk::SHARED_BYTES, argv);
-    if (which == "dkdv") return run(dkdvk::attention_dkdv_kernel, dkdvk::SHARED_BYTES, argv);
-    fprintf(stderr, "no kernel %s\n", argv[1]);
-    return 2;
+    return dispatch(argv[1], argv);
 }

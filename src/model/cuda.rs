@@ -238,27 +238,21 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> Gemm for Fusion<Cube<F, I,
         transpose_a: bool,
         transpose_b: bool,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct GemmOp<F, I, BT> {
-            desc: CustomOpIr,
-            transpose: (bool, bool),
-            _backend: std::marker::PhantomData<(F, I, BT)>,
-        }
+        /// The product with its operands' transpositions.
+        #[derive(Debug, Clone, Copy)]
+        struct GemmPass(bool, bool);
 
-        impl<F: FloatElement, I: IntElement, BT: BoolElement>
-            Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for GemmOp<F, I, BT>
-        {
-            fn execute(
-                &self,
-                handles: &mut HandleContainer<
-                    <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
-                >,
-            ) {
-                let ([a, b], [out]) = self.desc.as_fixed();
-                let a = handles.get_float_tensor::<Cube<F, I, BT>>(a);
-                let b = handles.get_float_tensor::<Cube<F, I, BT>>(b);
-                let c = <Cube<F, I, BT> as Gemm>::gemm(a, b, self.transpose.0, self.transpose.1);
-                handles.register_float_tensor::<Cube<F, I, BT>>(&out.id, c);
+        impl KernelPass for GemmPass {
+            fn name(self) -> &'static str {
+                "chessbench_gemm"
+            }
+
+            fn run<F: FloatElement, I: IntElement, BT: BoolElement>(
+                self,
+                inputs: Vec<FloatTensor<Cube<F, I, BT>>>,
+            ) -> Vec<FloatTensor<Cube<F, I, BT>>> {
+                let [a, b] = operands(inputs);
+                vec![<Cube<F, I, BT> as Gemm>::gemm(a, b, self.0, self.1)]
             }
         }
 
@@ -280,22 +274,86 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> Gemm for Fusion<Cube<F, I,
             a.shape, b.shape
         );
         assert_eq!(a.dtype, b.dtype, "a product of two formats");
-        let client = a.client.clone();
-        let streams = OperationStreams::with_inputs([&a, &b]);
-        let out = TensorIr::uninit(client.create_empty_handle(), Shape::new([m, n]), a.dtype);
-        let desc = CustomOpIr::new("chessbench_gemm", &[a.into_ir(), b.into_ir()], &[out]);
-        client
-            .register(
-                streams,
-                OperationIr::Custom(desc.clone()),
-                GemmOp::<F, I, BT> {
-                    desc,
-                    transpose: (transpose_a, transpose_b),
-                    _backend: std::marker::PhantomData,
-                },
-            )
-            .output()
+        let out = TensorIr::uninit(a.client.create_empty_handle(), Shape::new([m, n]), a.dtype);
+        let [c] =
+            register_pass::<_, F, I, BT>(GemmPass(transpose_a, transpose_b), vec![a, b], &[out])
+                .outputs();
+        c
     }
+}
+
+/// A pass of the project's CUDA kernels (a product, the attention's, the
+/// layers') as a custom operation of burn's fusion stream: its name there,
+/// and what it computes from its inputs' tensors, in order, on the CubeCL
+/// backend when the stream reaches it.
+pub(crate) trait KernelPass: Copy + std::fmt::Debug + Send + Sync + 'static {
+    fn name(self) -> &'static str;
+
+    fn run<F: FloatElement, I: IntElement, BT: BoolElement>(
+        self,
+        inputs: Vec<FloatTensor<Cube<F, I, BT>>>,
+    ) -> Vec<FloatTensor<Cube<F, I, BT>>>;
+}
+
+/// A pass's inputs as an array (a pass takes a fixed number).
+pub(crate) fn operands<T, const N: usize>(inputs: Vec<T>) -> [T; N] {
+    let n = inputs.len();
+    inputs
+        .try_into()
+        .unwrap_or_else(|_| panic!("a pass of {N} operands given {n}"))
+}
+
+/// A [`KernelPass`] in the fusion stream.
+#[derive(Debug)]
+struct KernelOp<P, F, I, BT> {
+    desc: CustomOpIr,
+    pass: P,
+    _backend: std::marker::PhantomData<(F, I, BT)>,
+}
+
+impl<P: KernelPass, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for KernelOp<P, F, I, BT>
+{
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<
+            <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
+        >,
+    ) {
+        let inputs = self
+            .desc
+            .inputs
+            .iter()
+            .map(|t| handles.get_float_tensor::<Cube<F, I, BT>>(t))
+            .collect();
+        let outputs = self.pass.run::<F, I, BT>(inputs);
+        for (ir, t) in self.desc.outputs.iter().zip(outputs) {
+            handles.register_float_tensor::<Cube<F, I, BT>>(&ir.id, t);
+        }
+    }
+}
+
+/// Registers `pass` on `inputs` in the fusion stream, its outputs described
+/// by `outputs`. Shapes and formats are the caller's to check, on its own
+/// thread: inside the fusion stream a panic would only be logged.
+pub(crate) fn register_pass<P: KernelPass, F: FloatElement, I: IntElement, BT: BoolElement>(
+    pass: P,
+    inputs: Vec<FloatTensor<Fusion<Cube<F, I, BT>>>>,
+    outputs: &[TensorIr],
+) -> Vec<FloatTensor<Fusion<Cube<F, I, BT>>>> {
+    let client = inputs[0].client.clone();
+    let streams = OperationStreams::with_inputs(inputs.iter());
+    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new(pass.name(), &irs, outputs);
+    client.register(
+        streams,
+        OperationIr::Custom(desc.clone()),
+        KernelOp::<P, F, I, BT> {
+            desc,
+            pass,
+            _backend: std::marker::PhantomData,
+        },
+    )
 }
 
 /// The CubeCL backend's product: cuBLASLt, or burn's matmul where a call

@@ -37,17 +37,14 @@ use burn_cubecl::{
     ops::numeric::{empty_device_contiguous_dtype, empty_device_dtype},
     tensor::CubeTensor,
 };
-use burn_fusion::{
-    Fusion, FusionBackend, FusionRuntime,
-    stream::{Operation, OperationStreams},
-};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn_fusion::Fusion;
+use burn_ir::{OperationOutput, TensorIr};
 use cubecl::cuda::{CudaDevice, CudaRuntime};
 
 use super::{
     attention::{self, FusedAttention, Heads, KEY_TILE},
     backend::AttentionKernel,
-    cuda::{fused_choice, relative_error},
+    cuda::{KernelPass, fused_choice, operands, register_pass, relative_error},
 };
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
@@ -686,80 +683,35 @@ enum Pass {
     Backward,
 }
 
-/// A pass of the fused attention in burn's fusion stream, run by the
-/// CubeCL backend's kernels when the stream reaches it.
-#[derive(Debug)]
-struct AttentionOp<F, I, BT> {
-    desc: CustomOpIr,
-    pass: Pass,
-    _backend: std::marker::PhantomData<(F, I, BT)>,
-}
+impl KernelPass for Pass {
+    fn name(self) -> &'static str {
+        match self {
+            Pass::Forward => "chessbench_attention_forward",
+            Pass::Backward => "chessbench_attention_backward",
+        }
+    }
 
-impl<F: FloatElement, I: IntElement, BT: BoolElement>
-    Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for AttentionOp<F, I, BT>
-{
-    fn execute(
-        &self,
-        handles: &mut HandleContainer<
-            <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
-        >,
-    ) {
+    fn run<F: FloatElement, I: IntElement, BT: BoolElement>(
+        self,
+        inputs: Vec<FloatTensor<Cube<F, I, BT>>>,
+    ) -> Vec<FloatTensor<Cube<F, I, BT>>> {
         type B<F, I, BT> = Cube<F, I, BT>;
-        let inputs: Vec<_> = self
-            .desc
-            .inputs
-            .iter()
-            .map(|t| handles.get_float_tensor::<B<F, I, BT>>(t))
-            .collect();
-        let mut inputs = inputs.into_iter();
-        let mut next = || inputs.next().expect("an input per operand");
-        let outputs: Vec<_> = match self.pass {
+        match self {
             Pass::Forward => {
-                let (out, lse) = B::<F, I, BT>::attention_forward(next(), next(), next());
+                let [q, k, v] = operands(inputs);
+                let (out, lse) = B::<F, I, BT>::attention_forward(q, k, v);
                 vec![out, lse]
             }
             Pass::Backward => {
-                B::<F, I, BT>::attention_backward(next(), next(), next(), next(), next(), next())
-                    .into()
+                let [q, k, v, out, lse, d_out] = operands(inputs);
+                B::<F, I, BT>::attention_backward(q, k, v, out, lse, d_out).into()
             }
-        };
-        for (ir, t) in self.desc.outputs.iter().zip(outputs) {
-            handles.register_float_tensor::<B<F, I, BT>>(&ir.id, t);
         }
     }
 }
 
-/// A tensor of the fused CUDA backend.
-type FusedTensor<F, I, BT> = FloatTensor<Fusion<Cube<F, I, BT>>>;
-
-/// Registers `pass` on `inputs` in the fusion stream, its outputs described
-/// by `outputs`.
-fn register<F: FloatElement, I: IntElement, BT: BoolElement>(
-    pass: Pass,
-    inputs: Vec<FusedTensor<F, I, BT>>,
-    outputs: &[TensorIr],
-) -> Vec<FusedTensor<F, I, BT>> {
-    let client = inputs[0].client.clone();
-    let streams = OperationStreams::with_inputs(inputs.iter());
-    let name = match pass {
-        Pass::Forward => "chessbench_attention_forward",
-        Pass::Backward => "chessbench_attention_backward",
-    };
-    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
-    let desc = CustomOpIr::new(name, &irs, outputs);
-    client.register(
-        streams,
-        OperationIr::Custom(desc.clone()),
-        AttentionOp::<F, I, BT> {
-            desc,
-            pass,
-            _backend: std::marker::PhantomData,
-        },
-    )
-}
-
 /// The fused backend's attention: custom operations of the fusion stream
-/// ([`AttentionOp`]).
+/// ([`KernelPass`]).
 impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<Cube<F, I, BT>> {
     fn attention_forward(
         q: FloatTensor<Self>,
@@ -788,7 +740,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<
             Shape::new([dims[0], dims[1], dims[2]]),
             DType::F32,
         );
-        let [out, lse] = register::<F, I, BT>(Pass::Forward, vec![q, k, v], &[out, lse]).outputs();
+        let [out, lse] =
+            register_pass::<_, F, I, BT>(Pass::Forward, vec![q, k, v], &[out, lse]).outputs();
         (out, lse)
     }
 
@@ -813,7 +766,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<
         );
         let grads = [0, 1, 2]
             .map(|_| TensorIr::uninit(q.client.create_empty_handle(), shape.clone(), dtype));
-        register::<F, I, BT>(Pass::Backward, vec![q, k, v, out, lse, d_out], &grads).outputs()
+        register_pass::<_, F, I, BT>(Pass::Backward, vec![q, k, v, out, lse, d_out], &grads)
+            .outputs()
     }
 }
 

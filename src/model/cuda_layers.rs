@@ -34,16 +34,13 @@ use burn_cubecl::{
     BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement, cubecl::prelude::*,
     tensor::CubeTensor,
 };
-use burn_fusion::{
-    Fusion, FusionBackend, FusionRuntime,
-    stream::{Operation, OperationStreams},
-};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn_fusion::Fusion;
+use burn_ir::{OperationOutput, TensorIr};
 use cubecl::cuda::{CudaDevice, CudaRuntime};
 
 use super::{
     backend::LayerKernels,
-    cuda::{fused_choice, relative_error},
+    cuda::{KernelPass, fused_choice, operands, register_pass, relative_error},
     cuda_attention::{empty_like, within_u32},
     layers::{self, FusedLayers, LAYER_NORM_EPS},
 };
@@ -692,7 +689,7 @@ enum Pass {
     SwigluBackward,
 }
 
-impl Pass {
+impl KernelPass for Pass {
     fn name(self) -> &'static str {
         match self {
             Pass::NormForward { .. } => "chessbench_layer_norm_forward",
@@ -701,78 +698,35 @@ impl Pass {
             Pass::SwigluBackward => "chessbench_swiglu_backward",
         }
     }
-}
 
-/// A pass of the fused layers in burn's fusion stream, run by the CubeCL
-/// backend's kernels when the stream reaches it.
-#[derive(Debug)]
-struct LayersOp<F, I, BT> {
-    desc: CustomOpIr,
-    pass: Pass,
-    _backend: std::marker::PhantomData<(F, I, BT)>,
-}
-
-impl<F: FloatElement, I: IntElement, BT: BoolElement>
-    Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for LayersOp<F, I, BT>
-{
-    fn execute(
-        &self,
-        handles: &mut HandleContainer<
-            <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
-        >,
-    ) {
+    fn run<F: FloatElement, I: IntElement, BT: BoolElement>(
+        self,
+        inputs: Vec<FloatTensor<Cube<F, I, BT>>>,
+    ) -> Vec<FloatTensor<Cube<F, I, BT>>> {
         type B<F, I, BT> = Cube<F, I, BT>;
-        let inputs: Vec<_> = self
-            .desc
-            .inputs
-            .iter()
-            .map(|t| handles.get_float_tensor::<B<F, I, BT>>(t))
-            .collect();
-        let mut inputs = inputs.into_iter();
-        let mut next = || inputs.next().expect("an input per operand");
-        let outputs: Vec<_> = match self.pass {
+        match self {
             Pass::NormForward { epsilon } => {
-                B::<F, I, BT>::layer_norm_forward(next(), next(), next(), epsilon).into()
+                let [x, gamma, beta] = operands(inputs);
+                B::<F, I, BT>::layer_norm_forward(x, gamma, beta, epsilon).into()
             }
             Pass::NormBackward => {
-                B::<F, I, BT>::layer_norm_backward(next(), next(), next(), next(), next()).into()
+                let [x, gamma, mean, rstd, dy] = operands(inputs);
+                B::<F, I, BT>::layer_norm_backward(x, gamma, mean, rstd, dy).into()
             }
-            Pass::SwigluForward => vec![B::<F, I, BT>::swiglu_forward(next())],
-            Pass::SwigluBackward => vec![B::<F, I, BT>::swiglu_backward(next(), next())],
-        };
-        for (ir, t) in self.desc.outputs.iter().zip(outputs) {
-            handles.register_float_tensor::<B<F, I, BT>>(&ir.id, t);
+            Pass::SwigluForward => {
+                let [both] = operands(inputs);
+                vec![B::<F, I, BT>::swiglu_forward(both)]
+            }
+            Pass::SwigluBackward => {
+                let [both, d_out] = operands(inputs);
+                vec![B::<F, I, BT>::swiglu_backward(both, d_out)]
+            }
         }
     }
 }
 
-/// A tensor of the fused CUDA backend.
-type FusedTensor<F, I, BT> = FloatTensor<Fusion<Cube<F, I, BT>>>;
-
-/// Registers `pass` on `inputs` in the fusion stream, its outputs described
-/// by `outputs`.
-fn register<F: FloatElement, I: IntElement, BT: BoolElement>(
-    pass: Pass,
-    inputs: Vec<FusedTensor<F, I, BT>>,
-    outputs: &[TensorIr],
-) -> Vec<FusedTensor<F, I, BT>> {
-    let client = inputs[0].client.clone();
-    let streams = OperationStreams::with_inputs(inputs.iter());
-    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
-    let desc = CustomOpIr::new(pass.name(), &irs, outputs);
-    client.register(
-        streams,
-        OperationIr::Custom(desc.clone()),
-        LayersOp::<F, I, BT> {
-            desc,
-            pass,
-            _backend: std::marker::PhantomData,
-        },
-    )
-}
-
 /// The fused backend's layers: custom operations of the fusion stream
-/// ([`LayersOp`]). Shapes are checked here, on the caller's thread: inside
+/// ([`KernelPass`]). Shapes are checked here, on the caller's thread: inside
 /// the fusion stream a panic would only be logged.
 impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Fusion<Cube<F, I, BT>> {
     fn layer_norm_forward(
@@ -801,7 +755,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Fusion<Cub
             TensorIr::uninit(client.create_empty_handle(), rows.clone(), DType::F32),
             TensorIr::uninit(client.create_empty_handle(), rows, DType::F32),
         ];
-        register::<F, I, BT>(
+        register_pass::<_, F, I, BT>(
             Pass::NormForward { epsilon },
             vec![x, gamma, beta],
             &outputs,
@@ -842,7 +796,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Fusion<Cub
                 gamma.dtype,
             ),
         ];
-        register::<F, I, BT>(Pass::NormBackward, vec![x, gamma, mean, rstd, dy], &outputs).outputs()
+        register_pass::<_, F, I, BT>(Pass::NormBackward, vec![x, gamma, mean, rstd, dy], &outputs)
+            .outputs()
     }
 
     fn swiglu_forward(both: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -857,7 +812,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Fusion<Cub
             Shape::new([dims[0], dims[1], dims[2] / 2]),
             both.dtype,
         );
-        let [out] = register::<F, I, BT>(Pass::SwigluForward, vec![both], &[out]).outputs();
+        let [out] = register_pass::<_, F, I, BT>(Pass::SwigluForward, vec![both], &[out]).outputs();
         out
     }
 
@@ -873,7 +828,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Fusion<Cub
             both.dtype,
         );
         let [d_both] =
-            register::<F, I, BT>(Pass::SwigluBackward, vec![both, d_out], &[d_both]).outputs();
+            register_pass::<_, F, I, BT>(Pass::SwigluBackward, vec![both, d_out], &[d_both])
+                .outputs();
         d_both
     }
 }

@@ -452,6 +452,24 @@ pub(crate) fn fused_choice(
     }
 }
 
+/// `Ok` when every `(shape, output, relative error)` is within `bound`
+/// (NaN is not); otherwise the first that is not, as the start-up tests'
+/// reason.
+pub(crate) fn errors_within<S: std::fmt::Debug>(
+    errors: Vec<(S, &'static str, f32)>,
+    bound: f32,
+) -> Result<(), String> {
+    match errors
+        .into_iter()
+        .find(|(_, _, e)| e.is_nan() || *e > bound)
+    {
+        Some((dims, what, e)) => Err(format!(
+            "{dims:?} {what}: {e:e} from the reference (relative)"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Largest difference relative to the reference's largest magnitude; a
 /// NaN anywhere (memory nobody wrote read back) or a length that differs
 /// makes it infinite.

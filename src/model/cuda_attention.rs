@@ -44,7 +44,7 @@ use cubecl::cuda::{CudaDevice, CudaRuntime};
 use super::{
     attention::{self, FusedAttention, Heads, KEY_TILE},
     backend::AttentionKernel,
-    cuda::{KernelPass, fused_choice, operands, register_pass, relative_error},
+    cuda::{KernelPass, errors_within, fused_choice, operands, register_pass, relative_error},
 };
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
@@ -152,14 +152,7 @@ fn test_values(s: Heads, salt: usize) -> Vec<f32> {
 /// log-sum-exp and the three gradients; the 9M head, the 136M/270M head,
 /// and an odd shape.
 pub fn self_test(device: &CudaDevice) -> Result<(), String> {
-    for (dims, what, e) in kernel_errors(device, DType::F32)? {
-        if e.is_nan() || e > 1e-4 {
-            return Err(format!(
-                "{dims:?} {what}: {e:e} from the reference (relative)"
-            ));
-        }
-    }
-    Ok(())
+    errors_within(kernel_errors(device, DType::F32)?, 1e-4)
 }
 
 /// A kernel output's shape, name and largest relative error.
@@ -785,8 +778,8 @@ mod emulated {
     use crate::model::{
         attention::{self, Heads},
         cuda_emulator::{
-            Device, DeviceTensor, Elem, Kernel, Launch, POISON, as_cpp, builder, cuda_c, have_gpp,
-            properties, settings,
+            Device, DeviceTensor, Elem, Kernel, Launch, Outcome, POISON, as_cpp, builder, cuda_c,
+            have_gpp, properties, settings,
         },
     };
 
@@ -1008,15 +1001,6 @@ mod emulated {
         );
     }
 
-    /// The errors of one run of the forward and backward, and the bytes
-    /// written outside the outputs' elements.
-    struct Outcome {
-        /// Each output's largest error relative to [`attention`]'s
-        /// reference (NaN counts as infinite).
-        errors: Vec<(&'static str, f32)>,
-        stray: usize,
-    }
-
     /// The forward and backward on `s` in `elem`, inputs laid out as
     /// `inputs`, launched as `launch` says, every allocation filled with
     /// `fill` first: the outputs against [`attention`]'s reference on the
@@ -1131,18 +1115,8 @@ mod emulated {
             for (elem, bound) in [(Elem::F32, 1e-4), (Elem::Bf16, 2e-2)] {
                 let device = build(s.seq, s.dim, elem);
                 for inputs in [Inputs::Contiguous, Inputs::Allocated, Inputs::Views] {
-                    let o = run(&device, s, elem, inputs, Launch::Strided, POISON);
-                    println!("{s:?} {elem:?} {inputs:?}: {:?}", o.errors);
-                    for (what, e) in o.errors {
-                        assert!(
-                            e <= bound,
-                            "{s:?} {elem:?} inputs {inputs:?}, {what}: {e:e} relative"
-                        );
-                    }
-                    assert_eq!(
-                        o.stray, 0,
-                        "{s:?} {elem:?} {inputs:?}: bytes written outside the outputs"
-                    );
+                    run(&device, s, elem, inputs, Launch::Strided, POISON)
+                        .assert_within(&format!("{s:?} {elem:?} {inputs:?}"), bound);
                 }
             }
         }

@@ -571,3 +571,24 @@ impl Device {
         }
     }
 }
+
+/// The errors of one run of a kernel family against its reference, and
+/// the bytes its launches wrote outside their outputs' elements.
+pub(crate) struct Outcome {
+    /// Each output's largest error relative to the reference (NaN counts
+    /// as infinite).
+    pub(crate) errors: Vec<(&'static str, f32)>,
+    pub(crate) stray: usize,
+}
+
+impl Outcome {
+    /// Prints the errors under `label`, then asserts each within `bound`
+    /// and nothing written outside the outputs.
+    pub(crate) fn assert_within(&self, label: &str, bound: f32) {
+        println!("{label}: {:?}", self.errors);
+        for (what, e) in &self.errors {
+            assert!(*e <= bound, "{label}, {what}: {e:e} relative");
+        }
+        assert_eq!(self.stray, 0, "{label}: bytes written outside the outputs");
+    }
+}

@@ -40,7 +40,7 @@ use cubecl::cuda::{CudaDevice, CudaRuntime};
 
 use super::{
     backend::LayerKernels,
-    cuda::{KernelPass, fused_choice, operands, register_pass, relative_error},
+    cuda::{KernelPass, errors_within, fused_choice, operands, register_pass, relative_error},
     cuda_attention::{empty_like, within_u32},
     layers::{self, FusedLayers, LAYER_NORM_EPS},
 };
@@ -160,14 +160,7 @@ pub(crate) fn norm_inputs(shape: [usize; 3]) -> [Vec<f32>; 4] {
 
 /// The kernels against [`layers`]' reference, f32, within 1e-4 relative.
 pub fn self_test(device: &CudaDevice) -> Result<(), String> {
-    for (dims, what, e) in kernel_errors(device, DType::F32)? {
-        if e.is_nan() || e > 1e-4 {
-            return Err(format!(
-                "{dims:?} {what}: {e:e} from the reference (relative)"
-            ));
-        }
-    }
-    Ok(())
+    errors_within(kernel_errors(device, DType::F32)?, 1e-4)
 }
 
 /// A kernel output's shape, name and largest relative error.
@@ -852,8 +845,8 @@ mod emulated {
         cuda::relative_error,
         cuda_attention::OUTPUT_LAYOUT,
         cuda_emulator::{
-            Device, DeviceTensor, Elem, Kernel, Launch, POISON, as_cpp, builder, cuda_c, have_gpp,
-            properties, settings,
+            Device, DeviceTensor, Elem, Kernel, Launch, Outcome, POISON, as_cpp, builder, cuda_c,
+            have_gpp, properties, settings,
         },
         layers::{self, LAYER_NORM_EPS},
     };
@@ -1047,12 +1040,6 @@ mod emulated {
         t
     }
 
-    /// The errors of one run, and the bytes written outside the outputs.
-    struct Outcome {
-        errors: Vec<(&'static str, f32)>,
-        stray: usize,
-    }
-
     /// The layer norm's forward and backward on `shape` in `elem`, inputs
     /// as `inputs` says, against [`layers`]' reference on the same
     /// (rounded) inputs.
@@ -1206,35 +1193,15 @@ mod emulated {
             for shape in norms.clone() {
                 let device = build(shape[2], elem, &[]);
                 for inputs in [Inputs::Contiguous, Inputs::Allocated, Inputs::Views] {
-                    let o = run_norm(&device, shape, elem, inputs, Launch::Strided);
-                    println!("norm {shape:?} {elem:?} {inputs:?}: {:?}", o.errors);
-                    for (what, e) in o.errors {
-                        assert!(
-                            e <= bound,
-                            "norm {shape:?} {elem:?} {inputs:?} {what}: {e:e}"
-                        );
-                    }
-                    assert_eq!(
-                        o.stray, 0,
-                        "norm {shape:?} {elem:?} {inputs:?}: stray bytes"
-                    );
+                    run_norm(&device, shape, elem, inputs, Launch::Strided)
+                        .assert_within(&format!("norm {shape:?} {elem:?} {inputs:?}"), bound);
                 }
             }
             for shape in CHECKED_SWIGLUS {
                 let device = build(1, elem, &[]);
                 for inputs in [Inputs::Contiguous, Inputs::Allocated, Inputs::Views] {
-                    let o = run_swiglu(&device, shape, elem, inputs, Launch::Strided);
-                    println!("swiglu {shape:?} {elem:?} {inputs:?}: {:?}", o.errors);
-                    for (what, e) in o.errors {
-                        assert!(
-                            e <= bound,
-                            "swiglu {shape:?} {elem:?} {inputs:?} {what}: {e:e}"
-                        );
-                    }
-                    assert_eq!(
-                        o.stray, 0,
-                        "swiglu {shape:?} {elem:?} {inputs:?}: stray bytes"
-                    );
+                    run_swiglu(&device, shape, elem, inputs, Launch::Strided)
+                        .assert_within(&format!("swiglu {shape:?} {elem:?} {inputs:?}"), bound);
                 }
             }
         }

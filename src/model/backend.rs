@@ -95,6 +95,14 @@ pub(crate) fn burn_swiglu<B: Backend>(both: Tensor<B, 3>) -> Tensor<B, 3> {
     silu(both.clone().narrow(2, 0, f)) * both.narrow(2, f, f)
 }
 
+/// The environment variable that picks the attention on CUDA (and in the
+/// operation counter): `burn` or `fused`.
+pub const ATTENTION_VAR: &str = "CHESSBENCH_ATTENTION";
+
+/// The environment variable that picks the layer norm and SwiGLU on CUDA
+/// (and in the operation counter): `burn` or `fused`.
+pub const LAYERS_VAR: &str = "CHESSBENCH_LAYERS";
+
 /// The matrix products behind the linear layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -74,8 +74,7 @@ pub(crate) fn supported(shape: [usize; 4], dtype: DType) -> bool {
         && matches!(dtype, DType::F32 | DType::BF16)
 }
 
-/// The environment variable that picks the attention: `burn` or `fused`.
-pub const ATTENTION_VAR: &str = "CHESSBENCH_ATTENTION";
+pub use super::backend::ATTENTION_VAR;
 
 /// Whether the blocks' attention of `shape` in `dtype` runs the fused
 /// kernels: they pass their start-up test and take the shape.

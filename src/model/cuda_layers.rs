@@ -94,9 +94,7 @@ pub(crate) fn swiglu_supported(shape: [usize; 3], dtype: DType) -> bool {
         && formats(dtype)
 }
 
-/// The environment variable that picks the layer norm and SwiGLU: `burn`
-/// or `fused`.
-pub const LAYERS_VAR: &str = "CHESSBENCH_LAYERS";
+pub use super::backend::LAYERS_VAR;
 
 /// Which layer norm and SwiGLU the CUDA backend runs.
 pub(crate) fn layer_kernels() -> LayerKernels {

@@ -52,7 +52,9 @@ use serde::Serialize;
 
 use super::{
     attention::{self, FusedAttention},
-    backend::{AttentionKernel, LayerKernels, ModelBackend, burn_swiglu},
+    backend::{
+        ATTENTION_VAR, AttentionKernel, LAYERS_VAR, LayerKernels, ModelBackend, burn_swiglu,
+    },
     layers::{self, FusedLayers},
 };
 
@@ -374,11 +376,11 @@ fn forced() -> Option<(bool, bool)> {
 }
 
 fn attention_fused() -> bool {
-    forced().map_or_else(|| fused("CHESSBENCH_ATTENTION"), |f| f.0)
+    forced().map_or_else(|| fused(ATTENTION_VAR), |f| f.0)
 }
 
 fn layers_fused() -> bool {
-    forced().map_or_else(|| fused("CHESSBENCH_LAYERS"), |f| f.1)
+    forced().map_or_else(|| fused(LAYERS_VAR), |f| f.1)
 }
 
 /// The fused attention as the kernels each pass launches, computed by its

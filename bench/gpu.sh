@@ -5,6 +5,7 @@
 #
 #   bench/gpu.sh PART...  PART: jit check step9 attention layers account
 #                               step136 curves train eval loader evalbench
+#                               evalpaper
 #
 #   jit        the first training step of a fresh process (kernel compiling
 #              and autotuning), f32 then bf16, each cold (an empty kernel
@@ -22,9 +23,16 @@
 #              same on the CPU (the two must agree)
 #   loader     the loader bench (1 and all cores) on the demo run
 #   evalbench  the carried bench-eval (benches/eval.rs) on CUDA: boards/s
-#              across boards (bf16, f32), per board (a UCI move's latency)
-#              and searchless_chess's JAX predictor, 9M/136M/270M
-#              (EVAL_PRESETS), runs eval-PRESET-IMPL
+#              across boards (bf16, f32; the host stages' shares, one pass
+#              split into copies and network), per board (a UCI move's
+#              latency), the host alone and searchless_chess's JAX
+#              predictor, 9M/136M/270M (EVAL_PRESETS) in one process, runs
+#              eval-PRESET-IMPL
+#   evalpaper  the paper's evaluation timed: `chessbench eval` of a random
+#              270M checkpoint on 10,000 puzzles (the carried 1,000,
+#              repeated) and 1,000 test boards' metrics, then the UCI
+#              engine's latency per move (runs evalpaper-270m-PRECISION,
+#              uci-270m-PRECISION)
 #   step9      training step, samples/s: PyTorch eager and torch.compile
 #   step136    (bench/torch_reference.py), searchless_chess's JAX step
 #              (bench/searchless_step_speed.py) and burn (`chessbench
@@ -238,24 +246,58 @@ part_loader() {
   tail -4 "$W/out.txt" | tee -a "$SUM"
 }
 
-# Evaluation throughput per preset: across boards (bf16 and f32), per board
-# (the UCI engine's latency) and searchless_chess's JAX predictor on the same
-# boards (a pass per board, and packed as ours); every eval-PRESET-IMPL line
-# goes to results.jsonl.
+# Evaluation throughput per preset: across boards (bf16 and f32, with the
+# host stages' shares and one synchronised pass: copies in, network, copies
+# back), per board (the UCI engine's latency), the host's work alone, and
+# searchless_chess's JAX predictor on the same boards (a pass per board, and
+# packed as ours); every eval-* line goes to results.jsonl. All presets in
+# one process (kernels compiled once are reused across presets); each line
+# is printed as its measurement ends, so a time-out keeps the finished ones.
 part_evalbench() {
-  local preset
-  for preset in ${EVAL_PRESETS:-9m 136m 270m}; do
-    BENCH_DEVICE=cuda BENCH_PRESETS=$preset BENCH_BOARDS=${EVAL_BOARDS:-200} \
-      BENCH_PRECISIONS=${EVAL_PRECISIONS:-bf16,f32} SEARCHLESS_CHESS=$BUNDLE/searchless \
-      CHESSBENCH_JAX_PYTHON=python3 run "evalbench-$preset" "${EVAL_LIMIT:-200}" "$W/bin/bench-eval"
-    grep -v '^{' "$W/out.txt" | grep -E 'boards/s' | tee -a "$SUM"
-    python3 - "$W/out.txt" "evalbench-$preset" >>"$RES" <<'EOF'
+  local presets=${EVAL_PRESETS:-9m 136m 270m}
+  BENCH_DEVICE=cuda BENCH_PRESETS=${presets// /,} BENCH_BOARDS=${EVAL_BOARDS:-200} \
+    BENCH_PRECISIONS=${EVAL_PRECISIONS:-bf16,f32} SEARCHLESS_CHESS=$BUNDLE/searchless \
+    CHESSBENCH_JAX_PYTHON=python3 run evalbench "${EVAL_LIMIT:-500}" "$W/bin/bench-eval"
+  grep -v '^{' "$W/out.txt" | grep -E 'boards/s|passes|one pass' | tee -a "$SUM"
+  python3 - "$W/out.txt" evalbench >>"$RES" <<'EOF'
 import json, sys
 for line in open(sys.argv[1], errors="replace"):
     if line.startswith('{"name":"eval-'):
         d = json.loads(line)
         print(json.dumps({"run": d["name"], "part": sys.argv[2], **d}))
 EOF
+}
+
+# The paper's evaluation as one timed command: `chessbench eval` of a
+# randomly initialised 270M action-value checkpoint (`chessbench checkpoint
+# init`; timing only, the scores mean nothing) on PAPER_PUZZLES (10,000)
+# puzzles and the static metrics of PAPER_BOARDS (1,000) test boards, per
+# precision (PAPER_PRECISIONS, bf16); then the UCI engine's latency per move
+# with that checkpoint (bench/uci_latency.py, PAPER_UCI_MOVES moves). The
+# bundle carries 1,000 real Lichess puzzles: they are repeated, with new
+# ids, up to PAPER_PUZZLES (the same boards again cost the same time).
+part_evalpaper() {
+  local ck=$W/av_270m_random p n=${PAPER_PUZZLES:-10000}
+  [ -d "$ck" ] || run checkpoint-init-270m 240 "$CB" checkpoint init --policy action_value --model 270m \
+    --out "$ck" --json || return
+  python3 - data/lichess_db_puzzle_head1000.csv "$W/puzzles.csv" "$n" <<'EOF'
+import csv, itertools, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rows = list(csv.DictReader(open(src, newline="")))
+with open(dst, "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=list(rows[0]))
+    w.writeheader()
+    for i, row in zip(range(n), itertools.cycle(rows)):
+        w.writerow({**row, "PuzzleId": f"{row['PuzzleId']}-{i // len(rows)}"})
+EOF
+  for p in ${PAPER_PRECISIONS:-bf16}; do
+    run "evalpaper-270m-$p" "${PAPER_LIMIT:-420}" "$CB" eval runs/demo --checkpoint "$ck" --device cuda \
+      --precision "$p" --only metrics --only puzzles --boards "${PAPER_BOARDS:-1000}" --puzzles "$W/puzzles.csv" \
+      --max-puzzles "$n" --out "$W/evalpaper-$p" --no-progress --json
+    cp "$W/evalpaper-$p/eval.md" "$OUT/evalpaper-$p.md" 2>/dev/null
+    run "uci-270m-$p" 240 python3 bench/uci_latency.py --positions data/lichess_db_puzzle_head1000.csv \
+      --count "${PAPER_UCI_MOVES:-100}" --name "uci-270m-$p" -- "$CB" uci --checkpoint "$ck" --device cuda --precision "$p"
+    tail -1 "$W/out.txt" | tee -a "$SUM"
   done
 }
 
@@ -422,8 +464,8 @@ EOF
 setup
 for part in "$@"; do
   case "$part" in
-    check | jit | train | curves | eval | loader | evalbench | step9 | attention | layers | step136 | account) "part_$part" ;;
-    *) echo "unknown part $part (jit check step9 attention layers account step136 curves train eval loader evalbench)" >&2; exit 2 ;;
+    check | jit | train | curves | eval | loader | evalbench | evalpaper | step9 | attention | layers | step136 | account) "part_$part" ;;
+    *) echo "unknown part $part (jit check step9 attention layers account step136 curves train eval loader evalbench evalpaper)" >&2; exit 2 ;;
   esac
 done
 # What burn-cuda compiled and tuned (kernel names, one line each).

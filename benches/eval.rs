@@ -21,10 +21,21 @@
 //! cuda`), BENCH_PRECISIONS (default `f32`; `bf16` is CUDA only: bf16
 //! products and activations, f32 layer norms and log-softmax).
 //!
+//! Where the time goes, per preset and precision: the across-boards run's
+//! three stages (preparing on one host thread, the model's passes,
+//! finishing on another: [`predict_many_timed`]) with the model's waits for
+//! the host; one pass with the device synchronised between copying the
+//! tokens in, the network and copying the log-probabilities back
+//! ([`pass_phases`]); and the host's work alone on one thread
+//! ([`host_times`]: boards/s it prepares and finishes, which bounds what
+//! any device can score through this path).
+//!
 //! Each measurement also prints a JSON line, `{"name":
 //! "eval-PRESET-IMPL", "boards_per_s": ...}` with IMPL `burn-PRECISION`
-//! (across boards), `burn-PRECISION-perboard` or `jax-perboard` /
-//! `jax-f32` (JAX across boards): `bench/gpu.sh evalbench` keeps them.
+//! (across boards, with its stages' seconds), `burn-PRECISION-perboard`,
+//! `burn-PRECISION-pass` (one synchronised pass), `host` (the host alone)
+//! or `jax-perboard` / `jax-f32` (JAX across boards): `bench/gpu.sh
+//! evalbench` keeps them.
 //!
 //! JAX reference: with `SEARCHLESS_CHESS=DIR` (a
 //! google-deepmind/searchless_chess checkout) and `CHESSBENCH_JAX_PYTHON` (a
@@ -40,7 +51,7 @@ use chessbench::{
     chess::RecordSet,
     eval::{
         model::Model,
-        policy::{predict, predict_many},
+        policy::{host_times, pass_phases, predict, predict_many, predict_many_timed},
     },
     model::{DeviceKind, Precision, Preset},
 };
@@ -114,6 +125,7 @@ fn main() {
         "eval throughput, action-value policy, K=128, {on}: per board {n} boards ({moves} legal moves), across boards {} boards ({many_moves})",
         many.len()
     );
+    host_row(&many, many_moves);
     for preset in presets.split(',') {
         let p = match preset.trim() {
             "tiny" => Preset::Tiny,
@@ -132,9 +144,8 @@ fn main() {
             predict_many(&model, &many[..many.len().min(64)]).unwrap();
             let mut tokens = Vec::new();
             predict(&model, &positions[0], &mut tokens).unwrap();
-            let t = Instant::now();
-            predict_many(&model, &many).unwrap();
-            let across = t.elapsed().as_secs_f64();
+            let (_, stages) = predict_many_timed(&model, &many).unwrap();
+            let across = stages.wall_s;
             let t = Instant::now();
             for pos in &positions {
                 predict(&model, pos, &mut tokens).unwrap();
@@ -148,13 +159,34 @@ fn main() {
                 1e3 * per_board / n as f64,
                 (many.len() as f64 / across) / (n as f64 / per_board)
             );
+            let share = |s: f64| 100.0 * s / across;
+            println!(
+                "        across boards, {} batches: model passes {:.1}% of the wall time, waiting for preparation {:.1}% (the first batch's included), for finishing {:.1}%; host threads busy: preparing {:.1}%, finishing {:.1}%",
+                stages.batches,
+                share(stages.forward_s),
+                share(stages.waited_for_prepare_s),
+                share(stages.waited_for_finish_s),
+                share(stages.prepare_s),
+                share(stages.finish_s),
+            );
             json(
                 &format!("eval-{preset}-burn-{prec}"),
                 many.len(),
                 many_moves,
                 across,
-                "",
+                &format!(
+                    ",\"batches\":{},\"forward_s\":{:.4},\"prepare_s\":{:.4},\"finish_s\":{:.4},\"waited_for_prepare_s\":{:.4},\"waited_for_finish_s\":{:.4}",
+                    stages.batches,
+                    stages.forward_s,
+                    stages.prepare_s,
+                    stages.finish_s,
+                    stages.waited_for_prepare_s,
+                    stages.waited_for_finish_s
+                ),
             );
+            if device == DeviceKind::Cuda {
+                pass_row(&model, preset, &prec, &many);
+            }
             json(
                 &format!("eval-{preset}-burn-{prec}-perboard"),
                 n,
@@ -170,6 +202,47 @@ fn main() {
             jax_reference(p, &positions, device, ours);
         }
     }
+}
+
+/// One synchronised pass on the device ([`pass_phases`]): copying the
+/// tokens in, the network, copying the log-probabilities back.
+fn pass_row(model: &Model, preset: &str, prec: &str, many: &[&Chess]) {
+    let pass = pass_phases(model, many).unwrap();
+    let pass_s = pass.upload_s + pass.forward_s + pass.download_s;
+    println!(
+        "        one pass of {} sequences, synchronised: copy in {:.2} ms, network {:.2} ms, copy back {:.2} ms ({:.1} MB moved, {:.1}% of the pass in copies)",
+        pass.sequences,
+        1e3 * pass.upload_s,
+        1e3 * pass.forward_s,
+        1e3 * pass.download_s,
+        pass.bytes as f64 / 1e6,
+        100.0 * (pass.upload_s + pass.download_s) / pass_s.max(1e-12)
+    );
+    println!(
+        "{{\"name\":\"eval-{preset}-burn-{prec}-pass\",\"sequences\":{},\"upload_s\":{:.6},\"forward_s\":{:.6},\"download_s\":{:.6},\"bytes\":{}}}",
+        pass.sequences, pass.upload_s, pass.forward_s, pass.download_s, pass.bytes
+    );
+}
+
+/// The host's work alone on one thread ([`host_times`]): boards a second
+/// prepared (legal moves, tokens) and finished (scores), against the
+/// across-boards target for 9M on a GPU (2,000 boards/s). The same for
+/// every preset (the tokens and the K = 128 read-out do not depend on the
+/// network), so measured once, with the tiny model's shape.
+fn host_row(many: &[&Chess], moves: usize) {
+    let model = Model::random(Preset::Tiny, RecordSet::ActionValue, 128, DeviceKind::Cpu)
+        .expect("a model on the CPU");
+    let (prepare, finish) = host_times(&model, many).unwrap();
+    let rate = |s: f64| many.len() as f64 / s.max(1e-12);
+    println!(
+        "  host, one thread: preparing {:9.0} boards/s, finishing {:9.0} boards/s ({:.1}x and {:.1}x the 9M GPU target of 2,000)",
+        rate(prepare),
+        rate(finish),
+        rate(prepare) / 2000.0,
+        rate(finish) / 2000.0
+    );
+    json("eval-host-prepare", many.len(), moves, prepare, "");
+    json("eval-host-finish", many.len(), moves, finish, "");
 }
 
 /// Their predictor on the same boards (see the module docs), or why not:

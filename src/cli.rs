@@ -99,7 +99,7 @@ The same SQL runs in the DuckDB CLI or Python duckdb (DuckDB 1.5):\n\
     /// Export or import ChessBench .bag files (state_value, behavioral_cloning, action_value).
     #[command(subcommand)]
     Bag(BagCommand),
-    /// Import searchless_chess's models as chessbench checkpoints.
+    /// Import searchless_chess's models as chessbench checkpoints, or write random ones.
     #[command(subcommand)]
     Checkpoint(CheckpointCommand),
     /// Train a predictor (action value, state value or behavioural cloning) on a run's tables.
@@ -235,6 +235,13 @@ or policy is refused, naming the tensor and the shapes. The checkpoint appears o
       --policy action_value --model 9m --buckets 128 --step 6400000 --out models/av_9m"
     )]
     Import(chessbench::model::haiku::ImportOptions),
+    /// Write a randomly initialised model of a preset as a checkpoint (to time evaluation).
+    #[command(
+        long_about = "Write a model of a preset with training's random initialisation (seeded) as a step-0 chessbench checkpoint that `chessbench eval`, `chessbench uci` and `--opponent checkpoint:DIR` load: to time evaluation or the UCI engine at a model size before training one (the scores mean nothing). The EMA equals the parameters; there is no optimiser state. The checkpoint appears only when complete. The 270M preset writes about 2 GB (parameters and EMA).\n\n\
+  chessbench checkpoint init --policy action_value --model 270m --out models/av_270m_random\n\
+  chessbench eval runs/demo --checkpoint models/av_270m_random --device cuda --precision bf16 --only puzzles"
+    )]
+    Init(chessbench::model::InitOptions),
 }
 
 #[derive(Subcommand)]

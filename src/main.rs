@@ -96,6 +96,11 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
                 .context("importing a searchless_chess model")?;
             emit(&summary, json)?;
         }
+        Command::Checkpoint(CheckpointCommand::Init(a)) => {
+            let summary = chessbench::model::init_checkpoint(&a)
+                .context("writing a randomly initialised model")?;
+            emit(&summary, json)?;
+        }
         Command::Train(a) => {
             let options: TrainOptions = options::load(m, a.pipeline.config.as_deref())?;
             let config = options.resolve()?;

@@ -24,6 +24,27 @@ trait Forward {
 
     /// Computes in `precision` from now on.
     fn set_precision(&mut self, precision: Precision) -> Result<(), EvalError>;
+
+    /// One forward pass over the first sequences of `tokens` (as many as
+    /// one pass takes), the device synchronised between its phases.
+    fn pass_phases(&self, tokens: &[i32], seq_len: usize) -> Result<PassPhases, EvalError>;
+}
+
+/// Where one forward pass's time goes ([`Model::pass_phases`]), in seconds,
+/// with the device synchronised after each phase (so the three add up to
+/// a little more than an unsynchronised pass).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PassPhases {
+    /// Sequences in the pass.
+    pub sequences: usize,
+    /// Copying the tokens to the device (nothing on the CPU).
+    pub upload_s: f64,
+    /// The network, log-softmax included.
+    pub forward_s: f64,
+    /// Copying the log-probabilities back as f32 (nothing on the CPU).
+    pub download_s: f64,
+    /// Bytes of tokens copied in and log-probabilities copied back.
+    pub bytes: u64,
 }
 
 struct BurnForward<B: ModelBackend> {
@@ -74,6 +95,34 @@ impl<B: ModelBackend> Forward for BurnForward<B> {
         self.model = self.model.clone().with_precision(precision);
         Ok(())
     }
+
+    fn pass_phases(&self, tokens: &[i32], seq_len: usize) -> Result<PassPhases, EvalError> {
+        use std::time::Instant;
+        let sync = || B::sync(&self.device).map_err(|e| EvalError::Tensor(format!("{e:?}")));
+        let chunk = &tokens[..tokens.len().min(self.pass_sequences * seq_len)];
+        sync()?;
+        let t = Instant::now();
+        let input = tokens_tensor::<B>(chunk, seq_len, &self.device);
+        sync()?;
+        let upload_s = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let output = self.model.forward(input);
+        sync()?;
+        let forward_s = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let rows = output
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .map_err(|e| EvalError::Tensor(format!("{e:?}")))?;
+        Ok(PassPhases {
+            sequences: chunk.len() / seq_len,
+            upload_s,
+            forward_s,
+            download_s: t.elapsed().as_secs_f64(),
+            bytes: (4 * (chunk.len() + rows.len())) as u64,
+        })
+    }
 }
 
 /// `--device cpu`: the fused inference path (same network, same numbers
@@ -88,6 +137,17 @@ impl Forward for CpuPredictor {
             Precision::F32 => Ok(()),
             Precision::Bf16 => Err(EvalError::Bf16OnCpu),
         }
+    }
+
+    /// The whole batch is one pass on the CPU, in host memory.
+    fn pass_phases(&self, tokens: &[i32], seq_len: usize) -> Result<PassPhases, EvalError> {
+        let t = std::time::Instant::now();
+        Forward::log_probs(self, tokens, seq_len)?;
+        Ok(PassPhases {
+            sequences: tokens.len() / seq_len,
+            forward_s: t.elapsed().as_secs_f64(),
+            ..PassPhases::default()
+        })
     }
 }
 
@@ -305,13 +365,11 @@ impl Model {
         self.forward.log_probs(tokens, self.seq_len())
     }
 
-    /// The expected win probability of one row of bucket log-probabilities
-    /// (`sum_k p_k * centre_k`, the paper's value read-out).
-    pub(crate) fn expected_value(&self, log_probs: &[f32]) -> f64 {
-        let Some(b) = &self.buckets else {
-            return f64::NAN;
-        };
-        expected_value(log_probs, b.values())
+    /// Where one forward pass over the first sequences of `tokens` (as
+    /// many as one pass takes) spends its time: copies in, the network,
+    /// copies back, the device synchronised after each.
+    pub(crate) fn pass_phases(&self, tokens: &[i32]) -> Result<PassPhases, EvalError> {
+        self.forward.pass_phases(tokens, self.seq_len())
     }
 }
 
@@ -335,6 +393,32 @@ mod tests {
         assert!((expected_value(&lp, b.values()) - 0.375).abs() < 1e-12);
         let uniform = [(0.25f32).ln(); 4];
         assert!((expected_value(&uniform, b.values()) - 0.5).abs() < 1e-6);
+    }
+
+    /// A synchronised pass over burn's network computes one pass's worth
+    /// of sequences and counts the bytes copied: the tokens in, `outputs`
+    /// f32 log-probabilities per sequence back.
+    #[test]
+    fn a_synchronised_pass_times_one_pass_and_counts_its_copies() {
+        let shape = ModelShape::preset(Preset::Tiny, RecordSet::ActionValue, 32);
+        let mut forward = BurnForward {
+            model: Predictor::<burn::backend::Flex>::new(&shape, &Default::default()),
+            device: Default::default(),
+            pass_sequences: 3,
+        };
+        let tokens = vec![1; 5 * shape.seq_len];
+        let p = forward.pass_phases(&tokens, shape.seq_len).unwrap();
+        assert_eq!(p.sequences, 3);
+        assert_eq!(p.bytes, 4 * 3 * (shape.seq_len + 32) as u64);
+        assert!(p.forward_s > 0.0 && p.upload_s >= 0.0 && p.download_s >= 0.0);
+        forward.pass_sequences = 100;
+        assert_eq!(
+            forward
+                .pass_phases(&tokens, shape.seq_len)
+                .unwrap()
+                .sequences,
+            5
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@ use shakmaty::{CastlingMode, Chess, Move, Position, uci::UciMove};
 use super::{
     EvalError,
     game::{Game, fen_of},
-    model::Model,
+    model::{Model, PassPhases},
 };
 use crate::{
     chess::{RecordSet, actions::vocabulary, push_sequence, tokens::tokenize},
@@ -152,7 +152,7 @@ pub fn predict(model: &Model, pos: &Chess, tokens: &mut Vec<i32>) -> Result<Pred
     tokens.clear();
     push_board(model.policy(), pos, &legal, tokens)?;
     let log_probs = model.log_probs(tokens)?;
-    Ok(prediction(model, legal, log_probs))
+    Ok(prediction(&Readout::of(model), legal, log_probs))
 }
 
 /// Appends the sequences the model scores for `pos` (whose ordered legal
@@ -197,17 +197,50 @@ fn board_rows(policy: RecordSet, legal: &[(String, Move, u16)]) -> usize {
     }
 }
 
+/// What turns a board's rows of log-probabilities into its scores: the
+/// model's policy, its outputs per row and, for the value policies, its
+/// buckets' centres (a plain value, so the finishing thread of
+/// [`predict_many`] can hold it while the model runs).
+#[derive(Clone, Copy)]
+struct Readout<'a> {
+    policy: RecordSet,
+    outputs: usize,
+    buckets: Option<&'a crate::chess::value::ValueBuckets>,
+}
+
+impl<'a> Readout<'a> {
+    fn of(model: &'a Model) -> Readout<'a> {
+        Readout {
+            policy: model.policy(),
+            outputs: model.outputs(),
+            buckets: model.buckets.as_ref(),
+        }
+    }
+
+    /// The expected win probability of one row of bucket log-probabilities
+    /// (`sum_k p_k * centre_k`, the paper's value read-out); NaN without
+    /// buckets.
+    fn expected_value(&self, row: &[f32]) -> f64 {
+        self.buckets
+            .map_or(f64::NAN, |b| super::model::expected_value(row, b.values()))
+    }
+}
+
 /// The prediction of a board from its rows of log-probabilities.
-fn prediction(model: &Model, legal: Vec<(String, Move, u16)>, log_probs: Vec<f32>) -> Prediction {
-    let k = model.outputs();
-    let scores = match model.policy() {
+fn prediction(
+    readout: &Readout,
+    legal: Vec<(String, Move, u16)>,
+    log_probs: Vec<f32>,
+) -> Prediction {
+    let k = readout.outputs;
+    let scores = match readout.policy {
         RecordSet::ActionValue => log_probs
             .chunks(k)
-            .map(|row| model.expected_value(row))
+            .map(|row| readout.expected_value(row))
             .collect(),
         RecordSet::StateValue => log_probs
             .chunks(k)
-            .map(|row| 1.0 - model.expected_value(row))
+            .map(|row| 1.0 - readout.expected_value(row))
             .collect(),
         RecordSet::BehavioralCloning => {
             let picked: Vec<f64> = legal
@@ -235,76 +268,258 @@ pub const BATCH_SEQUENCES: usize = 32 * 1024;
 
 /// A batch of boards, tokenised: their legal moves and their sequences.
 struct Batch {
-    legal: Vec<Vec<(String, Move, u16)>>,
+    legal: Vec<LegalMoves>,
     tokens: Vec<i32>,
+}
+
+/// Where the time of one [`predict_many_timed`] call went, in seconds.
+///
+/// Three stages run at once: a preparing thread lists each board's legal
+/// moves and tokenises its sequences, the calling thread runs the model's
+/// forward passes, and a finishing thread turns the log-probabilities into
+/// [`Prediction`]s. The model is never idle for the host when
+/// `waited_for_prepare_s` and `waited_for_finish_s` stay near zero after
+/// the first batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PipelineTimes {
+    /// Wall time of the whole call.
+    pub wall_s: f64,
+    /// Batches the boards went through the model in.
+    pub batches: usize,
+    /// The preparing thread's busy time: legal moves and tokens.
+    pub prepare_s: f64,
+    /// The model's forward passes (host-to-device copy, the passes and the
+    /// copy back, as [`Model::log_probs`] does them).
+    pub forward_s: f64,
+    /// The finishing thread's busy time: scores from log-probabilities.
+    pub finish_s: f64,
+    /// The model thread's wait for the next prepared batch (the first
+    /// batch's preparation is always in it).
+    pub waited_for_prepare_s: f64,
+    /// The model thread's wait for the finishing thread to take a batch.
+    pub waited_for_finish_s: f64,
 }
 
 /// The predictions of many boards, in order, [`predict`]'s for each: the
 /// boards' sequences go through the model together, up to
-/// [`BATCH_SEQUENCES`] at a time, and the next batch is tokenised on
-/// another thread while the model runs the current one.
+/// [`BATCH_SEQUENCES`] at a time; the next batch is tokenised on another
+/// thread while the model runs the current one, and the one before it is
+/// turned into predictions on a third.
 pub fn predict_many(model: &Model, positions: &[&Chess]) -> Result<Vec<Prediction>, EvalError> {
     if let [pos] = positions {
         // One board (the UCI engine): no thread to overlap with.
         return Ok(vec![predict(model, pos, &mut Vec::new())?]);
     }
-    let policy = model.policy();
-    let seq_len = model.seq_len();
-    let batch_sequences = model.batch_sequences();
-    let mut out = Vec::with_capacity(positions.len());
-    std::thread::scope(|scope| {
-        let (send, batches) = std::sync::mpsc::sync_channel::<Result<Batch, EvalError>>(1);
-        scope.spawn(move || {
-            let mut batch = Batch {
-                legal: Vec::new(),
-                tokens: Vec::new(),
-            };
-            for pos in positions {
-                let step = ordered_legal_moves(pos).and_then(|legal| {
-                    let rows = board_rows(policy, &legal);
-                    let full = !batch.legal.is_empty()
-                        && batch.tokens.len() / seq_len + rows > batch_sequences;
-                    if full {
-                        let done = std::mem::replace(
-                            &mut batch,
-                            Batch {
-                                legal: Vec::new(),
-                                tokens: Vec::with_capacity(batch_sequences * seq_len),
-                            },
-                        );
-                        if send.send(Ok(done)).is_err() {
-                            return Ok(false);
-                        }
-                    }
-                    push_board(policy, pos, &legal, &mut batch.tokens)?;
-                    batch.legal.push(legal);
-                    Ok(true)
-                });
-                match step {
-                    Ok(true) => {}
-                    Ok(false) => return,
-                    Err(e) => {
-                        let _ = send.send(Err(e));
-                        return;
-                    }
-                }
-            }
-            if !batch.legal.is_empty() {
-                let _ = send.send(Ok(batch));
-            }
-        });
-        for batch in batches {
-            let batch = batch?;
-            let log_probs = model.log_probs(&batch.tokens)?;
-            let width = model.outputs();
+    predict_many_timed(model, positions).map(|(predictions, _)| predictions)
+}
+
+/// [`predict_many`] (always through its three threads) and where its time
+/// went.
+pub fn predict_many_timed(
+    model: &Model,
+    positions: &[&Chess],
+) -> Result<(Vec<Prediction>, PipelineTimes), EvalError> {
+    let readout = Readout::of(model);
+    let (width, policy) = (readout.outputs, readout.policy);
+    let (mut out, times) = pipeline(
+        batches(policy, model.seq_len(), model.batch_sequences(), positions),
+        |batch: &Batch| model.log_probs(&batch.tokens),
+        |batch: Batch, log_probs: Vec<f32>, out: &mut Vec<Prediction>| {
             let mut at = 0;
             for legal in batch.legal {
                 let n = board_rows(policy, &legal) * width;
-                out.push(prediction(model, legal, log_probs[at..at + n].to_vec()));
+                out.push(prediction(&readout, legal, log_probs[at..at + n].to_vec()));
                 at += n;
             }
+        },
+    )?;
+    out.shrink_to_fit();
+    Ok((out, times))
+}
+
+/// Where one forward pass over `positions`' sequences (their first pass's
+/// worth) spends its time: copying tokens in, the network, copying
+/// log-probabilities back ([`Model`]'s device synchronised after each).
+pub fn pass_phases(model: &Model, positions: &[&Chess]) -> Result<PassPhases, EvalError> {
+    let first = batches(
+        model.policy(),
+        model.seq_len(),
+        model.batch_sequences(),
+        positions,
+    )
+    .next();
+    match first {
+        Some(batch) => model.pass_phases(&batch?.tokens),
+        None => Ok(PassPhases::default()),
+    }
+}
+
+/// The host's share of [`predict_many`] alone, on the calling thread, in
+/// seconds: preparing `positions` (legal moves, tokens) in the model's
+/// batches, and finishing them (scores from log-probabilities, here
+/// uniform ones: the work does not depend on the values). The model does
+/// not run. For benchmarks: how many boards a second one host thread
+/// prepares or finishes, against what the device scores.
+pub fn host_times(model: &Model, positions: &[&Chess]) -> Result<(f64, f64), EvalError> {
+    use std::time::Instant;
+    let readout = Readout::of(model);
+    let (mut prepare_s, mut finish_s) = (0.0, 0.0);
+    let mut batches = batches(
+        model.policy(),
+        model.seq_len(),
+        model.batch_sequences(),
+        positions,
+    );
+    let uniform = -(readout.outputs as f32).ln();
+    let mut out = Vec::new();
+    loop {
+        let t = Instant::now();
+        let Some(batch) = batches.next() else { break };
+        let batch = batch?;
+        prepare_s += t.elapsed().as_secs_f64();
+        let rows = batch.tokens.len() / model.seq_len();
+        let log_probs = vec![uniform; rows * readout.outputs];
+        let t = Instant::now();
+        let mut at = 0;
+        for legal in batch.legal {
+            let n = board_rows(readout.policy, &legal) * readout.outputs;
+            out.push(prediction(&readout, legal, log_probs[at..at + n].to_vec()));
+            at += n;
         }
-        Ok(out)
+        finish_s += t.elapsed().as_secs_f64();
+        out.clear();
+    }
+    Ok((prepare_s, finish_s))
+}
+
+/// A board's legal moves as [`ordered_legal_moves`] lists them.
+type LegalMoves = Vec<(String, Move, u16)>;
+
+/// `positions` in batches of at most `batch_sequences` sequences (a board
+/// is never split; a board alone may exceed it), tokenised as the iterator
+/// is advanced. The first error ends the batches.
+fn batches<'a>(
+    policy: RecordSet,
+    seq_len: usize,
+    batch_sequences: usize,
+    positions: &'a [&'a Chess],
+) -> impl Iterator<Item = Result<Batch, EvalError>> + Send + 'a {
+    let mut boards = positions.iter();
+    let mut failed = false;
+    let mut carried: Option<(&Chess, LegalMoves)> = None;
+    std::iter::from_fn(move || {
+        if failed {
+            return None;
+        }
+        let mut batch = Batch {
+            legal: Vec::new(),
+            tokens: Vec::new(),
+        };
+        let mut rows = 0;
+        loop {
+            let (pos, legal) = match carried.take() {
+                Some(board) => board,
+                None => match boards.next() {
+                    Some(pos) => match ordered_legal_moves(pos) {
+                        Ok(legal) => (*pos, legal),
+                        Err(e) => {
+                            failed = true;
+                            return Some(Err(e));
+                        }
+                    },
+                    None => break,
+                },
+            };
+            let n = board_rows(policy, &legal);
+            if !batch.legal.is_empty() && rows + n > batch_sequences {
+                carried = Some((pos, legal));
+                break;
+            }
+            if batch.tokens.capacity() == 0 {
+                batch
+                    .tokens
+                    .reserve(batch_sequences.min(positions.len() * 64) * seq_len);
+            }
+            if let Err(e) = push_board(policy, pos, &legal, &mut batch.tokens) {
+                failed = true;
+                return Some(Err(e));
+            }
+            rows += n;
+            batch.legal.push(legal);
+        }
+        (!batch.legal.is_empty()).then_some(Ok(batch))
+    })
+}
+
+/// Runs `run` on the calling thread over `batches`, each advanced on a
+/// preparing thread one batch ahead, and hands every batch with its result
+/// to `finish` on a finishing thread, which collects the outputs in order.
+/// The first error (of a batch or of `run`) stops all three and is
+/// returned.
+fn pipeline<T: Send, U: Send, O: Send>(
+    batches: impl Iterator<Item = Result<T, EvalError>> + Send,
+    mut run: impl FnMut(&T) -> Result<U, EvalError>,
+    mut finish: impl FnMut(T, U, &mut Vec<O>) + Send,
+) -> Result<(Vec<O>, PipelineTimes), EvalError> {
+    use std::{sync::mpsc::sync_channel, time::Instant};
+    let start = Instant::now();
+    let mut times = PipelineTimes::default();
+    std::thread::scope(|scope| {
+        let (send_batch, prepared) = sync_channel::<Result<T, EvalError>>(1);
+        let preparing = scope.spawn(move || {
+            let mut busy = 0.0;
+            let mut batches = batches;
+            loop {
+                let t = Instant::now();
+                let next = batches.next();
+                busy += t.elapsed().as_secs_f64();
+                let Some(next) = next else { break };
+                let failed = next.is_err();
+                if send_batch.send(next).is_err() || failed {
+                    break;
+                }
+            }
+            busy
+        });
+        let (send_result, results) = sync_channel::<(T, U)>(1);
+        let finishing = scope.spawn(move || {
+            let (mut busy, mut out) = (0.0, Vec::new());
+            for (batch, result) in results {
+                let t = Instant::now();
+                finish(batch, result, &mut out);
+                busy += t.elapsed().as_secs_f64();
+            }
+            (out, busy)
+        });
+        let ran = (|| -> Result<(), EvalError> {
+            loop {
+                let t = Instant::now();
+                let Ok(batch) = prepared.recv() else {
+                    return Ok(());
+                };
+                times.waited_for_prepare_s += t.elapsed().as_secs_f64();
+                let batch = batch?;
+                let t = Instant::now();
+                let result = run(&batch)?;
+                times.forward_s += t.elapsed().as_secs_f64();
+                times.batches += 1;
+                let t = Instant::now();
+                if send_result.send((batch, result)).is_err() {
+                    return Ok(());
+                }
+                times.waited_for_finish_s += t.elapsed().as_secs_f64();
+            }
+        })();
+        // Ends both threads: the preparing one at its next send, the
+        // finishing one once it has taken every batch.
+        drop(prepared);
+        drop(send_result);
+        times.prepare_s = preparing.join().expect("the preparing thread panicked");
+        let (out, finish_s) = finishing.join().expect("the finishing thread panicked");
+        times.finish_s = finish_s;
+        ran?;
+        times.wall_s = start.elapsed().as_secs_f64();
+        Ok((out, times))
     })
 }
 
@@ -627,7 +842,8 @@ mod tests {
             // sequences a batch: the same predictions, in many batches.
             let model = model.with_memory_limit(64 << 10);
             assert!(model.batch_sequences() < 100, "{}", model.batch_sequences());
-            let small = predict_many(&model, &refs).unwrap();
+            let (small, times) = predict_many_timed(&model, &refs).unwrap();
+            assert!(times.batches > 10, "{times:?}");
             assert_eq!(together.len(), boards.len());
             assert_eq!(small.len(), boards.len());
             let mut tokens = Vec::new();
@@ -658,6 +874,91 @@ mod tests {
             );
             println!("{policy:?}: log-probs {worst_lp:.1e} (relative), scores {worst_score:.1e}");
         }
+    }
+
+    /// The three stages of [`pipeline`] overlap: the next batch is ready
+    /// before the model has run the current one, and a batch is finished
+    /// while the model runs the next; outputs keep their order. (Ordering,
+    /// not speed: each model pass sleeps 40 ms, preparing takes
+    /// microseconds and finishing 10 ms.)
+    #[test]
+    fn the_pipeline_prepares_and_finishes_while_the_model_runs() {
+        use std::{
+            sync::Mutex,
+            time::{Duration, Instant},
+        };
+        let log = Mutex::new(Vec::<(&str, usize, Instant)>::new());
+        let note =
+            |what: &'static str, i: usize| log.lock().unwrap().push((what, i, Instant::now()));
+        let n = 5;
+        let (out, times) = pipeline(
+            (0..n).map(|i| {
+                note("prepared", i);
+                Ok(i)
+            }),
+            |&i| {
+                std::thread::sleep(Duration::from_millis(40));
+                note("ran", i);
+                Ok(10 * i)
+            },
+            |i, r, out: &mut Vec<usize>| {
+                note("finishing", i);
+                std::thread::sleep(Duration::from_millis(10));
+                out.push(r);
+            },
+        )
+        .unwrap();
+        assert_eq!(out, [0, 10, 20, 30, 40]);
+        assert_eq!(times.batches, n);
+        assert!(
+            times.forward_s >= 0.2 && times.finish_s >= 0.05,
+            "{times:?}"
+        );
+        let log = log.into_inner().unwrap();
+        let at = |what: &str, i: usize| log.iter().find(|e| e.0 == what && e.1 == i).unwrap().2;
+        for i in 0..n - 1 {
+            assert!(at("prepared", i + 1) < at("ran", i), "batch {i}: {log:?}");
+            assert!(at("finishing", i) < at("ran", i + 1), "batch {i}: {log:?}");
+        }
+    }
+
+    /// An error of a batch or of the model ends the pipeline with it, and
+    /// nothing hangs.
+    #[test]
+    fn a_pipeline_error_stops_every_stage() {
+        let failing = |at: usize| {
+            (0..1000).map(move |i| {
+                if i == at {
+                    Err(EvalError::Tensor(format!("batch {i}")))
+                } else {
+                    Ok(i)
+                }
+            })
+        };
+        let keep = |_: usize, r: usize, out: &mut Vec<usize>| out.push(r);
+        let err = pipeline(failing(3), |&i| Ok(i), keep).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            EvalError::Tensor("batch 3".into()).to_string()
+        );
+        let err = pipeline(
+            failing(usize::MAX),
+            |&i| {
+                if i == 7 {
+                    Err(EvalError::Tensor("pass 7".into()))
+                } else {
+                    Ok(i)
+                }
+            },
+            keep,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            EvalError::Tensor("pass 7".into()).to_string()
+        );
+        let (out, _) = pipeline(failing(usize::MAX), |&i| Ok(i), keep).unwrap();
+        assert_eq!(out, (0..1000).collect::<Vec<_>>());
     }
 
     #[test]

@@ -341,6 +341,12 @@ pub struct PuzzleSummary {
     pub accuracy: f64,
     pub mean_rating: Option<f64>,
     pub by_rating: Vec<RatingBucket>,
+    /// Positions the player chose a move in: each puzzle's solver moves up
+    /// to its first wrong one (a weak player stops early, so it scores
+    /// fewer boards in the same puzzles than a strong one).
+    pub boards: u64,
+    /// Positions a player that solves every puzzle chooses a move in.
+    pub boards_if_all_solved: u64,
     pub seconds: f64,
 }
 
@@ -359,7 +365,13 @@ pub(crate) fn summarise(player: &str, results: &[PuzzleResult], seconds: f64) ->
         .iter()
         .filter_map(|r| r.rating.map(f64::from))
         .collect();
+    let boards = results
+        .iter()
+        .map(|r| u64::from(r.moves_found + u32::from(r.moves_found < r.moves_needed)))
+        .sum();
     PuzzleSummary {
+        boards,
+        boards_if_all_solved: results.iter().map(|r| u64::from(r.moves_needed)).sum(),
         player: player.to_owned(),
         puzzles: results.len() as u64,
         solved,
@@ -509,6 +521,20 @@ mod tests {
             "r1bqkbnr/1ppp1ppp/p1n5/1B2p3/4P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 0 4"
         );
         assert!(play_pgn("1. e5").is_err());
+    }
+
+    /// A puzzle's boards: every solver move found, plus the one missed.
+    #[test]
+    fn boards_scored_stop_at_the_first_wrong_move() {
+        let r = |needed, found| PuzzleResult {
+            id: String::new(),
+            rating: None,
+            solved: found == needed,
+            moves_needed: needed,
+            moves_found: found,
+        };
+        let s = summarise("x", &[r(3, 0), r(3, 1), r(3, 3), r(1, 1)], 1.0);
+        assert_eq!((s.boards, s.boards_if_all_solved), (1 + 2 + 3 + 1, 10));
     }
 
     #[test]

@@ -334,11 +334,14 @@ impl Report for EvalSummary {
         for p in &s.puzzles {
             writeln!(
                 out,
-                "  {:<24} puzzles: {}/{} solved ({:.1}%)",
+                "  {:<24} puzzles: {}/{} solved ({:.1}%), {} boards in {:.0} s ({:.0} boards/s)",
                 p.player,
                 p.solved,
                 p.puzzles,
-                100.0 * p.accuracy
+                100.0 * p.accuracy,
+                p.boards,
+                p.seconds,
+                p.boards as f64 / p.seconds.max(1e-9)
             )?;
         }
         for g in &s.games {

@@ -176,3 +176,138 @@ pub(crate) fn load_module<B: Backend>(
             message: e.to_string(),
         })
 }
+
+/// Writes an inference checkpoint: `model.mpk`, `ema.mpk` and a
+/// `state.json` recording `step`, the run name (`out`'s file name),
+/// `policy`, `shape` and, under `origin_key`, where the parameters came
+/// from; no optimiser state, so training does not resume from it. `out`
+/// becomes a training run's directory (`out/checkpoints/step-N/`) and must
+/// not exist. Nothing is left behind on failure: the run is written beside
+/// `out` and renamed into place. Returns the checkpoint's directory.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_inference<B: Backend>(
+    out: &Path,
+    step: u64,
+    policy: RecordSet,
+    shape: &ModelShape,
+    model: &Predictor<B>,
+    ema: &Predictor<B>,
+    origin_key: &str,
+    origin: serde_json::Value,
+) -> Result<PathBuf, CheckpointError> {
+    if out.exists() {
+        return Err(io(out)(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "exists; choose a new directory",
+        )));
+    }
+    let name = out.file_name().map_or_else(
+        || "checkpoint".to_owned(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let staging = out.with_file_name(format!(".{name}.writing"));
+    let _ = fs::remove_dir_all(&staging);
+    let result = (|| {
+        let dir = step_dir(&staging, step);
+        fs::create_dir_all(&dir).map_err(io(&dir))?;
+        for (file, m) in [(Weights::Raw.file(), model), (Weights::Ema.file(), ema)] {
+            let path = dir.join(file);
+            m.clone()
+                .save_file(&path, &recorder())
+                .map_err(|e| CheckpointError::Record {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+        }
+        let mut state = serde_json::json!({
+            "step": step,
+            "config": { "name": name, "policy": policy },
+            "shape": shape,
+        });
+        state[origin_key] = origin;
+        let path = dir.join(STATE);
+        fs::write(&path, serde_json::to_vec_pretty(&state).expect("json")).map_err(io(&path))?;
+        fs::rename(&staging, out).map_err(io(out))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_dir_all(&staging);
+    }
+    result?;
+    Ok(step_dir(out, step))
+}
+
+/// `chessbench checkpoint init`'s options (command line only).
+#[derive(Debug, Clone, clap::Args)]
+pub struct InitOptions {
+    /// What the model predicts.
+    #[arg(long, value_enum)]
+    pub policy: RecordSet,
+    /// The model's size.
+    #[arg(long, value_enum)]
+    pub model: super::Preset,
+    /// Value buckets (value policies; the paper's models use 128).
+    #[arg(long, value_name = "K", default_value_t = 128)]
+    pub buckets: usize,
+    /// Seed of the initialisation (the same seed, the same weights).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Directory to write, as a chessbench training run
+    /// (DIR/checkpoints/step-000000000/); it must not exist.
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    pub out: PathBuf,
+}
+
+/// What `chessbench checkpoint init` wrote.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InitSummary {
+    pub checkpoint: PathBuf,
+    pub policy: RecordSet,
+    pub shape: ModelShape,
+    pub parameters: u64,
+    pub seconds: f64,
+}
+
+impl crate::ui::Report for InitSummary {
+    fn render(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        writeln!(
+            out,
+            "wrote a randomly initialised {}-layer d={} {} model ({} parameters) to {} in {:.1} s",
+            self.shape.layers,
+            self.shape.d_model,
+            self.policy.name(),
+            crate::ui::group(self.parameters),
+            self.checkpoint.display(),
+            self.seconds
+        )
+    }
+}
+
+/// Writes a randomly initialised model of a preset as a step-0
+/// checkpoint (training's initialisation, seeded; the EMA equals the
+/// parameters), which `eval`, `uci` and `--opponent checkpoint:` load:
+/// for timing evaluation at a model size before any training.
+pub fn init_checkpoint(options: &InitOptions) -> Result<InitSummary, CheckpointError> {
+    let start = std::time::Instant::now();
+    let shape = ModelShape::preset(options.model, options.policy, options.buckets);
+    let device = Default::default();
+    burn::backend::Flex::seed(&device, options.seed);
+    let model = Predictor::<burn::backend::Flex>::new(&shape, &device);
+    let parameters = model.num_params() as u64;
+    let checkpoint = write_inference(
+        &options.out,
+        0,
+        options.policy,
+        &shape,
+        &model,
+        &model,
+        "initialised",
+        serde_json::json!({ "seed": options.seed, "preset": options.model }),
+    )?;
+    Ok(InitSummary {
+        checkpoint,
+        policy: options.policy,
+        shape,
+        parameters,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}

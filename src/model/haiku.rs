@@ -55,6 +55,8 @@ pub enum HaikuError {
     },
     #[error("{}: parameters the model shape has no place for: {names} (a deeper or other model?)", path.display())]
     Unused { path: PathBuf, names: String },
+    #[error(transparent)]
+    Checkpoint(#[from] super::checkpoint::CheckpointError),
     #[error("sequences: {0} tokens is not a whole number of {1}-token sequences")]
     Sequences(usize, usize),
     #[error("fused inference: {0}")]
@@ -257,16 +259,6 @@ impl crate::ui::Report for ImportSummary {
 pub fn import_checkpoint(options: &ImportOptions) -> Result<ImportSummary, HaikuError> {
     use burn::module::Module;
 
-    let out = &options.out;
-    if out.exists() {
-        return Err(HaikuError::Io {
-            path: out.clone(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "exists; choose a new directory",
-            ),
-        });
-    }
     let shape = ModelShape::preset(options.model, options.policy, options.buckets);
     let device = Default::default();
     let model = HaikuParams::read(&options.params)?.predictor::<Flex>(&shape, &device)?;
@@ -275,51 +267,22 @@ pub fn import_checkpoint(options: &ImportOptions) -> Result<ImportSummary, Haiku
         None => model.clone(),
     };
     let parameters = model.num_params() as u64;
-    let name = out.file_name().map_or_else(
-        || "imported".to_owned(),
-        |n| n.to_string_lossy().into_owned(),
-    );
-    let staging = out.with_file_name(format!(".{name}.importing"));
-    let _ = fs::remove_dir_all(&staging);
-    let result = (|| {
-        let dir = super::checkpoint::step_dir(&staging, options.step);
-        fs::create_dir_all(&dir).map_err(|source| HaikuError::Io {
-            path: dir.clone(),
-            source,
-        })?;
-        for (file, m) in [("model.mpk", &model), ("ema.mpk", &ema)] {
-            let path = dir.join(file);
-            m.clone()
-                .save_file(&path, &super::checkpoint::recorder())
-                .map_err(|e| HaikuError::Io {
-                    path: path.clone(),
-                    source: std::io::Error::other(e.to_string()),
-                })?;
-        }
-        let state = serde_json::json!({
-            "step": options.step,
-            "config": { "name": name, "policy": options.policy },
-            "shape": shape,
-            "imported_from": {
-                "code": "google-deepmind/searchless_chess (haiku parameters)",
-                "params": options.params,
-                "ema": options.ema,
-            },
-        });
-        let path = dir.join(super::checkpoint::STATE);
-        fs::write(&path, serde_json::to_vec_pretty(&state).expect("json"))
-            .map_err(|source| HaikuError::Io { path, source })?;
-        fs::rename(&staging, out).map_err(|source| HaikuError::Io {
-            path: out.clone(),
-            source,
-        })
-    })();
-    if result.is_err() {
-        let _ = fs::remove_dir_all(&staging);
-    }
-    result?;
+    let checkpoint = super::checkpoint::write_inference(
+        &options.out,
+        options.step,
+        options.policy,
+        &shape,
+        &model,
+        &ema,
+        "imported_from",
+        serde_json::json!({
+            "code": "google-deepmind/searchless_chess (haiku parameters)",
+            "params": options.params,
+            "ema": options.ema,
+        }),
+    )?;
     Ok(ImportSummary {
-        checkpoint: super::checkpoint::step_dir(out, options.step),
+        checkpoint,
         policy: options.policy,
         shape,
         parameters,

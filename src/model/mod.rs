@@ -29,7 +29,8 @@ pub mod op_count;
 pub(crate) mod shape;
 
 pub use backend::{AttentionKernel, LayerKernels, ModelBackend, Products, TrainBackend};
-pub(crate) use checkpoint::{CheckpointError, CheckpointInfo, Weights};
+pub use checkpoint::{CheckpointError, InitOptions, InitSummary, init_checkpoint};
+pub(crate) use checkpoint::{CheckpointInfo, Weights};
 pub use device::{DeviceKind, Precision, tune_allocator};
 pub(crate) use net::{Predictor, tokens_tensor};
 pub use shape::{Architecture, ModelShape, Preset};

@@ -434,3 +434,144 @@ fn uci_engine_survives_bad_commands_and_speaks_to_python_chess() {
     );
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok "));
 }
+
+/// `chessbench checkpoint init` writes a random model that `uci` plays, driven by the latency script
+/// the GPU benchmark uses, and `eval` scores, counting the boards it
+/// chose moves in; it refuses to overwrite.
+#[test]
+fn a_random_checkpoint_plays_uci_and_evaluates() {
+    let dir = tempfile::tempdir().unwrap();
+    let init = |name: &str, seed: &str| {
+        let out = dir.path().join(name);
+        let o = run(&[
+            "checkpoint",
+            "init",
+            "--policy",
+            "action_value",
+            "--model",
+            "tiny",
+            "--buckets",
+            "32",
+            "--seed",
+            seed,
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ]);
+        (out, o)
+    };
+    let (a, o) = init("a", "1");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["shape"]["outputs"], 32, "{s}");
+    // Training's initialisation, seeded: the same seed plays the same
+    // scores, another seed others (each process seeds burn's generator
+    // alone).
+    let play = |run: &Path| {
+        let mut child = Command::new(BIN)
+            .args(["uci", "--checkpoint"])
+            .arg(run)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(
+                b"uci\nposition startpos\ngo\nposition startpos moves e2e4 c7c5\ngo\n\
+                  position fen 8/8/4k3/8/8/3QK3/8/8 w - - 0 1\ngo\nquit\n",
+            )
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let lines: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with("info") || l.starts_with("bestmove"))
+            .map(|l| {
+                // Everything but the milliseconds taken.
+                let words: Vec<&str> = l.split_whitespace().collect();
+                let at = words.iter().position(|w| *w == "time");
+                let kept = words
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| at.is_none_or(|t| *i != t + 1))
+                    .map(|(_, w)| *w);
+                kept.collect::<Vec<_>>().join(" ")
+            })
+            .collect();
+        assert_eq!(
+            lines.iter().filter(|l| l.starts_with("bestmove")).count(),
+            3,
+            "{text}"
+        );
+        lines
+    };
+    let (b, _) = init("b", "1");
+    let (c, _) = init("c", "2");
+    assert_eq!(play(&a), play(&b), "the same seed, the same scores");
+    assert_ne!(play(&a), play(&c), "another seed, other scores");
+    let (_, again) = init("a", "1");
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("exists"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/uci_latency.py");
+    let o = Command::new("python3")
+        .arg(&script)
+        .args([
+            "--positions",
+            data_file("lichess_db_puzzle_head1000.csv")
+                .to_str()
+                .unwrap(),
+        ])
+        .args([
+            "--count",
+            "5",
+            "--name",
+            "uci-tiny",
+            "--",
+            BIN,
+            "uci",
+            "--checkpoint",
+        ])
+        .arg(&a)
+        .output()
+        .expect("python3");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let l: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (l["name"].as_str(), l["moves"].as_u64()),
+        (Some("uci-tiny"), Some(5))
+    );
+    assert!(l["median_ms"].as_f64().unwrap() > 0.0, "{l}");
+
+    if !have_stockfish() {
+        return;
+    }
+    let s = eval_json(&[
+        annotated().to_str().unwrap(),
+        "--checkpoint",
+        a.to_str().unwrap(),
+        "--only",
+        "puzzles",
+        "--puzzles",
+        data_file("lichess_db_puzzle_head1000.csv")
+            .to_str()
+            .unwrap(),
+        "--max-puzzles",
+        "40",
+        "--out",
+        dir.path().join("report").to_str().unwrap(),
+    ]);
+    let p = &s["puzzles"][0];
+    let (boards, most) = (
+        p["boards"].as_u64().unwrap(),
+        p["boards_if_all_solved"].as_u64().unwrap(),
+    );
+    assert!(40 <= boards && boards <= most && most > 40, "{p}");
+}

@@ -552,6 +552,14 @@ pub(crate) struct StoredRecords {
 }
 
 impl StoredRecords {
+    /// Room for `records` records of `bytes` bytes in all.
+    pub(crate) fn with_capacity(bytes: usize, records: usize) -> StoredRecords {
+        StoredRecords {
+            bytes: Vec::with_capacity(bytes),
+            ends: Vec::with_capacity(records),
+        }
+    }
+
     pub(crate) fn push(&mut self, record: &[u8]) {
         self.bytes.extend_from_slice(record);
         self.ends.push(self.bytes.len());

@@ -113,8 +113,9 @@ pub struct ExportConfig {
     pub overwrite: bool,
     /// DuckDB's memory budget, bytes.
     pub memory_limit: u64,
-    /// Threads compressing `.bagz` records (`-j`); the files are the same
-    /// at any.
+    /// Threads writing the files (`-j`): compressing `.bagz` records and
+    /// writing them while the next batch is encoded, decoding the boards'
+    /// FENs ahead; the files are the same at any.
     pub threads: usize,
     pub progress: bool,
 }
@@ -196,12 +197,74 @@ fn count(session: &Session, set: RecordSet, split: &str) -> Result<u64, SqlError
         .map_err(|e| session_error(session, e))
 }
 
+/// One batch of the boards table: ids and their FENs.
+type BoardBatch = Result<(UInt64Array, StringArray), BagSetError>;
+
+/// The batches of a split's boards table, file after file, decoded as the
+/// iterator is advanced.
+struct BoardBatches {
+    dir: PathBuf,
+    files: std::vec::IntoIter<PathBuf>,
+    reader: Option<ParquetRecordBatchReader>,
+}
+
+impl Iterator for BoardBatches {
+    type Item = BoardBatch;
+
+    fn next(&mut self) -> Option<BoardBatch> {
+        loop {
+            if let Some(reader) = self.reader.as_mut() {
+                match reader.next() {
+                    Some(batch) => return Some(self.columns(batch)),
+                    None => self.reader = None,
+                }
+            }
+            let path = self.files.next()?;
+            let reader = open_columns(&path, &["board_id", "fen"]).and_then(|b| {
+                b.with_batch_size(16 * 1024)
+                    .build()
+                    .map_err(|e| StoreError::parquet(&path, e))
+            });
+            match reader {
+                Ok(reader) => self.reader = Some(reader),
+                Err(e) => {
+                    self.files = Vec::new().into_iter();
+                    return Some(Err(e.into()));
+                }
+            }
+        }
+    }
+}
+
+impl BoardBatches {
+    fn columns(&self, batch: Result<RecordBatch, arrow_schema::ArrowError>) -> BoardBatch {
+        let batch = batch.map_err(|e| StoreError::Corrupt(self.dir.clone(), e.to_string()))?;
+        let ids = batch.column(0).as_primitive_opt::<UInt64Type>();
+        let fens = batch.column(1).as_string_opt::<i32>();
+        let (Some(ids), Some(fens)) = (ids, fens) else {
+            return Err(StoreError::Corrupt(
+                self.dir.clone(),
+                "boards without (board_id UInt64, fen Utf8)".into(),
+            )
+            .into());
+        };
+        Ok((ids.clone(), fens.clone()))
+    }
+}
+
+/// Where [`BoardFens`] gets its batches: decoded when asked for, or by a
+/// thread of its own that decodes up to two batches ahead (the Parquet
+/// decoding then overlaps the export's encoding and writing).
+enum BoardSource {
+    Inline(BoardBatches),
+    Ahead(std::sync::mpsc::Receiver<BoardBatch>),
+}
+
 /// The boards of a split in board-id order, streamed a batch at a time:
 /// the FEN of each id asked for, ids asked for in ascending order.
 struct BoardFens {
     dir: PathBuf,
-    files: std::vec::IntoIter<PathBuf>,
-    reader: Option<ParquetRecordBatchReader>,
+    source: BoardSource,
     ids: UInt64Array,
     fens: StringArray,
     row: usize,
@@ -210,13 +273,37 @@ struct BoardFens {
 }
 
 impl BoardFens {
-    fn open(run: &Path, split: &str) -> Result<BoardFens, BagSetError> {
+    /// The boards of `split`; `ahead` decodes them on a thread of their own.
+    fn open(run: &Path, split: &str, ahead: bool) -> Result<BoardFens, BagSetError> {
         let dir = run.join(partition_dir(Table::Boards, split));
-        let files = parquet_files(&dir)?;
+        let batches = BoardBatches {
+            dir: dir.clone(),
+            files: parquet_files(&dir)?.into_iter(),
+            reader: None,
+        };
+        let source = if ahead {
+            let (send, receive) = std::sync::mpsc::sync_channel(2);
+            std::thread::Builder::new()
+                .name("cb-boards".into())
+                .spawn(move || {
+                    for batch in batches {
+                        // Ends when the export stops asking.
+                        if send.send(batch).is_err() {
+                            break;
+                        }
+                    }
+                })
+                .map_err(|source| BagSetError::Io {
+                    path: dir.clone(),
+                    source,
+                })?;
+            BoardSource::Ahead(receive)
+        } else {
+            BoardSource::Inline(batches)
+        };
         Ok(BoardFens {
             dir,
-            files: files.into_iter(),
-            reader: None,
+            source,
             ids: UInt64Array::from(Vec::<u64>::new()),
             fens: StringArray::from(Vec::<&str>::new()),
             row: 0,
@@ -226,38 +313,17 @@ impl BoardFens {
 
     /// The next batch of (board_id, fen); false when the table ends.
     fn next_batch(&mut self) -> Result<bool, BagSetError> {
-        loop {
-            if let Some(reader) = self.reader.as_mut() {
-                match reader.next() {
-                    Some(batch) => {
-                        let batch = batch
-                            .map_err(|e| StoreError::Corrupt(self.dir.clone(), e.to_string()))?;
-                        let ids = batch.column(0).as_primitive_opt::<UInt64Type>();
-                        let fens = batch.column(1).as_string_opt::<i32>();
-                        let (Some(ids), Some(fens)) = (ids, fens) else {
-                            return Err(StoreError::Corrupt(
-                                self.dir.clone(),
-                                "boards without (board_id UInt64, fen Utf8)".into(),
-                            )
-                            .into());
-                        };
-                        self.ids = ids.clone();
-                        self.fens = fens.clone();
-                        self.row = 0;
-                        return Ok(true);
-                    }
-                    None => self.reader = None,
-                }
+        let next = match &mut self.source {
+            BoardSource::Inline(batches) => batches.next(),
+            BoardSource::Ahead(receive) => receive.recv().ok(),
+        };
+        match next {
+            Some(batch) => {
+                (self.ids, self.fens) = batch?;
+                self.row = 0;
+                Ok(true)
             }
-            let Some(path) = self.files.next() else {
-                return Ok(false);
-            };
-            self.reader = Some(
-                open_columns(&path, &["board_id", "fen"])?
-                    .with_batch_size(16 * 1024)
-                    .build()
-                    .map_err(|e| StoreError::parquet(&path, e))?,
-            );
+            None => Ok(false),
         }
     }
 
@@ -413,12 +479,11 @@ fn export_set(
         stmt.stream_arrow([])
             .map_err(|e| session_error(session, e))?,
     );
-    // Records are encoded here and written in batches; `.bagz` batches are
-    // compressed on the pool, in order.
-    let encoders = match config.compress {
-        true => Encoders::new(config.threads, "cb-compress")?,
-        false => Encoders::Inline,
-    };
+    // Records are encoded here and handed over in batches: with more than
+    // one thread, a pool compresses (`.bagz`) and writes them, in order,
+    // while this thread encodes the next, and the boards' FENs are decoded
+    // on a thread of their own; with one, all of it happens here.
+    let encoders = Encoders::new(config.threads, "cb-bag-write")?;
     let compress = config.compress;
     let open = |i: usize| -> Result<InOrder<BagWriter>, BagSetError> {
         Ok(InOrder::new(
@@ -455,7 +520,7 @@ fn export_set(
     let per_shard = n.div_ceil(files.len() as u64);
     let mut record = Vec::with_capacity(128);
     let (mut written, mut bytes) = (0u64, 0u64);
-    let mut boards = BoardFens::open(&config.run, &config.split)?;
+    let mut boards = BoardFens::open(&config.run, &config.split, config.threads > 1)?;
     let vocab = vocabulary();
     // The last row's (board id, action): stored rows must increase.
     let mut last: Option<(u64, u16)> = None;
@@ -501,7 +566,9 @@ fn export_set(
             in_shard += 1;
             written += 1;
             if batch.len() == WRITE_BATCH {
-                submit(&mut writer, std::mem::take(&mut batch))?;
+                // The next batch starts at this one's size: no regrowing.
+                let next = StoredRecords::with_capacity(batch.bytes.len(), WRITE_BATCH);
+                submit(&mut writer, std::mem::replace(&mut batch, next))?;
             }
         }
         bar.inc(rows.num_rows() as u64);

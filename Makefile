@@ -197,7 +197,7 @@ CORES_GAMES     ?= 1000000
 CORES_BAG_GAMES ?= 100000
 bench-cores: | $(DUCKDB_LIB)
 	scripts/cores-build target/cores-bin
-	python3 bench/cores.py --bin target/cores-bin --openings data/lichess_2022-06_head2500.pgn.zst \
+	python3 bench/cores.py --bin target/cores-bin \
 	  --out bench-data/cores --work bench-data/cores/work --games $(CORES_GAMES) \
 	  --bag-games $(CORES_BAG_GAMES) $(if $(CORES_JOBS),--jobs "$(CORES_JOBS)")
 

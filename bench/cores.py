@@ -21,9 +21,10 @@ The stages:
   bag_export         `chessbench bag export -j J` of that split (.bag)
   bag_export_bagz    the same, zstd-compressed records (.bagz), state values
 
-Games come from gengames (real Lichess openings continued by seeded random
-play), generated on the machine that runs the bench, in as many processes
-as it has cores (seeds 1..P, concatenated). Nothing but the Python standard
+Games come from `chessbench generate-games` (real Lichess openings continued
+by seeded random play, written as a Lichess dump with clocks), generated on
+the machine that runs the bench, in as many processes as it has cores
+(seeds 1..P, concatenated). Nothing but the Python standard
 library is needed; the binaries are given with --bin (built here by
 `make bench-cores`, carried to another machine by scripts/cores-bundle).
 """
@@ -110,8 +111,10 @@ class Bench:
         for i, k in enumerate(per):
             part = f"{path}.part{i}"
             parts.append(part)
-            gen = [self.bin("gengames"), "--games", str(k), "--seed", str(i + 1),
-                   "--openings", self.args.openings]
+            gen = [self.bin("chessbench"), "generate-games", "--games", str(k),
+                   "--seed", str(i + 1)]
+            if self.args.openings:
+                gen += ["--openings", self.args.openings]
             if zstd:
                 cmd = " ".join(gen) + f" | {zstd} -1 -q -T1 -o {part}"
                 running.append(subprocess.Popen(["sh", "-c", cmd], stderr=subprocess.DEVNULL))
@@ -120,7 +123,7 @@ class Bench:
                                                 stderr=subprocess.DEVNULL))
         for p in running:
             if p.wait() != 0:
-                sys.exit(f"gengames failed (exit {p.returncode})")
+                sys.exit(f"chessbench generate-games failed (exit {p.returncode})")
         with open(path + ".tmp", "wb") as out:
             for part in parts:  # zstd frames concatenate into one stream
                 with open(part, "rb") as f:
@@ -178,7 +181,7 @@ class Bench:
               f"{a.bag_games} games; -j {' '.join(map(str, jobs))}; results {self.results}",
               flush=True)
         if "ingest" in a.stages:
-            games = self.games(a.games, f"games_{a.games}")
+            games = self.games(a.games, f"lichesslike_{a.games}")
             self.warm(games)
             for j in jobs:
                 run_dir = os.path.join(self.work, "ingest-run")
@@ -201,7 +204,7 @@ class Bench:
                     row["status"] = status
                 self.record(row)
         if "bag" in a.stages:
-            games = self.games(a.bag_games, f"games_{a.bag_games}")
+            games = self.games(a.bag_games, f"lichesslike_{a.bag_games}")
             run_dir = os.path.join(self.work, "bag-source")
             bags = os.path.join(self.work, "bags")
             if not os.path.exists(os.path.join(bags, "state_value_data.bag")):
@@ -268,8 +271,9 @@ class Bench:
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--bin", required=True,
-                   help="directory with chessbench, gengames, bench-scale, parallel_validate")
-    p.add_argument("--openings", required=True, help="PGN(.zst) of real games for gengames")
+                   help="directory with chessbench, bench-scale, parallel_validate")
+    p.add_argument("--openings", help="PGN(.zst) of real games whose openings the games "
+                                      "replay (default: the ones built into chessbench)")
     p.add_argument("--out", required=True, help="where cores.jsonl, cores.md and cores.log go")
     p.add_argument("--work", default="/tmp/cb-cores", help="generated games and runs")
     p.add_argument("--games", type=int, default=1_000_000)

@@ -15,5 +15,4 @@ done
 chmod +x "$BIN"/*
 export LD_LIBRARY_PATH=$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 cp .cores/commit "$OUT/commit" 2>/dev/null || true
-exec python3 bench/cores.py --bin "$BIN" --openings data/lichess_2022-06_head2500.pgn.zst \
-  --out "$OUT" "$@"
+exec python3 bench/cores.py --bin "$BIN" --out "$OUT" "$@"

@@ -3,9 +3,9 @@
 //! time, records per second, peak RSS (from the OS: `wait4`'s rusage of the
 //! child), bytes on disk, and the ratio of N to N/10.
 //!
-//! Games: `../shared/tools/gengames` (real Lichess openings continued by
-//! seeded random play), built with cargo; the bench prints why and stops when
-//! `../shared` is absent. Generated inputs are cached in `bench-data/scale/`.
+//! Games: `chessbench generate-games`'s (real Lichess openings continued by
+//! seeded random play, written as a Lichess dump with clocks), generated in
+//! this process and cached in `bench-data/scale/`.
 //!
 //! Value stages need values, and Stockfish cannot annotate 10^8 moves here:
 //! the bench writes the ingested boards as ChessBench `.bag` files with
@@ -269,46 +269,22 @@ fn warm_machine() {
     );
 }
 
-/// Generated games, cached: `bench-data/scale/games_N.pgn.zst`.
-fn games(n: u64) -> Option<PathBuf> {
-    let tool = root().join("../shared/tools/gengames/Cargo.toml");
-    if !tool.is_file() {
-        println!(
-            "skipping: {} is absent (the game generator lives in the project's shared tools)",
-            tool.display()
-        );
-        return None;
-    }
+/// Generated games, cached: `bench-data/scale/lichesslike_N.pgn.zst`
+/// (`chessbench generate-games --games N --seed 1`, zstd level 3).
+fn games(n: u64) -> PathBuf {
     let dir = root().join("bench-data/scale");
     fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(format!("games_{n}.pgn.zst"));
+    let out = dir.join(format!("lichesslike_{n}.pgn.zst"));
     if out.is_file() {
-        return Some(out);
+        return out;
     }
-    let gen_target = target_dir().join("gengames");
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "--quiet", "--manifest-path"])
-        .arg(&tool)
-        .arg("--target-dir")
-        .arg(&gen_target)
-        .status()
-        .expect("cargo build gengames");
-    assert!(status.success(), "building gengames");
     let tmp = out.with_extension("tmp");
     let t = Instant::now();
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "{} --games {n} --seed 1 --openings {} | zstd -T2 -3 -q -o {}",
-            gen_target.join("release/gengames").display(),
-            root()
-                .join("data/lichess_2022-06_head2500.pgn.zst")
-                .display(),
-            tmp.display()
-        ))
-        .status()
-        .unwrap();
-    assert!(status.success(), "gengames | zstd");
+    let file = fs::File::create(&tmp).unwrap();
+    let mut zstd = zstd::stream::write::Encoder::new(file, 3).unwrap();
+    let openings = chessbench::chess::generate::Openings::builtin();
+    chessbench::chess::generate::write_games(&mut zstd, &openings, 1, n).expect("generating games");
+    zstd.finish().unwrap().sync_all().unwrap();
     fs::rename(&tmp, &out).unwrap();
     println!(
         "generated {n} games in {:.1} s: {} ({:.0} MB)",
@@ -316,7 +292,7 @@ fn games(n: u64) -> Option<PathBuf> {
         out.display(),
         du(&out) as f64 / 1e6
     );
-    Some(out)
+    out
 }
 
 /// The Parquet part files of `table`'s `split` in an ingested run, in order.
@@ -661,7 +637,7 @@ fn main() {
     let (pv, pv_version) = support::build_parallel_validate(&target_dir().join("bench"));
     warm_machine();
     for &g in &sizes {
-        let Some(input) = games(g) else { return };
+        let input = games(g);
         let dir = work.join(g.to_string());
         fs::create_dir_all(&dir).unwrap();
         let run = dir.join("run");

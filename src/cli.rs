@@ -129,6 +129,20 @@ goes. bench/torch_reference.py times the same step in PyTorch; `make bench-train
   chessbench bench-step --model 9m --buckets 32 --batch-size 1024 --device cuda --steps 50"
     )]
     BenchStep(BenchStepOptions),
+    /// Write Lichess-like games for scale tests (real openings, seeded random play).
+    #[command(
+        long_about = "Write N Lichess-like games as PGN, for scale tests and benchmarks: each \
+replays the first 0-24 plies of a real game from --openings, then plays seeded random legal moves \
+(captures and promotions three times as likely as quiet moves) until checkmate, stalemate, \
+insufficient material, the fifty-move rule or a drawn length (10-122 plies, mean 66), where the side \
+three points down resigns. Written as a Lichess dump writes games: Lichess's tags (Event, Site, \
+UTCDate, Elo, TimeControl, Termination, ...) and a [%clk] comment after every move. The games of one \
+call are distinct; the output depends only on --seed, --games and the openings file, so processes with \
+different seeds write a larger set in parallel.\n\n\
+  chessbench generate-games --games 1000000 --seed 1 | zstd -T1 -3 -q -o games_1e6.pgn.zst\n\
+  chessbench ingest runs/scale games_1e6.pgn.zst"
+    )]
+    GenerateGames(GenerateArgs),
     /// Run a grid of ablations: train and score every variant, compare them in one table.
     #[command(
         long_about = "Run the paper's ablations (Table 2, Table A2) or any grid like them: a grid file \
@@ -182,6 +196,23 @@ with `info string error: ...`; the engine keeps running. For GUIs, cutechess-cli
     /// Print every command's --help as Markdown (docs/cli.md is this output).
     #[command(hide = true)]
     HelpMarkdown,
+}
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// Games to write.
+    #[arg(long, value_name = "N")]
+    pub games: u64,
+    /// Seed of the random play (the same seed, the same games).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// PGN (.pgn or .pgn.zst) of real games whose openings are replayed
+    /// [default: 2,500 Lichess games of June 2022, built in].
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
+    pub openings: Option<PathBuf>,
+    /// Write the games to FILE instead of standard output.
+    #[arg(long, short = 'o', value_name = "FILE", value_hint = ValueHint::FilePath)]
+    pub out: Option<PathBuf>,
 }
 
 /// A stage that reads a pipeline file: `--config` and its options.

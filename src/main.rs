@@ -6,7 +6,10 @@
 
 mod cli;
 
-use std::{io, process::ExitCode};
+use std::{
+    io::{self, Write},
+    process::ExitCode,
+};
 
 use anyhow::{Context, Result};
 use chessbench::{
@@ -112,6 +115,28 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             let summary = train::train(&config, &run)
                 .with_context(|| format!("training {}", config.out_dir().display()))?;
             emit(&summary, json)?;
+        }
+        Command::GenerateGames(a) => {
+            let summary = chessbench::chess::generate::generate(
+                a.openings.as_deref(),
+                a.seed,
+                a.games,
+                a.out.as_deref(),
+            )
+            .context("generating games")?;
+            if a.out.is_some() {
+                emit(&summary, json)?;
+            } else {
+                // The games went to standard output: the summary goes to
+                // standard error.
+                let mut err = io::stderr().lock();
+                if json {
+                    serde_json::to_writer_pretty(&mut err, &summary)?;
+                    writeln!(err)?;
+                } else {
+                    chessbench::ui::Report::render(&summary, &mut err)?;
+                }
+            }
         }
         Command::BenchStep(a) => {
             let timing = train::bench_steps(&a.bench()).context("timing training steps")?;

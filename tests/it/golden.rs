@@ -312,3 +312,61 @@ fn demo_pipeline_config_runs() {
     assert_eq!(small["overlap_passes"], 4, "{small}");
     assert_eq!(small["test_in_train"].as_f64().unwrap(), overlap);
 }
+
+/// `chessbench generate-games` writes games that ingest accepts, every one,
+/// with the Table A1 counts python-chess gives for the same file
+/// (`bench/table_a1_python.py`); the same seed writes the same file, to a
+/// file or to standard output (the summary then goes to standard error).
+#[test]
+fn generated_games_have_python_chess_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("games.pgn");
+    let o = run(&[
+        "generate-games",
+        "--games",
+        "300",
+        "--seed",
+        "5",
+        "-o",
+        file.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["games"], 300, "{summary}");
+    let o = run(&["generate-games", "--games", "300", "--seed", "5"]);
+    assert!(o.status.success());
+    assert!(
+        o.stdout == std::fs::read(&file).unwrap(),
+        "stdout and -o differ"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("generated 300 games"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    let out = tmp.path().join("run");
+    let ingested = ingest(&out, &[file.to_str().unwrap()]);
+    assert_eq!(
+        rejected_total(&ingested["splits"]["train"]),
+        0,
+        "{ingested}"
+    );
+    let ours = counts(&stats_json(&out), "train");
+    assert_eq!(ours[0], 300);
+    if !python_has("chess") {
+        return;
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/table_a1_python.py");
+    let o = std::process::Command::new("python3")
+        .arg(script)
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let theirs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let theirs = ["games", "state_value", "behavioral_cloning", "action_value"]
+        .map(|k| theirs[k].as_u64().unwrap());
+    assert_eq!(ours, theirs, "chessbench's counts, then python-chess's");
+}

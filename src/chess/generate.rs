@@ -1,0 +1,749 @@
+//! Lichess-like games for scale tests (`chessbench generate-games`): real
+//! openings continued by seeded random play, written as a Lichess dump
+//! writes them (the seven-tag roster and Lichess's own tags, `[%clk]`
+//! comments after every move, the result).
+//!
+//! Game `i` of seed `s` depends only on `(s, i)` and the openings file:
+//! it replays the first `k` plies (`k` uniform in 0..=24, short of the real
+//! game's end) of a real game picked at random, then plays pseudo-random
+//! legal moves (captures and promotions weigh [`CAPTURE_WEIGHT`] times a
+//! quiet move) until checkmate, stalemate, insufficient material, the
+//! fifty-move rule or a length drawn from a triangular distribution over
+//! [`MIN_PLIES`]..=[`MAX_PLIES`] plies (mean 66, as real Lichess games),
+//! where the side behind by three points of material or more resigns (and
+//! a balanced game is drawn by agreement one time in eight, else resigned
+//! by a random side). The first random ply never repeats the real game's
+//! move, and a movetext already written is played again from another random
+//! stream, so the games of one call are distinct.
+
+use std::{
+    collections::HashSet,
+    fmt::Write as _,
+    hash::{Hash, Hasher},
+    io::{self, Read, Write},
+    ops::ControlFlow,
+    path::{Path, PathBuf},
+};
+
+use pgn_reader::{RawTag, Reader, SanPlus, Visitor};
+use shakmaty::{Chess, Color, Move, Position, Role};
+
+/// Longest opening prefix replayed from a real game, in plies.
+pub const MAX_PREFIX: usize = 24;
+/// Shortest and longest game lengths drawn, in plies.
+pub const MIN_PLIES: u64 = 10;
+pub const MAX_PLIES: u64 = 122;
+/// A capture or promotion is this many times as likely as a quiet move.
+pub const CAPTURE_WEIGHT: u32 = 3;
+/// Time controls drawn from (base seconds, increment), with Lichess's
+/// speed names.
+const TIME_CONTROLS: [(u32, u32, &str); 8] = [
+    (60, 0, "Bullet"),
+    (120, 1, "Bullet"),
+    (180, 0, "Blitz"),
+    (180, 2, "Blitz"),
+    (300, 0, "Blitz"),
+    (300, 3, "Blitz"),
+    (600, 0, "Rapid"),
+    (900, 10, "Rapid"),
+];
+
+/// Why openings could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{}: no standard game with a legal first move to take openings from", path.display())]
+    NoOpenings { path: PathBuf },
+    #[error("writing the games: {0}")]
+    Write(io::Error),
+}
+
+/// SplitMix64, seeded per game: fast, and enough for test data.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64, game: u64, attempt: u64) -> Rng {
+        let mut r = Rng(seed ^ 0x243F_6A88_85A3_08D3);
+        let base = r.next();
+        Rng(base ^ game.wrapping_mul(0x9FB2_1C65_1E98_DF25) ^ attempt.rotate_left(32))
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
+    }
+}
+
+/// The first plies of a real game.
+struct Opening {
+    moves: Vec<Move>,
+    /// Plies that may be replayed: at most [`MAX_PREFIX`], and short of the
+    /// real game's end.
+    cap: usize,
+}
+
+/// Real openings and player names, read from a PGN file of real games.
+pub struct Openings {
+    openings: Vec<Opening>,
+    names: Vec<String>,
+}
+
+#[derive(Default)]
+struct Loader {
+    names: HashSet<String>,
+}
+
+struct Line {
+    pos: Chess,
+    moves: Vec<Move>,
+    ok: bool,
+}
+
+impl Visitor for Loader {
+    type Tags = bool;
+    type Movetext = Line;
+    type Output = Option<Opening>;
+
+    fn begin_tags(&mut self) -> ControlFlow<Self::Output, bool> {
+        ControlFlow::Continue(true)
+    }
+
+    fn tag(
+        &mut self,
+        standard: &mut bool,
+        name: &[u8],
+        value: RawTag<'_>,
+    ) -> ControlFlow<Self::Output> {
+        match name {
+            b"FEN" | b"SetUp" => *standard = false,
+            b"Variant" if !value.as_bytes().eq_ignore_ascii_case(b"standard") => *standard = false,
+            b"White" | b"Black" => {
+                let name = value.decode_utf8_lossy();
+                if !name.is_empty() && name != "?" && name.len() <= 30 && !name.contains('"') {
+                    self.names.insert(name.into_owned());
+                }
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn begin_movetext(&mut self, standard: bool) -> ControlFlow<Self::Output, Line> {
+        if !standard {
+            return ControlFlow::Break(None);
+        }
+        ControlFlow::Continue(Line {
+            pos: Chess::default(),
+            moves: Vec::new(),
+            ok: true,
+        })
+    }
+
+    fn san(&mut self, line: &mut Line, san: SanPlus) -> ControlFlow<Self::Output> {
+        if line.moves.len() > MAX_PREFIX {
+            return ControlFlow::Continue(());
+        }
+        match san.san.to_move(&line.pos) {
+            Ok(m) => {
+                line.pos.play_unchecked(m);
+                line.moves.push(m);
+                ControlFlow::Continue(())
+            }
+            Err(_) => {
+                line.ok = false;
+                ControlFlow::Break(None)
+            }
+        }
+    }
+
+    fn end_game(&mut self, line: Line) -> Self::Output {
+        if !line.ok || line.moves.is_empty() {
+            return None;
+        }
+        let mut cap = line.moves.len().min(MAX_PREFIX);
+        if line.moves.len() <= MAX_PREFIX && line.pos.legal_moves().is_empty() {
+            // The real game ended within the window: never replay its end.
+            cap -= 1;
+        }
+        Some(Opening {
+            moves: line.moves,
+            cap,
+        })
+    }
+}
+
+/// The openings used without `--openings`: the first 2,500 games of the
+/// Lichess dump of June 2022 (`data/lichess_2022-06_head2500.pgn.zst`,
+/// built into the binary so that it generates games anywhere).
+const BUILTIN: &[u8] = include_bytes!("../../data/lichess_2022-06_head2500.pgn.zst");
+const BUILTIN_NAME: &str = "data/lichess_2022-06_head2500.pgn.zst (built in)";
+
+impl Openings {
+    /// The openings of a PGN file (`.pgn`, or `.pgn.zst`) of real games.
+    pub fn read(path: &Path) -> Result<Openings, GenerateError> {
+        let err = |source| GenerateError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = io::BufReader::with_capacity(1 << 20, std::fs::File::open(path).map_err(err)?);
+        let input: Box<dyn Read> = if path.extension().is_some_and(|e| e == "zst") {
+            Box::new(zstd::stream::read::Decoder::with_buffer(file).map_err(err)?)
+        } else {
+            Box::new(file)
+        };
+        Openings::from_reader(input, path)
+    }
+
+    /// The built-in openings: 2,500 real Lichess games of June 2022.
+    pub fn builtin() -> Openings {
+        let path = Path::new(BUILTIN_NAME);
+        zstd::stream::read::Decoder::new(BUILTIN)
+            .map_err(|source| GenerateError::Io {
+                path: path.to_owned(),
+                source,
+            })
+            .and_then(|input| Openings::from_reader(Box::new(input), path))
+            .expect("the built-in openings read")
+    }
+
+    fn from_reader(input: Box<dyn Read + '_>, path: &Path) -> Result<Openings, GenerateError> {
+        let err = |source| GenerateError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let mut reader = Reader::new(input);
+        let mut loader = Loader::default();
+        let mut openings = Vec::new();
+        while let Some(game) = reader.read_game(&mut loader).map_err(err)? {
+            openings.extend(game);
+        }
+        if openings.is_empty() {
+            return Err(GenerateError::NoOpenings {
+                path: path.to_owned(),
+            });
+        }
+        let mut names: Vec<String> = loader.names.into_iter().collect();
+        names.sort();
+        if names.len() < 2 {
+            names = vec!["white_player".into(), "black_player".into()];
+        }
+        Ok(Openings { openings, names })
+    }
+
+    /// How many real games the openings come from.
+    pub fn len(&self) -> usize {
+        self.openings.len()
+    }
+
+    /// Whether there are none (never, once read).
+    pub fn is_empty(&self) -> bool {
+        self.openings.is_empty()
+    }
+}
+
+/// How a generated game ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Checkmate,
+    Stalemate,
+    InsufficientMaterial,
+    FiftyMoves,
+    /// The drawn length was reached: a resignation or an agreed draw.
+    Length,
+}
+
+/// Totals of one [`write_games`] call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GenerateSummary {
+    pub games: u64,
+    pub plies: u64,
+    pub bytes: u64,
+    pub white_wins: u64,
+    pub black_wins: u64,
+    pub draws: u64,
+    pub checkmates: u64,
+    /// Games played again from another random stream because their
+    /// movetext had been written already.
+    pub replayed: u64,
+}
+
+impl crate::ui::Report for GenerateSummary {
+    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "generated {} games ({:.1} plies a game, {:.1} MB): 1-0 {}, 0-1 {}, 1/2-1/2 {}; {} checkmates; {} replayed as duplicates",
+            crate::ui::group(self.games),
+            self.plies as f64 / self.games.max(1) as f64,
+            self.bytes as f64 / 1e6,
+            self.white_wins,
+            self.black_wins,
+            self.draws,
+            self.checkmates,
+            self.replayed
+        )
+    }
+}
+
+/// Plays game `game` of `seed` (another `attempt` gives another game):
+/// its moves and how it ended.
+fn play(openings: &Openings, seed: u64, game: u64, attempt: u64) -> (Vec<Move>, Ending, Rng) {
+    let mut rng = Rng::new(seed, game, attempt);
+    let opening = &openings.openings[rng.below(openings.openings.len() as u64) as usize];
+    let prefix = (rng.below(MAX_PREFIX as u64 + 1) as usize).min(opening.cap);
+    let span = MAX_PLIES - MIN_PLIES;
+    let length = (MIN_PLIES + (rng.below(span + 1) + rng.below(span + 1)) / 2) as usize;
+    let mut pos = Chess::default();
+    let mut moves = Vec::with_capacity(length.max(prefix) + 1);
+    for &m in &opening.moves[..prefix] {
+        pos.play_unchecked(m);
+        moves.push(m);
+    }
+    let real_next = opening.moves.get(prefix).copied();
+    let mut weights: Vec<u32> = Vec::with_capacity(64);
+    loop {
+        let legal = pos.legal_moves();
+        if legal.is_empty() {
+            let ending = match pos.is_check() {
+                true => Ending::Checkmate,
+                false => Ending::Stalemate,
+            };
+            return (moves, ending, rng);
+        }
+        if pos.is_insufficient_material() {
+            return (moves, Ending::InsufficientMaterial, rng);
+        }
+        if pos.halfmoves() >= 100 {
+            return (moves, Ending::FiftyMoves, rng);
+        }
+        if moves.len() >= length.max(prefix + 1) {
+            return (moves, Ending::Length, rng);
+        }
+        weights.clear();
+        let mut total = 0u64;
+        for m in &legal {
+            let first_free_repeats_real = moves.len() == prefix && Some(*m) == real_next;
+            let w = if first_free_repeats_real {
+                0
+            } else if m.is_capture() || m.is_promotion() {
+                CAPTURE_WEIGHT
+            } else {
+                1
+            };
+            weights.push(w);
+            total += u64::from(w);
+        }
+        let m = if total == 0 {
+            legal[0] // the real move was the only one
+        } else {
+            let mut at = rng.below(total);
+            let mut chosen = legal[legal.len() - 1];
+            for (m, &w) in legal.iter().zip(&weights) {
+                if at < u64::from(w) {
+                    chosen = *m;
+                    break;
+                }
+                at -= u64::from(w);
+            }
+            chosen
+        };
+        pos.play_unchecked(m);
+        moves.push(m);
+    }
+}
+
+/// Material in pawns (queen 9, rook 5, bishop and knight 3).
+fn material(pos: &Chess, color: Color) -> i32 {
+    let board = pos.board();
+    let by = board.by_color(color);
+    [
+        (Role::Pawn, 1),
+        (Role::Knight, 3),
+        (Role::Bishop, 3),
+        (Role::Rook, 5),
+        (Role::Queen, 9),
+    ]
+    .iter()
+    .map(|&(role, value)| value * (board.by_role(role) & by).count() as i32)
+    .sum()
+}
+
+/// An 8-character Lichess-like game id, distinct for every `(seed, game)`
+/// of one seed.
+fn game_id(seed: u64, game: u64) -> String {
+    const ALPHABET: &[u8; 62] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    // A bijection of the game index (odd multiplier, xor-shift), so ids of
+    // one seed never collide below 62^8 games.
+    let mut x = (game ^ seed.wrapping_mul(0x9E37_79B9)).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    x ^= x >> 32;
+    let mut id = String::with_capacity(8);
+    for _ in 0..8 {
+        id.push(ALPHABET[(x % 62) as usize] as char);
+        x /= 62;
+    }
+    id
+}
+
+/// Writes `games` games of `seed` to `out` as PGN, in order.
+pub fn write_games(
+    out: &mut dyn Write,
+    openings: &Openings,
+    seed: u64,
+    games: u64,
+) -> Result<GenerateSummary, GenerateError> {
+    let mut summary = GenerateSummary::default();
+    let mut seen: HashSet<u64> = HashSet::with_capacity(games.min(1 << 24) as usize);
+    let mut text = String::with_capacity(4096);
+    for game in 0..games {
+        let mut attempt = 0;
+        let (moves, ending, mut rng) = loop {
+            let played = play(openings, seed, game, attempt);
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            played.0.hash(&mut h);
+            if seen.insert(h.finish()) {
+                break played;
+            }
+            attempt += 1;
+            summary.replayed += 1;
+        };
+        text.clear();
+        pgn(&mut text, openings, seed, game, &moves, ending, &mut rng);
+        out.write_all(text.as_bytes())
+            .map_err(GenerateError::Write)?;
+        summary.games += 1;
+        summary.plies += moves.len() as u64;
+        summary.bytes += text.len() as u64;
+        if text.ends_with("1-0\n\n") {
+            summary.white_wins += 1;
+        } else if text.ends_with("0-1\n\n") {
+            summary.black_wins += 1;
+        } else {
+            summary.draws += 1;
+        }
+        summary.checkmates += u64::from(ending == Ending::Checkmate);
+    }
+    out.flush().map_err(GenerateError::Write)?;
+    Ok(summary)
+}
+
+/// Writes `games` games of `seed`, with the openings of `openings` (the
+/// built-in ones without), to
+/// `out` (written beside it and renamed into place when complete, so a
+/// crash leaves no half file) or, without one, to standard output.
+pub fn generate(
+    openings: Option<&Path>,
+    seed: u64,
+    games: u64,
+    out: Option<&Path>,
+) -> Result<GenerateSummary, GenerateError> {
+    let openings = match openings {
+        Some(path) => Openings::read(path)?,
+        None => Openings::builtin(),
+    };
+    let Some(path) = out else {
+        let mut stdout = io::BufWriter::with_capacity(1 << 20, io::stdout().lock());
+        return write_games(&mut stdout, &openings, seed, games);
+    };
+    let err = |source| GenerateError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let name = path.file_name().map_or_else(
+        || "games.pgn".to_owned(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let tmp = path.with_file_name(format!(".{name}.writing"));
+    let result = (|| {
+        let file = std::fs::File::create(&tmp).map_err(err)?;
+        let mut w = io::BufWriter::with_capacity(1 << 20, file);
+        let summary = write_games(&mut w, &openings, seed, games)?;
+        w.into_inner()
+            .map_err(|e| err(e.into_error()))?
+            .sync_all()
+            .map_err(err)?;
+        std::fs::rename(&tmp, path).map_err(err)?;
+        Ok(summary)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// One game as a Lichess dump writes it.
+fn pgn(
+    text: &mut String,
+    openings: &Openings,
+    seed: u64,
+    game: u64,
+    moves: &[Move],
+    ending: Ending,
+    rng: &mut Rng,
+) {
+    // The final position decides the result.
+    let mut pos = Chess::default();
+    let mut sans = Vec::with_capacity(moves.len());
+    for &m in moves {
+        sans.push(SanPlus::from_move_and_play_unchecked(&mut pos, m));
+    }
+    let mover = pos.turn();
+    let result = match ending {
+        Ending::Checkmate => match mover {
+            Color::White => "0-1",
+            Color::Black => "1-0",
+        },
+        Ending::Stalemate | Ending::InsufficientMaterial | Ending::FiftyMoves => "1/2-1/2",
+        Ending::Length => {
+            let lead = material(&pos, Color::White) - material(&pos, Color::Black);
+            if lead >= 3 {
+                "1-0"
+            } else if lead <= -3 {
+                "0-1"
+            } else if rng.below(8) == 0 {
+                "1/2-1/2"
+            } else if rng.below(2) == 0 {
+                "1-0"
+            } else {
+                "0-1"
+            }
+        }
+    };
+    let (base, increment, speed) = TIME_CONTROLS[rng.below(TIME_CONTROLS.len() as u64) as usize];
+    let names = &openings.names;
+    let white = &names[rng.below(names.len() as u64) as usize];
+    let mut black = &names[rng.below(names.len() as u64) as usize];
+    if black == white {
+        black = &names[(names.iter().position(|n| n == white).unwrap_or(0) + 1) % names.len()];
+    }
+    let (white_elo, black_elo) = (800 + rng.below(2000), 800 + rng.below(2000));
+    let diff = 1 + rng.below(12) as i64;
+    let (white_diff, black_diff) = match result {
+        "1-0" => (diff, -diff),
+        "0-1" => (-diff, diff),
+        _ => (0, 0),
+    };
+    let second = game % 86_400;
+    let _ = write!(
+        text,
+        "[Event \"Rated {speed} game\"]\n\
+         [Site \"https://lichess.org/{id}\"]\n\
+         [Date \"2022.06.01\"]\n\
+         [Round \"-\"]\n\
+         [White \"{white}\"]\n\
+         [Black \"{black}\"]\n\
+         [Result \"{result}\"]\n\
+         [UTCDate \"2022.06.01\"]\n\
+         [UTCTime \"{:02}:{:02}:{:02}\"]\n\
+         [WhiteElo \"{white_elo}\"]\n\
+         [BlackElo \"{black_elo}\"]\n\
+         [WhiteRatingDiff \"{white_diff:+}\"]\n\
+         [BlackRatingDiff \"{black_diff:+}\"]\n\
+         [TimeControl \"{base}+{increment}\"]\n\
+         [Termination \"Normal\"]\n\n",
+        second / 3600,
+        second / 60 % 60,
+        second % 60,
+        id = game_id(seed, game),
+    );
+    // Clocks: each side spends a random share of what it has left, then
+    // gains the increment.
+    let mut clocks = [base; 2];
+    for (ply, san) in sans.iter().enumerate() {
+        let side = ply % 2;
+        let number = ply / 2 + 1;
+        if side == 0 {
+            let _ = write!(text, "{number}. ");
+        } else {
+            let _ = write!(text, "{number}... ");
+        }
+        if ply >= 2 {
+            let left = clocks[side];
+            let spent = rng.below(u64::from(left / 20 + 2)) as u32;
+            clocks[side] = (left.saturating_sub(spent) + increment).max(1);
+        }
+        let c = clocks[side];
+        let _ = write!(
+            text,
+            "{san} {{ [%clk {}:{:02}:{:02}] }} ",
+            c / 3600,
+            c / 60 % 60,
+            c % 60
+        );
+    }
+    text.push_str(result);
+    text.push_str("\n\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn openings() -> Openings {
+        let file = Openings::read(&crate::testing::data_file(
+            "lichess_2022-06_head2500.pgn.zst",
+        ));
+        let builtin = Openings::builtin();
+        assert_eq!(file.unwrap().len(), builtin.len());
+        builtin
+    }
+
+    fn generate(openings: &Openings, seed: u64, games: u64) -> (Vec<u8>, GenerateSummary) {
+        let mut out = Vec::new();
+        let s = write_games(&mut out, openings, seed, games).unwrap();
+        (out, s)
+    }
+
+    /// Every game reads back with pgn-reader as a legal game of standard
+    /// chess whose last move ends where the result says; the same seed
+    /// gives the same bytes, another seed other games; no two movetexts of
+    /// a call are the same.
+    #[test]
+    fn games_are_legal_distinct_and_reproducible() {
+        let openings = openings();
+        assert!(openings.len() > 2000, "{}", openings.len());
+        let (a, summary) = generate(&openings, 1, 2000);
+        assert_eq!(generate(&openings, 1, 2000).0, a);
+        assert_ne!(
+            generate(&openings, 2, 50).0,
+            a[..generate(&openings, 2, 50).0.len()]
+        );
+        assert_eq!(summary.games, 2000);
+        assert_eq!(summary.bytes, a.len() as u64);
+        let per_game = summary.plies as f64 / 2000.0;
+        assert!((50.0..80.0).contains(&per_game), "{per_game} plies a game");
+        assert!(summary.checkmates > 0 && summary.draws > 0, "{summary:?}");
+
+        struct Check {
+            pos: Chess,
+            movetext: String,
+            bad: Option<String>,
+        }
+        struct Collect {
+            movetexts: HashSet<String>,
+            results: Vec<(String, bool)>,
+            clocks: usize,
+        }
+        impl Visitor for Collect {
+            type Tags = Option<String>;
+            type Movetext = (Check, Option<String>);
+            type Output = Result<(), String>;
+            fn begin_tags(&mut self) -> ControlFlow<Self::Output, Self::Tags> {
+                ControlFlow::Continue(None)
+            }
+            fn tag(
+                &mut self,
+                r: &mut Option<String>,
+                name: &[u8],
+                value: RawTag<'_>,
+            ) -> ControlFlow<Self::Output> {
+                if name == b"Result" {
+                    *r = Some(value.decode_utf8_lossy().into_owned());
+                }
+                ControlFlow::Continue(())
+            }
+            fn begin_movetext(
+                &mut self,
+                r: Option<String>,
+            ) -> ControlFlow<Self::Output, Self::Movetext> {
+                ControlFlow::Continue((
+                    Check {
+                        pos: Chess::default(),
+                        movetext: String::new(),
+                        bad: None,
+                    },
+                    r,
+                ))
+            }
+            fn san(
+                &mut self,
+                (c, _): &mut Self::Movetext,
+                san: SanPlus,
+            ) -> ControlFlow<Self::Output> {
+                match san.san.to_move(&c.pos) {
+                    Ok(m) => {
+                        c.pos.play_unchecked(m);
+                        c.movetext.push_str(&san.to_string());
+                        c.movetext.push(' ');
+                    }
+                    Err(e) => c.bad = Some(format!("{san}: {e}")),
+                }
+                ControlFlow::Continue(())
+            }
+            fn comment(
+                &mut self,
+                _: &mut Self::Movetext,
+                comment: pgn_reader::RawComment<'_>,
+            ) -> ControlFlow<Self::Output> {
+                self.clocks += usize::from(comment.as_bytes().starts_with(b" [%clk "));
+                ControlFlow::Continue(())
+            }
+            fn end_game(&mut self, (c, result): Self::Movetext) -> Self::Output {
+                if let Some(bad) = c.bad {
+                    return Err(bad);
+                }
+                let result = result.ok_or("no Result tag")?;
+                let mated = c.pos.is_checkmate();
+                if mated
+                    && result
+                        != if c.pos.turn() == Color::White {
+                            "0-1"
+                        } else {
+                            "1-0"
+                        }
+                {
+                    return Err(format!("checkmate scored {result}"));
+                }
+                if !self.movetexts.insert(c.movetext) {
+                    return Err("a movetext repeats".into());
+                }
+                self.results.push((result, mated));
+                Ok(())
+            }
+        }
+        let mut collect = Collect {
+            movetexts: HashSet::new(),
+            results: Vec::new(),
+            clocks: 0,
+        };
+        let mut reader = Reader::new(&a[..]);
+        while let Some(game) = reader.read_game(&mut collect).unwrap() {
+            game.unwrap();
+        }
+        assert_eq!(collect.results.len(), 2000);
+        assert_eq!(
+            collect.clocks as u64, summary.plies,
+            "a clock after every move"
+        );
+        assert_eq!(
+            collect.results.iter().filter(|(_, mated)| *mated).count() as u64,
+            summary.checkmates
+        );
+    }
+
+    #[test]
+    fn game_ids_are_distinct() {
+        let ids: HashSet<String> = (0..100_000).map(|g| game_id(3, g)).collect();
+        assert_eq!(ids.len(), 100_000);
+    }
+
+    #[test]
+    fn a_file_without_games_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("empty.pgn");
+        std::fs::write(&path, "").unwrap();
+        let err = Openings::read(&path).err().unwrap().to_string();
+        assert!(
+            err.contains("empty.pgn") && err.contains("no standard game"),
+            "{err}"
+        );
+        assert!(Openings::read(&dir.path().join("missing.pgn")).is_err());
+    }
+}

@@ -415,18 +415,16 @@ pub fn write_games(
             summary.replayed += 1;
         };
         text.clear();
-        pgn(&mut text, openings, seed, game, &moves, ending, &mut rng);
+        let result = pgn(&mut text, openings, seed, game, &moves, ending, &mut rng);
         out.write_all(text.as_bytes())
             .map_err(GenerateError::Write)?;
         summary.games += 1;
         summary.plies += moves.len() as u64;
         summary.bytes += text.len() as u64;
-        if text.ends_with("1-0\n\n") {
-            summary.white_wins += 1;
-        } else if text.ends_with("0-1\n\n") {
-            summary.black_wins += 1;
-        } else {
-            summary.draws += 1;
+        match result {
+            "1-0" => summary.white_wins += 1,
+            "0-1" => summary.black_wins += 1,
+            _ => summary.draws += 1,
         }
         summary.checkmates += u64::from(ending == Ending::Checkmate);
     }
@@ -478,7 +476,8 @@ pub fn generate(
     result
 }
 
-/// One game as a Lichess dump writes it.
+/// One game as a Lichess dump writes it, appended to `text`; returns its
+/// result.
 fn pgn(
     text: &mut String,
     openings: &Openings,
@@ -487,7 +486,7 @@ fn pgn(
     moves: &[Move],
     ending: Ending,
     rng: &mut Rng,
-) {
+) -> &'static str {
     // The final position decides the result.
     let mut pos = Chess::default();
     let mut sans = Vec::with_capacity(moves.len());
@@ -580,6 +579,7 @@ fn pgn(
     }
     text.push_str(result);
     text.push_str("\n\n");
+    result
 }
 
 #[cfg(test)]

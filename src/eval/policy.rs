@@ -313,6 +313,17 @@ pub fn predict_many(model: &Model, positions: &[&Chess]) -> Result<Vec<Predictio
     predict_many_timed(model, positions).map(|(predictions, _)| predictions)
 }
 
+/// Appends the predictions of `batch`'s boards, whose rows of
+/// log-probabilities are `log_probs`, to `out`.
+fn finish(readout: &Readout, batch: Batch, log_probs: &[f32], out: &mut Vec<Prediction>) {
+    let mut at = 0;
+    for legal in batch.legal {
+        let n = board_rows(readout.policy, &legal) * readout.outputs;
+        out.push(prediction(readout, legal, log_probs[at..at + n].to_vec()));
+        at += n;
+    }
+}
+
 /// [`predict_many`] (always through its three threads) and where its time
 /// went.
 pub fn predict_many_timed(
@@ -320,17 +331,16 @@ pub fn predict_many_timed(
     positions: &[&Chess],
 ) -> Result<(Vec<Prediction>, PipelineTimes), EvalError> {
     let readout = Readout::of(model);
-    let (width, policy) = (readout.outputs, readout.policy);
     let (mut out, times) = pipeline(
-        batches(policy, model.seq_len(), model.batch_sequences(), positions),
+        batches(
+            readout.policy,
+            model.seq_len(),
+            model.batch_sequences(),
+            positions,
+        ),
         |batch: &Batch| model.log_probs(&batch.tokens),
         |batch: Batch, log_probs: Vec<f32>, out: &mut Vec<Prediction>| {
-            let mut at = 0;
-            for legal in batch.legal {
-                let n = board_rows(policy, &legal) * width;
-                out.push(prediction(&readout, legal, log_probs[at..at + n].to_vec()));
-                at += n;
-            }
+            finish(&readout, batch, &log_probs, out)
         },
     )?;
     out.shrink_to_fit();
@@ -380,12 +390,7 @@ pub fn host_times(model: &Model, positions: &[&Chess]) -> Result<(f64, f64), Eva
         let rows = batch.tokens.len() / model.seq_len();
         let log_probs = vec![uniform; rows * readout.outputs];
         let t = Instant::now();
-        let mut at = 0;
-        for legal in batch.legal {
-            let n = board_rows(readout.policy, &legal) * readout.outputs;
-            out.push(prediction(&readout, legal, log_probs[at..at + n].to_vec()));
-            at += n;
-        }
+        finish(&readout, batch, &log_probs, &mut out);
         finish_s += t.elapsed().as_secs_f64();
         out.clear();
     }

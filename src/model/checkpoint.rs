@@ -236,6 +236,18 @@ pub(crate) fn write_inference<B: Backend>(
     Ok(step_dir(out, step))
 }
 
+/// A model in words, for the reports of the commands that write
+/// checkpoints: `8-layer d=256 action_value model (8,954,240 parameters)`.
+pub(crate) fn describe(shape: &ModelShape, policy: RecordSet, parameters: u64) -> String {
+    format!(
+        "{}-layer d={} {} model ({} parameters)",
+        shape.layers,
+        shape.d_model,
+        policy.name(),
+        crate::ui::group(parameters)
+    )
+}
+
 /// `chessbench checkpoint init`'s options (command line only).
 #[derive(Debug, Clone, clap::Args)]
 pub struct InitOptions {
@@ -271,11 +283,8 @@ impl crate::ui::Report for InitSummary {
     fn render(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         writeln!(
             out,
-            "wrote a randomly initialised {}-layer d={} {} model ({} parameters) to {} in {:.1} s",
-            self.shape.layers,
-            self.shape.d_model,
-            self.policy.name(),
-            crate::ui::group(self.parameters),
+            "wrote a randomly initialised {} to {} in {:.1} s",
+            describe(&self.shape, self.policy, self.parameters),
             self.checkpoint.display(),
             self.seconds
         )

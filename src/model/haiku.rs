@@ -242,11 +242,8 @@ impl crate::ui::Report for ImportSummary {
     fn render(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         writeln!(
             out,
-            "imported a {}-layer d={} {} model ({} parameters) into {}",
-            self.shape.layers,
-            self.shape.d_model,
-            self.policy.name(),
-            crate::ui::group(self.parameters),
+            "imported a {} into {}",
+            super::checkpoint::describe(&self.shape, self.policy, self.parameters),
             self.checkpoint.display()
         )
     }

@@ -362,29 +362,32 @@ fn uci_engine_plays_through_chessbench_own_uci_client() {
     engine.quit();
 }
 
+/// What `chessbench uci --checkpoint CHECKPOINT` writes when `script` is
+/// its whole standard input (the engine must exit cleanly).
+fn uci_session(checkpoint: &Path, script: &[u8]) -> String {
+    let mut child = Command::new(BIN)
+        .args(["uci", "--checkpoint"])
+        .arg(checkpoint)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(script).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success());
+    String::from_utf8(o.stdout).unwrap()
+}
+
 #[test]
 fn uci_engine_survives_bad_commands_and_speaks_to_python_chess() {
     if !have_stockfish() {
         return;
     }
-    let mut child = Command::new(BIN)
-        .args(["uci", "--checkpoint", av_checkpoint().to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(
-            b"uci\nposition startpos moves e2e4 e7e4\ngo\nnonsense\nposition fen 8/8\n\
-              position startpos moves e2e4\nisready\ngo movetime 10\nquit\n",
-        )
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success());
-    let out = String::from_utf8_lossy(&o.stdout);
+    let out = uci_session(
+        av_checkpoint(),
+        b"uci\nposition startpos moves e2e4 e7e4\ngo\nnonsense\nposition fen 8/8\n\
+          position startpos moves e2e4\nisready\ngo movetime 10\nquit\n",
+    );
     assert!(out.contains("uciok") && out.contains("readyok"), "{out}");
     assert!(
         out.contains("info string error: move 2 of the position command: e7e4 is not legal"),
@@ -468,24 +471,11 @@ fn a_random_checkpoint_plays_uci_and_evaluates() {
     // scores, another seed others (each process seeds burn's generator
     // alone).
     let play = |run: &Path| {
-        let mut child = Command::new(BIN)
-            .args(["uci", "--checkpoint"])
-            .arg(run)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(
-                b"uci\nposition startpos\ngo\nposition startpos moves e2e4 c7c5\ngo\n\
-                  position fen 8/8/4k3/8/8/3QK3/8/8 w - - 0 1\ngo\nquit\n",
-            )
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        let text = String::from_utf8(out.stdout).unwrap();
+        let text = uci_session(
+            run,
+            b"uci\nposition startpos\ngo\nposition startpos moves e2e4 c7c5\ngo\n\
+              position fen 8/8/4k3/8/8/3QK3/8/8 w - - 0 1\ngo\nquit\n",
+        );
         let lines: Vec<String> = text
             .lines()
             .filter(|l| l.starts_with("info") || l.starts_with("bestmove"))

@@ -189,6 +189,7 @@ class Bench:
 
                 def phases(s):
                     return {"phases": {k: round(v, 3) for k, v in s["phases"].items()},
+                            "dedup_threads": s.get("dedup_threads"),
                             "boards": sum(v["state_value"] for v in s["splits"].values()),
                             "spilled": s["spilled"]}
                 self.chessbench("ingest", j, a.games,
@@ -229,7 +230,9 @@ class Bench:
                                  "-j", str(j), "--json", "--no-progress"],
                                 lambda s: {"records": s["state_value_records"]
                                            + s["behavioral_cloning_records"]
-                                           + s["action_value_records"]})
+                                           + s["action_value_records"],
+                                           "phases": s.get("phases"),
+                                           "serial": s.get("serial")})
             for stage, flags in [("bag_export", []),
                                  ("bag_export_bagz", ["--compress", "--set", "state_value"])]:
                 for j in jobs:

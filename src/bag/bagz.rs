@@ -429,6 +429,8 @@ pub struct BagReader {
     next: u64,
     start: u64,
     compressed: bool,
+    /// A batch's index entries ([`BagReader::read_stored_batch`]).
+    limits: Vec<u8>,
 }
 
 impl BagReader {
@@ -469,6 +471,7 @@ impl BagReader {
             next: 0,
             start: 0,
             compressed: is_compressed(path),
+            limits: Vec::new(),
         })
     }
 
@@ -482,45 +485,51 @@ impl BagReader {
         self.compressed
     }
 
-    /// Appends the next record as stored (compressed in a `.bagz`) to
-    /// `out`; false at the end. Readers that decompress elsewhere (on other
-    /// threads) read with this.
-    pub(crate) fn read_stored(&mut self, out: &mut Vec<u8>) -> Result<bool, BagError> {
-        let Some(len) = self.next_len()? else {
-            return Ok(false);
-        };
-        let at = out.len();
-        out.resize(at + len, 0);
-        self.file
-            .read_exact(&mut out[at..])
-            .map_err(io_err(&self.path))?;
-        self.next += 1;
-        Ok(true)
-    }
-
-    /// The next record's stored length from the index (and the reader moved
-    /// past it in the index); `None` at the end.
-    fn next_len(&mut self) -> Result<Option<usize>, BagError> {
-        if self.next == self.len {
-            return Ok(None);
+    /// Appends up to `max` next records as stored to `bytes`, each one's end
+    /// (in `bytes`) to `ends`; returns how many, 0 at the end. Two reads a
+    /// batch (its index entries, then its records, which are contiguous)
+    /// instead of two a record: the reading thread of a parallel import
+    /// handles every record of the file.
+    pub(crate) fn read_stored_batch(
+        &mut self,
+        max: usize,
+        bytes: &mut Vec<u8>,
+        ends: &mut Vec<usize>,
+    ) -> Result<usize, BagError> {
+        let n = (self.len - self.next).min(max as u64) as usize;
+        if n == 0 {
+            return Ok(0);
         }
-        let mut limit = [0u8; 8];
+        let mut limits = std::mem::take(&mut self.limits);
+        limits.resize(n * 8, 0);
         self.index
-            .read_exact(&mut limit)
+            .read_exact(&mut limits)
             .map_err(io_err(&self.path))?;
-        let end = u64::from_le_bytes(limit);
-        if end < self.start || end > self.records_end {
-            return Err(BagError::Format {
-                path: self.path.clone(),
-                reason: format!(
-                    "index entry {} ({end}) is out of order or past the records ({} bytes)",
-                    self.next, self.records_end
-                ),
-            });
+        let first = self.start;
+        let at = bytes.len();
+        ends.reserve(n);
+        for (i, limit) in limits.chunks_exact(8).enumerate() {
+            let end = u64::from_le_bytes(limit.try_into().expect("8 bytes"));
+            if end < self.start || end > self.records_end {
+                return Err(BagError::Format {
+                    path: self.path.clone(),
+                    reason: format!(
+                        "index entry {} ({end}) is out of order or past the records ({} bytes)",
+                        self.next + i as u64,
+                        self.records_end
+                    ),
+                });
+            }
+            self.start = end;
+            ends.push(at + (end - first) as usize);
         }
-        let len = (end - self.start) as usize;
-        self.start = end;
-        Ok(Some(len))
+        self.limits = limits;
+        bytes.resize(at + (self.start - first) as usize, 0);
+        self.file
+            .read_exact(&mut bytes[at..])
+            .map_err(io_err(&self.path))?;
+        self.next += n as u64;
+        Ok(n)
     }
 
     /// Reads the next record into `buf`, decompressed; false at the end.
@@ -528,7 +537,7 @@ impl BagReader {
     pub(crate) fn read(&mut self, buf: &mut Vec<u8>) -> Result<bool, BagError> {
         let index = self.next;
         let mut stored = Vec::new();
-        if !self.read_stored(&mut stored)? {
+        if self.read_stored_batch(1, &mut stored, &mut Vec::new())? == 0 {
             return Ok(false);
         }
         if self.compressed {

@@ -8,7 +8,7 @@
 //! (board ids, the order of rows) is done by the caller, on one thread, in
 //! that order: the tables do not depend on the thread count.
 
-use std::{collections::BTreeMap, path::PathBuf, sync::Arc};
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Instant};
 
 use shakmaty::{CastlingMode, Chess, Position, fen::Fen};
 use xxhash_rust::xxh3::xxh3_128;
@@ -251,6 +251,15 @@ fn batch_error(raw: &RawBatch, i: usize, reason: String) -> BagSetError {
     }
 }
 
+/// Seconds the two serial parts of a pass worked (waits left out): the
+/// thread reading the files, and the one applying the batches. Past a few
+/// decoding threads the larger bounds the pass's wall time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct SerialBusy {
+    pub read_s: f64,
+    pub apply_s: f64,
+}
+
 /// Reads every record of `inputs` in order, decoded as `mode` says on
 /// `threads` threads, and gives `apply` the batches in record order, with a
 /// progress bar per set (`pass` added to its name). Shards are opened one
@@ -263,7 +272,7 @@ pub(super) fn each_batch(
     progress: bool,
     pass: &str,
     mut apply: impl FnMut(&Batch) -> Result<(), BagSetError>,
-) -> Result<(), BagSetError> {
+) -> Result<SerialBusy, BagSetError> {
     let bars: Vec<_> = inputs
         .iter()
         .map(|input| {
@@ -275,13 +284,16 @@ pub(super) fn each_batch(
         })
         .collect();
     let set_index = |set: RecordSet| inputs.iter().position(|i| i.set == set).unwrap_or(0);
+    let mut apply_s = 0.0;
     let mut applied = |batch: &Batch| -> Result<(), BagSetError> {
+        let started = Instant::now();
         apply(batch)?;
+        apply_s += started.elapsed().as_secs_f64();
         let bar = &bars[set_index(batch.set)];
         bar.inc(batch.records.len() as u64);
         Ok(())
     };
-    let result = if threads <= 1 {
+    let read_s = if threads <= 1 {
         read_batches(inputs, |raw| applied(&decode(&raw, mode)?))
     } else {
         parallel(inputs, threads, mode, &mut applied)
@@ -289,16 +301,22 @@ pub(super) fn each_batch(
     for bar in bars {
         bar.finish_and_clear();
     }
-    result
+    Ok(SerialBusy {
+        read_s: read_s?,
+        apply_s,
+    })
 }
 
-/// Reads the records of `inputs` in order, as stored, a batch at a time.
+/// Reads the records of `inputs` in order, as stored, a batch at a time;
+/// returns the seconds spent reading (`batch`'s own time left out).
 fn read_batches(
     inputs: &[Input],
     mut batch: impl FnMut(RawBatch) -> Result<(), BagSetError>,
-) -> Result<(), BagSetError> {
+) -> Result<f64, BagSetError> {
+    let mut reading = 0.0;
     for input in inputs {
         for path in shard_paths(&input.pattern)? {
+            let mut started = Instant::now();
             let mut reader = BagReader::open(&path)?;
             let path = Arc::new(path);
             let mut first = 0u64;
@@ -312,10 +330,8 @@ fn read_batches(
                     bytes: Vec::new(),
                     ends: Vec::with_capacity(BATCH_RECORDS),
                 };
-                while raw.ends.len() < BATCH_RECORDS && reader.read_stored(&mut raw.bytes)? {
-                    raw.ends.push(raw.bytes.len());
-                }
-                let n = raw.ends.len();
+                let n = reader.read_stored_batch(BATCH_RECORDS, &mut raw.bytes, &mut raw.ends)?;
+                reading += started.elapsed().as_secs_f64();
                 if n > 0 || first == 0 {
                     batch(raw)?;
                 }
@@ -323,20 +339,21 @@ fn read_batches(
                 if n < BATCH_RECORDS {
                     break;
                 }
+                started = Instant::now();
             }
         }
     }
-    Ok(())
+    Ok(reading)
 }
 
 /// [`each_batch`] on `threads` decoding threads beside a reading one; the
-/// calling thread applies.
+/// calling thread applies. Returns the reading thread's busy seconds.
 fn parallel(
     inputs: &[Input],
     threads: usize,
     mode: Decode,
     apply: &mut dyn FnMut(&Batch) -> Result<(), BagSetError>,
-) -> Result<(), BagSetError> {
+) -> Result<f64, BagSetError> {
     // Batches in flight: enough to keep every thread busy while the
     // applying thread works through the oldest.
     let window = threads * 4;
@@ -353,7 +370,7 @@ fn parallel(
         }
         let reader = std::thread::Builder::new()
             .name("cb-bag-read".into())
-            .spawn_scoped(scope, move || -> Result<(), BagSetError> {
+            .spawn_scoped(scope, move || -> Result<f64, BagSetError> {
                 let mut seq = 0usize;
                 let sent = read_batches(inputs, |raw| {
                     if slot_rx.recv().is_err() || raw_tx.send((seq, raw)).is_err() {

@@ -41,11 +41,22 @@ const FIRST: u32 = 1 << 31;
 /// by 96 bits of the FEN's 128-bit xxh3 (the home slot comes from its low 32
 /// bits, so the table can grow), with 32-bit ids. Two boards are confused
 /// only if 96 hash bits agree: about 10^-11 for the paper's 530M boards.
+/// A slot holds its key and id together, so a lookup misses the caches
+/// once, not once an array; the table asks for 2 MiB pages, so that it
+/// misses the TLB rarely.
 pub(super) struct BoardIds {
-    high: Vec<u64>,
-    low: Vec<u32>,
-    ids: Vec<u32>,
+    slots: Vec<Slot>,
     len: usize,
+}
+
+/// A slot of [`BoardIds`]: the key's high 64 and low 32 bits, and its id
+/// ([`BoardIds::EMPTY`] in an empty slot).
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(16))]
+struct Slot {
+    high: u64,
+    low: u32,
+    id: u32,
 }
 
 impl BoardIds {
@@ -57,10 +68,18 @@ impl BoardIds {
     }
 
     fn empty(slots: usize) -> BoardIds {
+        let mut table = Vec::with_capacity(slots);
+        crate::store::memory::advise_huge_pages(table.as_ptr(), slots);
+        table.resize(
+            slots,
+            Slot {
+                high: 0,
+                low: 0,
+                id: Self::EMPTY,
+            },
+        );
         BoardIds {
-            high: vec![0; slots],
-            low: vec![0; slots],
-            ids: vec![Self::EMPTY; slots],
+            slots: table,
             len: 0,
         }
     }
@@ -74,15 +93,17 @@ impl BoardIds {
     fn first_slot(&self, low: u32) -> usize {
         // Spread the low bits (xxh3's are already uniform; this keeps a
         // table that grew as uniform as a new one).
-        (u64::from(low).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.ids.len() - 1)
+        (u64::from(low).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.slots.len() - 1)
     }
 
     /// The key's slot: where it is, or the empty slot where it would go.
+    #[inline]
     fn slot(&self, high: u64, low: u32) -> usize {
-        let mask = self.ids.len() - 1;
+        let mask = self.slots.len() - 1;
         let mut i = self.first_slot(low);
         loop {
-            if self.ids[i] == Self::EMPTY || (self.high[i] == high && self.low[i] == low) {
+            let s = &self.slots[i];
+            if s.id == Self::EMPTY || (s.high == high && s.low == low) {
                 return i;
             }
             i = (i + 1) & mask;
@@ -96,8 +117,8 @@ impl BoardIds {
     #[cfg(test)]
     fn get(&self, key: u128) -> Option<u64> {
         let (high, low) = Self::split(key);
-        let i = self.slot(high, low);
-        (self.ids[i] != Self::EMPTY).then(|| u64::from(self.ids[i]))
+        let s = self.slots[self.slot(high, low)];
+        (s.id != Self::EMPTY).then(|| u64::from(s.id))
     }
 
     /// Stores `key` as `id` (tests: ids out of the import's order).
@@ -107,42 +128,38 @@ impl BoardIds {
             .ok()
             .filter(|&id| id != Self::EMPTY)
             .ok_or(BagSetError::TooManyBoards)?;
-        if (self.len + 1) * 5 > self.ids.len() * 4 {
+        if (self.len + 1) * 5 > self.slots.len() * 4 {
             self.grow();
         }
         let (high, low) = Self::split(key);
         let i = self.slot(high, low);
-        self.high[i] = high;
-        self.low[i] = low;
-        self.ids[i] = id;
+        self.slots[i] = Slot { high, low, id };
         self.len += 1;
         Ok(())
     }
 
     /// The id of `key`, numbering it next if it is new; and whether it was.
     pub(super) fn get_or_insert(&mut self, key: u128) -> Result<(u64, bool), BagSetError> {
-        if (self.len + 1) * 5 > self.ids.len() * 4 {
+        if (self.len + 1) * 5 > self.slots.len() * 4 {
             self.grow();
         }
         let (high, low) = Self::split(key);
         let i = self.slot(high, low);
-        if self.ids[i] != Self::EMPTY {
-            return Ok((u64::from(self.ids[i]), false));
+        if self.slots[i].id != Self::EMPTY {
+            return Ok((u64::from(self.slots[i].id), false));
         }
         let id = u32::try_from(self.len)
             .ok()
             .filter(|&id| id != Self::EMPTY)
             .ok_or(BagSetError::TooManyBoards)?;
-        self.high[i] = high;
-        self.low[i] = low;
-        self.ids[i] = id;
+        self.slots[i] = Slot { high, low, id };
         self.len += 1;
         Ok((u64::from(id), true))
     }
 
-    /// Asks the CPU to fetch the cache lines `key`'s lookup starts at, so
+    /// Asks the CPU to fetch the cache line `key`'s lookup starts at, so
     /// that a lookup a few records later does not wait on memory (the
-    /// table is far bigger than the caches: three misses a lookup).
+    /// table is far bigger than the caches).
     #[inline]
     pub(super) fn prefetch(&self, key: u128) {
         #[cfg(target_arch = "x86_64")]
@@ -150,12 +167,10 @@ impl BoardIds {
             use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
             let (_, low) = Self::split(key);
             let i = self.first_slot(low);
-            // SAFETY: prefetching is a hint; the addresses are in bounds.
+            // SAFETY: prefetching is a hint; the address is in bounds.
             #[allow(unused_unsafe)]
             unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(self.ids.as_ptr().add(i).cast());
-                _mm_prefetch::<_MM_HINT_T0>(self.high.as_ptr().add(i).cast());
-                _mm_prefetch::<_MM_HINT_T0>(self.low.as_ptr().add(i).cast());
+                _mm_prefetch::<_MM_HINT_T0>(self.slots.as_ptr().add(i).cast());
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -164,13 +179,11 @@ impl BoardIds {
 
     /// Doubles the table (only when the state-value bag undercounted).
     fn grow(&mut self) {
-        let old = std::mem::replace(self, Self::empty(self.ids.len() * 2));
-        for ((high, low), id) in old.high.into_iter().zip(old.low).zip(old.ids) {
-            if id != Self::EMPTY {
-                let i = self.slot(high, low);
-                self.high[i] = high;
-                self.low[i] = low;
-                self.ids[i] = id;
+        let old = std::mem::replace(self, Self::empty(self.slots.len() * 2));
+        for s in old.slots {
+            if s.id != Self::EMPTY {
+                let i = self.slot(s.high, s.low);
+                self.slots[i] = s;
                 self.len += 1;
             }
         }
@@ -516,7 +529,7 @@ mod tests {
             assert_eq!(t.get(k), None);
             t.insert(k, id as u64).unwrap();
         }
-        assert!(t.ids.len() > 20_000, "grew");
+        assert!(t.slots.len() > 20_000, "grew");
         for (id, &k) in keys.iter().enumerate() {
             assert_eq!(t.get(k), Some(id as u64));
         }

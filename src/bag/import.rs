@@ -23,10 +23,12 @@
 //! either way.
 
 use std::{
+    collections::BTreeMap,
     fs,
     io::{self, Write},
     path::{Path, PathBuf},
     sync::Arc,
+    time::Instant,
 };
 
 use arrow_array::{
@@ -38,7 +40,7 @@ use serde::Serialize;
 use super::{
     BagSetError,
     bagz::{BagReader, is_compressed, shard_paths},
-    decode::{Board, Decode, Input, each_batch},
+    decode::{Board, Decode, Input, SerialBusy, each_batch},
     ids::{BoardIds, In, Out, Partitioner, Resolved, ensure_open_files, partitions_for, remove},
 };
 use crate::{
@@ -130,7 +132,22 @@ impl Report for ImportSummary {
             group(self.state_value_records),
             group(self.behavioral_cloning_records),
             group(self.action_value_records)
-        )
+        )?;
+        let phases: Vec<String> = ["ids", "records", "state_values", "commit"]
+            .iter()
+            .filter_map(|name| {
+                let secs = self.phases.get(name)?;
+                Some(if *name == "records" {
+                    format!(
+                        "{name} {secs:.2} s (reading {:.2} s, applying {:.2} s)",
+                        self.serial.read_s, self.serial.apply_s
+                    )
+                } else {
+                    format!("{name} {secs:.2} s")
+                })
+            })
+            .collect();
+        writeln!(out, "  phases: {}", phases.join(", "))
     }
 }
 
@@ -215,6 +232,13 @@ pub struct ImportSummary {
     pub behavioral_cloning_records: u64,
     pub action_value_records: u64,
     pub files: Vec<PathBuf>,
+    /// Wall-clock seconds per phase: `ids` (the board-id passes on disk,
+    /// when the boards do not fit), `records` (every record read, decoded
+    /// and applied), `state_values` (written in id order), `commit`.
+    pub phases: BTreeMap<&'static str, f64>,
+    /// The records pass's serial parts: the reading thread's and the
+    /// applying thread's busy seconds.
+    pub serial: SerialBusy,
 }
 
 /// Boards seen so far, and the writers of boards / legal_moves.
@@ -642,6 +666,12 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         with_moves: 0,
         encoders: encoders.clone(),
     };
+    let mut phases = BTreeMap::new();
+    let mut lap = Instant::now();
+    let mut mark = |name: &'static str| {
+        phases.insert(name, lap.elapsed().as_secs_f64());
+        lap = Instant::now();
+    };
     let (mut ids, mut values) = match partitions {
         None => (
             Ids::Memory(BoardIds::with_capacity(expected)),
@@ -665,6 +695,7 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
             )?;
             let resolved = partitioner.resolve(config.progress)?;
             let values = Values::on_disk(&scratch, resolved.boards, room)?;
+            mark("ids");
             (Ids::Disk(resolved), values)
         }
     };
@@ -681,7 +712,7 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
     let mut av = (Vec::new(), Vec::new(), Vec::new());
     // The last record's board (key, id).
     let mut last: Option<(u128, u64)> = None;
-    each_batch(
+    summary.serial = each_batch(
         &inputs,
         config.threads,
         Decode::Full,
@@ -701,7 +732,11 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
                 });
             }
             for (i, r) in batch.records.iter().enumerate() {
-                if let (Ids::Memory(table), Some(ahead)) = (&ids, batch.records.get(i + PREFETCH)) {
+                // Only a record whose board differs from its predecessor's is
+                // looked up: the action values of one board are consecutive.
+                if let (Ids::Memory(table), Some(ahead)) = (&ids, batch.records.get(i + PREFETCH))
+                    && batch.records[i + PREFETCH - 1].key != ahead.key
+                {
                     table.prefetch(ahead.key);
                 }
                 let at = |reason: String| batch.error(i, reason);
@@ -775,6 +810,7 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         .into());
     }
     drop(ids);
+    mark("records");
 
     // state_values: one row per board with a state-value record, in id order.
     let mut w = ParallelPartWriter::create(
@@ -800,6 +836,7 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
     })?;
     write_batch(Some(&mut w), Table::StateValues, cols.finish(), &sv_dir)?;
     w.finish()?;
+    mark("state_values");
 
     summary.boards = boards.count;
     summary.legal_moves = boards.legal_moves;
@@ -855,6 +892,8 @@ pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         std::slice::from_ref(split),
         manifest,
     )?;
+    mark("commit");
+    summary.phases = phases;
     Ok(summary)
 }
 

@@ -26,7 +26,10 @@ use std::{
 };
 
 use pgn_reader::{RawTag, Reader, SanPlus, Visitor};
-use shakmaty::{Chess, Color, Move, Position, Role};
+use shakmaty::{
+    Chess, Color, Move, Position, Role,
+    san::{San, Suffix},
+};
 
 /// Longest opening prefix replayed from a real game, in plies.
 pub const MAX_PREFIX: usize = 24;
@@ -293,9 +296,20 @@ impl crate::ui::Report for GenerateSummary {
     }
 }
 
-/// Plays game `game` of `seed` (another `attempt` gives another game):
-/// its moves and how it ended.
-fn play(openings: &Openings, seed: u64, game: u64, attempt: u64) -> (Vec<Move>, Ending, Rng) {
+/// A game played: its moves, the same in SAN as the game's text writes
+/// them (worked out while playing, so that the text needs no replay), the
+/// final position, how it ended, and the random stream that goes on to its
+/// tags and clocks.
+struct Played {
+    moves: Vec<Move>,
+    sans: Vec<SanPlus>,
+    pos: Chess,
+    ending: Ending,
+    rng: Rng,
+}
+
+/// Plays game `game` of `seed` (another `attempt` gives another game).
+fn play(openings: &Openings, seed: u64, game: u64, attempt: u64) -> Played {
     let mut rng = Rng::new(seed, game, attempt);
     let opening = &openings.openings[rng.below(openings.openings.len() as u64) as usize];
     let prefix = (rng.below(MAX_PREFIX as u64 + 1) as usize).min(opening.cap);
@@ -303,29 +317,56 @@ fn play(openings: &Openings, seed: u64, game: u64, attempt: u64) -> (Vec<Move>, 
     let length = (MIN_PLIES + (rng.below(span + 1) + rng.below(span + 1)) / 2) as usize;
     let mut pos = Chess::default();
     let mut moves = Vec::with_capacity(length.max(prefix) + 1);
+    let mut sans: Vec<SanPlus> = Vec::with_capacity(length.max(prefix) + 1);
+    // SAN of `m` in `pos`; its check suffix is added once the next
+    // position is known.
+    let san = |pos: &Chess, m: Move| SanPlus {
+        san: San::from_move(pos, m),
+        suffix: None,
+    };
     for &m in &opening.moves[..prefix] {
+        sans.push(san(&pos, m));
         pos.play_unchecked(m);
         moves.push(m);
+        if moves.len() < prefix && pos.is_check() {
+            // Prefixes end before a real game's last move: no checkmate.
+            sans.last_mut().expect("just pushed").suffix = Some(Suffix::Check);
+        }
     }
     let real_next = opening.moves.get(prefix).copied();
     let mut weights: Vec<u32> = Vec::with_capacity(64);
     loop {
         let legal = pos.legal_moves();
-        if legal.is_empty() {
-            let ending = match pos.is_check() {
+        let check = pos.is_check();
+        if check && let Some(last) = sans.last_mut() {
+            last.suffix = Some(if legal.is_empty() {
+                Suffix::Checkmate
+            } else {
+                Suffix::Check
+            });
+        }
+        let ending = if legal.is_empty() {
+            Some(match check {
                 true => Ending::Checkmate,
                 false => Ending::Stalemate,
+            })
+        } else if pos.is_insufficient_material() {
+            Some(Ending::InsufficientMaterial)
+        } else if pos.halfmoves() >= 100 {
+            Some(Ending::FiftyMoves)
+        } else if moves.len() >= length.max(prefix + 1) {
+            Some(Ending::Length)
+        } else {
+            None
+        };
+        if let Some(ending) = ending {
+            return Played {
+                moves,
+                sans,
+                pos,
+                ending,
+                rng,
             };
-            return (moves, ending, rng);
-        }
-        if pos.is_insufficient_material() {
-            return (moves, Ending::InsufficientMaterial, rng);
-        }
-        if pos.halfmoves() >= 100 {
-            return (moves, Ending::FiftyMoves, rng);
-        }
-        if moves.len() >= length.max(prefix + 1) {
-            return (moves, Ending::Length, rng);
         }
         weights.clear();
         let mut total = 0u64;
@@ -355,6 +396,7 @@ fn play(openings: &Openings, seed: u64, game: u64, attempt: u64) -> (Vec<Move>, 
             }
             chosen
         };
+        sans.push(san(&pos, m));
         pos.play_unchecked(m);
         moves.push(m);
     }
@@ -404,10 +446,10 @@ pub fn write_games(
     let mut text = String::with_capacity(4096);
     for game in 0..games {
         let mut attempt = 0;
-        let (moves, ending, mut rng) = loop {
+        let mut played = loop {
             let played = play(openings, seed, game, attempt);
             let mut h = std::collections::hash_map::DefaultHasher::new();
-            played.0.hash(&mut h);
+            played.moves.hash(&mut h);
             if seen.insert(h.finish()) {
                 break played;
             }
@@ -415,7 +457,8 @@ pub fn write_games(
             summary.replayed += 1;
         };
         text.clear();
-        let result = pgn(&mut text, openings, seed, game, &moves, ending, &mut rng);
+        let result = pgn(&mut text, openings, seed, game, &mut played);
+        let (moves, ending) = (&played.moves, played.ending);
         out.write_all(text.as_bytes())
             .map_err(GenerateError::Write)?;
         summary.games += 1;
@@ -483,16 +526,17 @@ fn pgn(
     openings: &Openings,
     seed: u64,
     game: u64,
-    moves: &[Move],
-    ending: Ending,
-    rng: &mut Rng,
+    played: &mut Played,
 ) -> &'static str {
+    let Played {
+        sans,
+        pos,
+        ending,
+        rng,
+        ..
+    } = played;
+    let ending = *ending;
     // The final position decides the result.
-    let mut pos = Chess::default();
-    let mut sans = Vec::with_capacity(moves.len());
-    for &m in moves {
-        sans.push(SanPlus::from_move_and_play_unchecked(&mut pos, m));
-    }
     let mover = pos.turn();
     let result = match ending {
         Ending::Checkmate => match mover {
@@ -501,7 +545,7 @@ fn pgn(
         },
         Ending::Stalemate | Ending::InsufficientMaterial | Ending::FiftyMoves => "1/2-1/2",
         Ending::Length => {
-            let lead = material(&pos, Color::White) - material(&pos, Color::Black);
+            let lead = material(pos, Color::White) - material(pos, Color::Black);
             if lead >= 3 {
                 "1-0"
             } else if lead <= -3 {
@@ -555,36 +599,70 @@ fn pgn(
     // Clocks: each side spends a random share of what it has left, then
     // gains the increment.
     let mut clocks = [base; 2];
-    for (ply, san) in sans.iter().enumerate() {
+    for (ply, &san) in sans.iter().enumerate() {
         let side = ply % 2;
         let number = ply / 2 + 1;
-        if side == 0 {
-            let _ = write!(text, "{number}. ");
-        } else {
-            let _ = write!(text, "{number}... ");
-        }
+        // Written digit by digit: `write!` took a tenth of the time.
+        push_number(text, number as u32);
+        text.push_str(if side == 0 { ". " } else { "... " });
         if ply >= 2 {
             let left = clocks[side];
             let spent = rng.below(u64::from(left / 20 + 2)) as u32;
             clocks[side] = (left.saturating_sub(spent) + increment).max(1);
         }
         let c = clocks[side];
-        let _ = write!(
-            text,
-            "{san} {{ [%clk {}:{:02}:{:02}] }} ",
-            c / 3600,
-            c / 60 % 60,
-            c % 60
-        );
+        san.append_to_string(text);
+        text.push_str(" { [%clk ");
+        push_number(text, c / 3600);
+        text.push(':');
+        push_two_digits(text, c / 60 % 60);
+        text.push(':');
+        push_two_digits(text, c % 60);
+        text.push_str("] } ");
     }
     text.push_str(result);
     text.push_str("\n\n");
     result
 }
 
+/// Appends `n` in decimal.
+fn push_number(text: &mut String, mut n: u32) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    text.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+}
+
+/// Appends `n` (below 100) as two digits.
+fn push_two_digits(text: &mut String, n: u32) {
+    let digits = [b'0' + (n / 10 % 10) as u8, b'0' + (n % 10) as u8];
+    text.push_str(std::str::from_utf8(&digits).unwrap_or_default());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_are_written_as_format_writes_them() {
+        for n in [0, 7, 10, 59, 60, 99, 100, 3599, 86_399, u32::MAX] {
+            let mut text = String::new();
+            push_number(&mut text, n);
+            assert_eq!(text, n.to_string());
+        }
+        for n in [0, 5, 10, 59] {
+            let mut text = String::new();
+            push_two_digits(&mut text, n);
+            assert_eq!(text, format!("{n:02}"));
+        }
+    }
 
     fn openings() -> Openings {
         let file = Openings::read(&crate::testing::data_file(

@@ -104,6 +104,9 @@ pub struct Summary {
     /// boards), dedup (merge spilled partitions), boards (write boards and
     /// legal_moves), commit.
     pub phases: Vec<(&'static str, f64)>,
+    /// Where the dedup phase's threads spent their time (when boards
+    /// spilled).
+    pub dedup_threads: Option<dedup::DedupBusy>,
     /// Peak resident memory of the process (Linux), bytes.
     pub peak_rss: Option<u64>,
     /// `--memory-limit`, bytes.
@@ -182,6 +185,7 @@ impl serde::Serialize for Summary {
             "memory_limit": self.memory_limit,
             "least_memory_limit": self.least_memory_limit,
             "phases": self.phases.iter().cloned().collect::<BTreeMap<_, _>>(),
+            "dedup_threads": self.dedup_threads,
             "inputs": self.inputs,
             "splits": self.splits.iter().cloned().collect::<BTreeMap<_, _>>(),
         })
@@ -220,6 +224,22 @@ impl Report for Summary {
             .map(|b| format!("; peak memory {:.0} MB", b as f64 / 1e6))
             .unwrap_or_default();
         writeln!(out, "  phases: {}{peak}", phases.join(", "))?;
+        if let Some(d) = &self.dedup_threads {
+            writeln!(
+                out,
+                "  dedup: tables spilled in {:.2} s; {} partitions on {} threads in {:.2} s ({} kept with fixes of {:.1} MB), thread-seconds reading {:.2}, inserting {:.2}, writing {:.2}, splitting {:.2}",
+                d.last_spill_s,
+                d.partitions,
+                d.threads,
+                d.partitions_s,
+                d.fixed,
+                d.fix_bytes as f64 / 1e6,
+                d.read_s,
+                d.insert_s,
+                d.write_s,
+                d.split_s
+            )?;
+        }
         for (name, c) in &self.splits {
             let rejected: u64 = c.rejected.values().sum();
             let reasons: Vec<String> = c.rejected.iter().map(|(r, n)| format!("{r} {n}")).collect();
@@ -510,7 +530,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     }
 
     // Boards and legal moves, split by split.
-    let split_boards = dedup::finish(aggregators, config.threads)?;
+    let (split_boards, dedup_threads) = dedup::finish(aggregators, config.threads)?;
     release_free_memory();
     mark("dedup", &mut phases);
     let done = Arc::new(AtomicU64::new(0));
@@ -629,6 +649,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
         spilled,
         spill_entry_bytes: spill_format.entry_bytes(),
         phases,
+        dedup_threads,
         peak_rss: peak_rss(),
         memory_limit: config.memory_limit,
         least_memory_limit,

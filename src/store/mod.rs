@@ -7,6 +7,7 @@ pub(crate) mod commit;
 pub(crate) mod direct;
 pub(crate) mod legal_moves;
 pub(crate) mod manifest;
+pub(crate) mod memory;
 pub(crate) mod parallel;
 pub(crate) mod schema;
 pub(crate) mod writer;

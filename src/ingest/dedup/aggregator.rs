@@ -12,7 +12,7 @@ use super::{
     budget::{BYTES_PER_ENTRY, STREAM_TABLE_BYTES, run_buffer, spill_buffer, table_bytes},
     entry::{SpillFormat, first_seen},
     merge::SplitBoards,
-    spill::{PARTITIONS, dedup_partitions, dedup_workers, partition_of, partition_path},
+    spill::{DedupBusy, PARTITIONS, dedup_partitions, dedup_workers, partition_of, partition_path},
     table::{BoardSet, table_shape},
 };
 use crate::chess::BoardKey;
@@ -343,7 +343,7 @@ impl Aggregator {
 
     #[cfg(test)]
     fn finish(self, threads: usize) -> Result<Vec<SplitBoards>, IngestError> {
-        finish(vec![self], threads)
+        finish(vec![self], threads).map(|(boards, _)| boards)
     }
 }
 
@@ -357,7 +357,7 @@ impl Aggregator {
 pub(crate) fn finish(
     shards: Vec<Aggregator>,
     threads: usize,
-) -> Result<Vec<SplitBoards>, IngestError> {
+) -> Result<(Vec<SplitBoards>, Option<DedupBusy>), IngestError> {
     let threads = threads.max(1);
     let max_entries: usize = shards.iter().map(|a| a.max_entries).sum();
     let splits = shards.first().map_or(0, |a| a.sets.len());
@@ -372,6 +372,7 @@ pub(crate) fn finish(
     }
     let mut in_memory = Vec::with_capacity(splits);
     let mut jobs: Vec<(usize, PathBuf)> = Vec::new();
+    let started = std::time::Instant::now();
     for (s, sets) in by_split.into_iter().enumerate() {
         if sets.iter().all(|set| set.generations == 0) {
             in_memory.push(Some(sets.into_iter().map(|set| set.entries).collect()));
@@ -391,10 +392,19 @@ pub(crate) fn finish(
             }
         }
     }
+    let last_spill_s = started.elapsed().as_secs_f64();
     let paths: Vec<&Path> = jobs.iter().map(|(_, p)| p.as_path()).collect();
+    // A sixteenth of the tables' memory is left to the runs' fixes: half
+    // for the fixes kept, held until the boards are written, half for the
+    // threads working them out.
+    let fix_entries = max_entries / 16;
+    let max_entries = max_entries - fix_entries;
+    let fix_bytes = fix_entries as u64 * BYTES_PER_ENTRY / 2;
     let workers = dedup_workers(&paths, max_entries, threads, format)?;
     let per_thread = (max_entries / workers).max(1024);
-    let mut runs = dedup_partitions(&paths, per_thread, workers, format)?.into_iter();
+    let (runs, mut busy) = dedup_partitions(&paths, per_thread, fix_bytes, workers, format)?;
+    busy.last_spill_s = last_spill_s;
+    let mut runs = runs.into_iter();
     let mut out = Vec::with_capacity(in_memory.len());
     for (s, tables) in in_memory.into_iter().enumerate() {
         out.push(match tables {
@@ -402,14 +412,14 @@ pub(crate) fn finish(
             None => {
                 let n = jobs.iter().filter(|(js, _)| *js == s).count();
                 SplitBoards::Runs {
-                    paths: runs.by_ref().take(n).collect(),
+                    runs: runs.by_ref().take(n).collect(),
                     buffer: run_buffer(max_entries as u64 * BYTES_PER_ENTRY, n),
                     format,
                 }
             }
         });
     }
-    Ok(out)
+    Ok((out, (!jobs.is_empty()).then_some(busy)))
 }
 
 #[cfg(test)]
@@ -523,6 +533,7 @@ mod tests {
             }
             let got: Vec<Vec<Entry>> = finish(aggregators, 2)
                 .unwrap()
+                .0
                 .into_iter()
                 .map(|s| s.open(1).unwrap().collect::<Result<Vec<_>, _>>().unwrap())
                 .collect();

@@ -178,6 +178,116 @@ impl EntryWriter {
     }
 }
 
+/// A run: a file of distinct entries in order of first occurrence, read
+/// by the merge. Either written as such, or a partition file read with its
+/// [`Fix`]: the dedup phase then writes nothing.
+#[derive(Debug)]
+pub(crate) struct Run {
+    pub path: PathBuf,
+    pub fix: Option<Fix>,
+}
+
+impl Run {
+    /// A run file written as such.
+    pub(super) fn file(path: PathBuf) -> Run {
+        Run { path, fix: None }
+    }
+
+    /// Memory the run holds until it is read: its fix.
+    pub(super) fn held_bytes(&self) -> u64 {
+        self.fix.as_ref().map_or(0, Fix::bytes)
+    }
+}
+
+/// What makes a partition file its run: a partition holds each key's
+/// occurrences across generations in order of first occurrence, so the run
+/// is the file without the entries of keys met before (`skip`, their
+/// positions in the file, ascending), each remaining entry's count raised
+/// to the key's total where later ones added to it (`counts`: the entry's
+/// place among the remaining ones, and the total, ascending). Most boards
+/// occur in one generation only, so a fix is far smaller than the run it
+/// stands for, which would otherwise be written and read once more.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Fix {
+    pub skip: Vec<u32>,
+    pub counts: Vec<(u32, u64)>,
+}
+
+impl Fix {
+    /// Bytes held in memory.
+    pub(super) fn bytes(&self) -> u64 {
+        (self.skip.capacity() * 4 + self.counts.capacity() * 16) as u64
+    }
+}
+
+/// Reads a [`Run`]: its file's entries, with its fix applied.
+pub(super) struct RunReader {
+    reader: EntryReader,
+    fix: Option<Fix>,
+    /// Position in the file of the next entry read.
+    at: u64,
+    /// Place among the entries kept of the next one kept.
+    kept: u64,
+    /// Next of `fix.skip` and of `fix.counts` to come.
+    skip: usize,
+    count: usize,
+}
+
+impl RunReader {
+    pub(super) fn open(
+        run: Run,
+        mode: ReadMode,
+        format: SpillFormat,
+    ) -> Result<RunReader, IngestError> {
+        Ok(RunReader {
+            reader: EntryReader::open(&run.path, mode, format)?,
+            fix: run.fix,
+            at: 0,
+            kept: 0,
+            skip: 0,
+            count: 0,
+        })
+    }
+
+    /// [`EntryReader::next_batch`] of the run: empty only at its end.
+    pub(super) fn next_batch(
+        &mut self,
+        buf: &mut [u8],
+        out: &mut Vec<Entry>,
+    ) -> Result<(), IngestError> {
+        loop {
+            self.reader.next_batch(buf, out)?;
+            let n = out.len();
+            let Some(fix) = &self.fix else {
+                return Ok(());
+            };
+            let mut kept = 0;
+            for i in 0..n {
+                let at = self.at + i as u64;
+                if fix.skip.get(self.skip).is_some_and(|&s| u64::from(s) == at) {
+                    self.skip += 1;
+                    continue;
+                }
+                let mut e = out[i];
+                if let Some(&(k, total)) = fix.counts.get(self.count)
+                    && u64::from(k) == self.kept
+                {
+                    e.count = total;
+                    self.count += 1;
+                }
+                self.kept += 1;
+                out[kept] = e;
+                kept += 1;
+            }
+            self.at += n as u64;
+            out.truncate(kept);
+            if kept > 0 || n == 0 {
+                return Ok(());
+            }
+        }
+    }
+}
+
 /// Writes `entries` to a new file at `path`, in order.
 pub(super) fn write_entries(
     path: &Path,

@@ -8,13 +8,12 @@
 use std::{
     cmp::Reverse,
     collections::{BinaryHeap, binary_heap::PeekMut},
-    path::PathBuf,
 };
 
 use super::{
     super::IngestError,
     entry::{Entry, SpillFormat},
-    entry_file::{EntryReader, ReadMode},
+    entry_file::{ReadMode, Run, RunReader},
 };
 
 /// Entries a merge decodes at a time from each run (3.5 KiB a run, beside
@@ -32,24 +31,25 @@ pub(crate) struct MergeRuns {
 
 /// A run's decoded entries not yet merged.
 struct RunCursor {
-    reader: EntryReader,
+    reader: RunReader,
     batch: Vec<Entry>,
     at: usize,
 }
 
 impl MergeRuns {
-    /// Opens the runs at `paths`, read as `mode` says, and reads each one's
-    /// first batch.
+    /// Opens `runs`, read as `mode` says, and reads each one's first
+    /// batch.
     pub(super) fn new(
-        paths: &[PathBuf],
+        runs: Vec<Run>,
         mode: ReadMode,
         format: SpillFormat,
     ) -> Result<MergeRuns, IngestError> {
         let mut bytes = vec![0u8; MERGE_BATCH * format.entry_bytes()];
+        let paths = runs;
         let mut runs = Vec::with_capacity(paths.len());
         let mut heads = BinaryHeap::with_capacity(paths.len());
-        for (i, path) in paths.iter().enumerate() {
-            let mut reader = EntryReader::open(path, mode, format)?;
+        for (i, run) in paths.into_iter().enumerate() {
+            let mut reader = RunReader::open(run, mode, format)?;
             let mut batch = Vec::with_capacity(MERGE_BATCH);
             reader.next_batch(&mut bytes, &mut batch)?;
             if let Some(e) = batch.first() {
@@ -140,7 +140,7 @@ pub(crate) enum SplitBoards {
     /// Run files, each read `buffer` bytes at a time
     /// ([`run_buffer`](super::budget::run_buffer)).
     Runs {
-        paths: Vec<PathBuf>,
+        runs: Vec<Run>,
         buffer: usize,
         format: SpillFormat,
     },
@@ -200,20 +200,23 @@ impl TreeStream {
 }
 
 impl TreeMerge {
-    /// Merges `paths` on `groups` threads (the runs dealt round-robin).
+    /// Merges `runs` on `groups` threads (the runs dealt round-robin).
     fn new(
-        paths: &[PathBuf],
+        runs: Vec<Run>,
         groups: usize,
         mode: ReadMode,
         format: SpillFormat,
     ) -> Result<TreeMerge, IngestError> {
-        let groups = groups.clamp(1, paths.len().max(1));
+        let groups = groups.clamp(1, runs.len().max(1));
         let mut streams = Vec::with_capacity(groups);
         let mut threads = Vec::with_capacity(groups);
-        for g in 0..groups {
-            let mine: Vec<PathBuf> = paths.iter().skip(g).step_by(groups).cloned().collect();
+        let mut dealt: Vec<Vec<Run>> = (0..groups).map(|_| Vec::new()).collect();
+        for (i, run) in runs.into_iter().enumerate() {
+            dealt[i % groups].push(run);
+        }
+        for (g, mine) in dealt.into_iter().enumerate() {
             // Opened here, so that a run that cannot be opened fails at once.
-            let mut merge = MergeRuns::new(&mine, mode, format)?;
+            let mut merge = MergeRuns::new(mine, mode, format)?;
             let (tx, rx) = crossbeam_channel::bounded(TREE_AHEAD);
             let (back_tx, back_rx) = crossbeam_channel::bounded::<Vec<Entry>>(TREE_AHEAD + 2);
             let thread = std::thread::Builder::new()
@@ -291,14 +294,16 @@ impl Drop for TreeMerge {
 
 impl SplitBoards {
     /// Memory the boards hold until they are written: the tables kept in
-    /// memory, or the run files' read buffers.
+    /// memory, or the run files' read buffers and the runs' fixes.
     pub(crate) fn held_bytes(&self) -> u64 {
         match self {
             SplitBoards::Memory(tables) => tables
                 .iter()
                 .map(|t| (t.capacity() * std::mem::size_of::<Entry>()) as u64)
                 .sum(),
-            SplitBoards::Runs { paths, buffer, .. } => (paths.len() * buffer) as u64,
+            SplitBoards::Runs { runs, buffer, .. } => {
+                (runs.len() * buffer) as u64 + runs.iter().map(Run::held_bytes).sum::<u64>()
+            }
         }
     }
 
@@ -309,20 +314,20 @@ impl SplitBoards {
         Ok(match self {
             SplitBoards::Memory(tables) => BoardStream::Memory(MemoryMerge::new(tables)),
             SplitBoards::Runs {
-                paths,
+                runs,
                 buffer,
                 format,
             } if threads > 1 => BoardStream::Tree(TreeMerge::new(
-                &paths,
+                runs,
                 threads,
                 ReadMode::Direct(buffer),
                 format,
             )?),
             SplitBoards::Runs {
-                paths,
+                runs,
                 buffer,
                 format,
-            } => BoardStream::Merged(MergeRuns::new(&paths, ReadMode::Direct(buffer), format)?),
+            } => BoardStream::Merged(MergeRuns::new(runs, ReadMode::Direct(buffer), format)?),
         })
     }
 }

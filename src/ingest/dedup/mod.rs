@@ -12,8 +12,12 @@
 //! partition file is ordered by first occurrence across generations), split
 //! by further hash bits if it is still too big (into as many pieces as fit
 //! in one more pass: `split_bits` in [`spill`]), and the partitions' outputs
-//! are merged by first occurrence. The result is the same stream of boards,
-//! byte for byte, whatever the memory limit.
+//! are merged by first occurrence. A partition's output is the partition
+//! file itself, read with the positions of its later duplicates to skip
+//! and the counts to raise (a fix, [`entry_file::Run`]), while the fixes
+//! fit their share of the memory; else a run file written for it. The
+//! result is the same stream of boards, byte for byte, whatever the memory
+//! limit.
 //!
 //! The work can be shared by several aggregators on their own threads
 //! (shards, [`aggregator`]): each counts the keys of its partitions only,
@@ -27,7 +31,8 @@
 //!   buffers and the rest of ingest;
 //! - [`entry`]: a distinct board with its first occurrence and count, and
 //!   its layout in spill and run files;
-//! - [`entry_file`]: spill and run files read and written as entries;
+//! - [`entry_file`]: spill and run files read and written as entries, and
+//!   a run read as a partition with its fix;
 //! - [`table`]: the hash table, and one split's table that spills when full;
 //! - [`aggregator`]: the shards that count the boards batch by batch, and
 //!   the end of counting ([`finish`]);
@@ -50,4 +55,5 @@ pub(crate) use self::{
     aggregator::{Aggregator, BatchGame, KeyBatch, Keys, finish},
     budget::{MIN_TABLES, PIPELINE_FLOOR, PIPELINE_RESERVE, STREAM_TABLE_BYTES, least_limit},
     entry::{Entry, SpillFormat, split_first_seen},
+    spill::DedupBusy,
 };

@@ -13,15 +13,16 @@ use std::{
     path::{Path, PathBuf},
     sync::{
         Mutex,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
+    time::Instant,
 };
 
 use super::{
     super::IngestError,
     budget::{BYTES_PER_ENTRY, run_buffer},
     entry::{ENTRY_SIZE, Entry, SpillFormat},
-    entry_file::{EntryReader, EntryWriter, ReadMode, spill_err, write_entries},
+    entry_file::{EntryReader, EntryWriter, Fix, ReadMode, Run, spill_err, write_entries},
     merge::MergeRuns,
     table::{Index, upsert},
 };
@@ -112,26 +113,95 @@ pub(super) fn dedup_workers(
 /// ([`dedup_workers`]).
 const DEDUP_THREAD_IO: u64 = 3 << 20;
 
+/// Where the dedup phase's threads spent their time, in seconds summed
+/// over them: whether the phase waits on the disk (`read_s`, `write_s`) or
+/// computes (`insert_s`) shows in its ingest summary (`dedup_threads`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct DedupBusy {
+    /// Threads deduplicating partitions at once.
+    pub threads: usize,
+    /// Partition files deduplicated.
+    pub partitions: usize,
+    /// Of those, the ones kept as their runs with a [`Fix`] (no run
+    /// written), and the bytes of those fixes.
+    pub fixed: usize,
+    pub fix_bytes: u64,
+    /// Wall-clock seconds spilling the tables still in memory when games
+    /// stopped coming, before the partitions are deduplicated.
+    pub last_spill_s: f64,
+    /// Wall-clock seconds from the first partition taken to the last done.
+    pub partitions_s: f64,
+    /// Reading partition files (in-memory passes).
+    pub read_s: f64,
+    /// Inserting their entries into the tables.
+    pub insert_s: f64,
+    /// Writing the runs.
+    pub write_s: f64,
+    /// Splitting partitions too big for a thread's tables, and merging
+    /// their pieces' runs.
+    pub split_s: f64,
+}
+
+impl DedupBusy {
+    fn add(&mut self, other: &DedupBusy) {
+        self.partitions += other.partitions;
+        self.fixed += other.fixed;
+        self.fix_bytes += other.fix_bytes;
+        self.read_s += other.read_s;
+        self.insert_s += other.insert_s;
+        self.write_s += other.write_s;
+        self.split_s += other.split_s;
+    }
+}
+
+/// The memory the fixes of a dedup phase's runs may still take, and what
+/// one thread may hold while it works one out.
+pub(super) struct FixRoom {
+    left: AtomicU64,
+    a_thread: u64,
+}
+
 /// Runs [`dedup_partition`] on every path, `threads` at a time; the runs
-/// come back in the order of `paths`. The first failure stops the others
-/// from taking new partitions and is returned.
+/// come back in the order of `paths`, with where the threads' time went.
+/// Their fixes share `fix_bytes` bytes, and a thread working one out holds
+/// at most its share of them. The first failure stops the others from
+/// taking new partitions and is returned.
 pub(super) fn dedup_partitions(
     paths: &[&Path],
     max_entries: usize,
+    fix_bytes: u64,
     threads: usize,
     format: SpillFormat,
-) -> Result<Vec<PathBuf>, IngestError> {
+) -> Result<(Vec<Run>, DedupBusy), IngestError> {
+    let fix_room = FixRoom {
+        left: AtomicU64::new(fix_bytes),
+        a_thread: fix_bytes / threads.max(1) as u64,
+    };
+    let started = Instant::now();
+    let busy = Mutex::new(DedupBusy {
+        threads: threads.min(paths.len()),
+        ..DedupBusy::default()
+    });
     let next = AtomicUsize::new(0);
-    let results: Vec<Mutex<Option<Result<PathBuf, IngestError>>>> =
+    let results: Vec<Mutex<Option<Result<Run, IngestError>>>> =
         paths.iter().map(|_| Mutex::new(None)).collect();
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads.min(paths.len()))
             .map(|_| {
                 scope.spawn(|| {
+                    let mut mine = DedupBusy::default();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(path) = paths.get(i) else { break };
-                        let result = dedup_partition(path, PARTITION_BITS, max_entries, format);
+                        mine.partitions += 1;
+                        let result = dedup_partition(
+                            path,
+                            PARTITION_BITS,
+                            max_entries,
+                            format,
+                            Some(&fix_room),
+                            &mut mine,
+                        );
                         let failed = result.is_err();
                         if let Ok(mut slot) = results[i].lock() {
                             *slot = Some(result);
@@ -139,6 +209,9 @@ pub(super) fn dedup_partitions(
                         if failed {
                             next.store(paths.len(), Ordering::Relaxed);
                         }
+                    }
+                    if let Ok(mut busy) = busy.lock() {
+                        busy.add(&mine);
                     }
                 })
             })
@@ -149,10 +222,12 @@ pub(super) fn dedup_partitions(
             }
         }
     });
-    let results: Vec<Option<Result<PathBuf, IngestError>>> = results
+    let results: Vec<Option<Result<Run, IngestError>>> = results
         .into_iter()
         .map(|slot| slot.into_inner().ok().flatten())
         .collect();
+    let mut busy = busy.into_inner().unwrap_or_default();
+    busy.partitions_s = started.elapsed().as_secs_f64();
     let mut runs = Vec::with_capacity(paths.len());
     for (result, path) in results.into_iter().zip(paths) {
         match result {
@@ -165,38 +240,86 @@ pub(super) fn dedup_partitions(
             }
         }
     }
-    Ok(runs)
+    Ok((runs, busy))
 }
 
 /// The distinct entries of a partition file (ordered by first occurrence
 /// across generations) with their counts summed, in the same order: the
-/// earliest generation's entry keeps its first occurrence. Lookups are
-/// pipelined by [`upsert`] (a partition is far bigger than the caches).
+/// earliest generation's entry keeps its first occurrence; and the [`Fix`]
+/// that makes the file those entries, unless it would take more than
+/// `fix_limit` bytes. Lookups are pipelined by [`upsert`] (a partition is
+/// far bigger than the caches).
 fn dedup_in_memory(
     path: &Path,
     len: usize,
     slots: usize,
     format: SpillFormat,
-) -> Result<Vec<Entry>, IngestError> {
+    fix_limit: u64,
+    busy: &mut DedupBusy,
+) -> Result<(Vec<Entry>, Option<Fix>), IngestError> {
     let mut entries: Vec<Entry> = Vec::with_capacity(len);
+    let mut fix = Fix::default();
+    // Each later occurrence adds 4 bytes to each list; past the limit no
+    // fix is kept.
+    let most = if len <= u32::MAX as usize {
+        (fix_limit / 8) as usize
+    } else {
+        0
+    };
+    let mut whole = most > 0;
+    // Entries whose count later occurrences raised, and where the batch
+    // read starts in the file.
+    let mut grown: Vec<u32> = Vec::new();
+    let mut at = 0u64;
     let mut index = Index::with_slots(slots);
     let mut reader = EntryReader::open(path, ReadMode::Cached(1 << 20), format)?;
     let mut buf = vec![0u8; format.entry_bytes() * 4096];
     let mut batch = Vec::with_capacity(4096);
     loop {
+        let started = Instant::now();
         reader.next_batch(&mut buf, &mut batch)?;
+        let read = Instant::now();
+        busy.read_s += (read - started).as_secs_f64();
         if batch.is_empty() {
-            return Ok(entries);
+            if !whole {
+                return Ok((entries, None));
+            }
+            grown.sort_unstable();
+            grown.dedup();
+            fix.counts = grown
+                .iter()
+                .map(|&k| (k, entries[k as usize].count))
+                .collect();
+            fix.skip.shrink_to_fit();
+            return Ok((entries, Some(fix)));
         }
+        let skip = &mut fix.skip;
+        let whole_before = whole;
         upsert(
             &mut index,
             &mut entries,
             &batch,
             |_, e| e.key.hash64(),
             |e| &e.key,
-            |entry, e| entry.count += e.count,
+            |i, k, entry, e| {
+                entry.count += e.count;
+                if skip.len() == most {
+                    whole = false;
+                } else if whole {
+                    // Positions and places fit: a partition of 2^32 entries
+                    // or more gets no fix (`most` is 0).
+                    skip.push((at + i as u64) as u32);
+                    grown.push(k as u32);
+                }
+            },
             |_, e| *e,
         );
+        at += batch.len() as u64;
+        if whole_before && !whole {
+            fix = Fix::default();
+            grown = Vec::new();
+        }
+        busy.insert_s += read.elapsed().as_secs_f64();
     }
 }
 
@@ -243,21 +366,49 @@ fn split_bits(len: usize, max_entries: usize) -> u32 {
 /// Deduplicates one partition file into a run file ordered by first
 /// occurrence; splits it by further hash bits when it exceeds the memory
 /// limit, into as many pieces as one more pass needs ([`split_bits`]).
-/// Returns the run's path and removes the partition file.
+/// Returns the run; adds where its time went to `busy`. A partition that
+/// fits in memory is its own run with a [`Fix`] when `fix_room` (bytes the
+/// fixes may still take) has room for it, and nothing is written; else
+/// its run is written and the partition file removed.
 fn dedup_partition(
     path: &Path,
     bits_used: u32,
     max_entries: usize,
     format: SpillFormat,
-) -> Result<PathBuf, IngestError> {
+    fix_room: Option<&FixRoom>,
+    busy: &mut DedupBusy,
+) -> Result<Run, IngestError> {
     let size = format.entry_bytes();
     let len = fs::metadata(path).map_err(|e| spill_err(path, e))?.len() as usize / size;
     let run = path.with_extension("run");
     let bits = split_bits(len, max_entries).min(64 - bits_used);
     if fits_in_memory(len, max_entries) || bits == 0 {
-        let entries = dedup_in_memory(path, len, index_slots(len), format)?;
+        let fix_limit = fix_room.map_or(0, |room| {
+            room.left.load(Ordering::Relaxed).min(room.a_thread)
+        });
+        let (entries, fix) = dedup_in_memory(path, len, index_slots(len), format, fix_limit, busy)?;
+        if let (Some(fix), Some(room)) = (fix, fix_room) {
+            let bytes = fix.bytes();
+            let reserved = room
+                .left
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                    left.checked_sub(bytes)
+                })
+                .is_ok();
+            if reserved {
+                busy.fixed += 1;
+                busy.fix_bytes += bytes;
+                return Ok(Run {
+                    path: path.to_owned(),
+                    fix: Some(fix),
+                });
+            }
+        }
+        let started = Instant::now();
         write_entries(&run, &entries, format)?;
+        busy.write_s += started.elapsed().as_secs_f64();
     } else {
+        let started = Instant::now();
         // Too big for memory: split by the next hash bits, keeping order.
         let dir = path.with_extension("split");
         fs::create_dir_all(&dir).map_err(|e| spill_err(&dir, e))?;
@@ -297,15 +448,17 @@ fn dedup_partition(
                 pieces.push(sub);
             }
         }
+        busy.split_s += started.elapsed().as_secs_f64();
         let runs = pieces
             .iter()
-            .map(|sub| dedup_partition(sub, bits_used + bits, max_entries, format))
+            .map(|sub| dedup_partition(sub, bits_used + bits, max_entries, format, None, busy))
             .collect::<Result<Vec<_>, _>>()?;
+        let started = Instant::now();
         // Up to MOST_SPLIT_WAYS sub-runs at once: their buffers share this
         // thread's table memory, which is free again (1 MiB each would take
         // ~31 MB a thread at 10^6 games under 64MiB, beyond the budget).
         let buffer = run_buffer(max_entries as u64 * BYTES_PER_ENTRY, runs.len());
-        let mut merged = MergeRuns::new(&runs, ReadMode::Cached(buffer), format)?;
+        let mut merged = MergeRuns::new(runs, ReadMode::Cached(buffer), format)?;
         let mut w = EntryWriter::create(&run, 1 << 20, format)?;
         while let Some(e) = merged.next().transpose()? {
             w.push(&e)?;
@@ -313,9 +466,10 @@ fn dedup_partition(
         w.finish()?;
         drop(merged);
         let _ = fs::remove_dir_all(&dir);
+        busy.split_s += started.elapsed().as_secs_f64();
     }
     fs::remove_file(path).map_err(|e| spill_err(path, e))?;
-    Ok(run)
+    Ok(Run::file(run))
 }
 
 #[cfg(test)]
@@ -352,6 +506,102 @@ mod tests {
         // Tiny tables still halve; large ones open at most 256 files.
         assert_eq!(split_bits(2_000, 1024), 1);
         assert_eq!(split_bits(usize::MAX / 128, entries(1 << 30)), 8);
+    }
+
+    /// Reads a run to the end, `batch` entries at a time.
+    fn read_run(run: Run, batch: usize, format: SpillFormat) -> Vec<Entry> {
+        let mut reader =
+            super::super::entry_file::RunReader::open(run, ReadMode::Cached(1 << 16), format)
+                .unwrap();
+        let (mut buf, mut out, mut all) = (vec![0u8; batch * format.entry_bytes()], vec![], vec![]);
+        loop {
+            reader.next_batch(&mut buf, &mut out).unwrap();
+            if out.is_empty() {
+                return all;
+            }
+            all.extend_from_slice(&out);
+        }
+    }
+
+    #[test]
+    fn a_partition_with_its_fix_reads_as_the_run_written_for_it() {
+        use shakmaty::{Chess, Position};
+
+        use crate::chess::BoardKey;
+        let tmp = tempfile::tempdir().unwrap();
+        let format = SpillFormat::for_this_cpu();
+        // Three generations over 40 boards: each generation's entries in
+        // order of first occurrence, boards 0..8 in every generation (their
+        // counts add up), the others in one generation each.
+        let mut pos = Chess::default();
+        let mut keys = Vec::new();
+        while keys.len() < 40 {
+            let moves = pos.legal_moves();
+            if moves.is_empty() {
+                pos = Chess::default();
+                continue;
+            }
+            pos.play_unchecked(moves[keys.len() % moves.len()]);
+            let key = BoardKey::from_position(&pos).unwrap();
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        let mut file = Vec::new();
+        let mut first = 0;
+        for generation in 0..3usize {
+            let own = 8 + generation * 10..18 + generation * 10;
+            for k in (0..8).chain(own) {
+                first += 1;
+                let count = 1 + (k as u64 % 3);
+                file.push(Entry {
+                    key: keys[k],
+                    first,
+                    count,
+                });
+            }
+        }
+        let expected_boards: Vec<BoardKey> = (0..38).map(|k| keys[k]).collect();
+        for (fixes, batch) in [(1 << 20, 4), (1 << 20, 1024), (0, 7)] {
+            let path = partition_path(tmp.path(), 5);
+            write_entries(&path, &file, format).unwrap();
+            let room = FixRoom {
+                left: AtomicU64::new(fixes),
+                a_thread: fixes,
+            };
+            let mut busy = DedupBusy::default();
+            let run = dedup_partition(
+                &path,
+                PARTITION_BITS,
+                1 << 20,
+                format,
+                Some(&room),
+                &mut busy,
+            )
+            .unwrap();
+            assert_eq!(run.fix.is_some(), fixes > 0);
+            assert_eq!(busy.fixed, usize::from(fixes > 0));
+            if let Some(fix) = &run.fix {
+                // 16 later occurrences of boards 0..8 skipped, and each of
+                // those 8 boards' counts raised (1 + k % 3, three times).
+                assert_eq!(fix.skip.len(), 16);
+                assert_eq!(fix.counts.len(), 8);
+                assert_eq!(run.path, path);
+            } else {
+                assert!(!path.exists(), "the partition of a run written is removed");
+            }
+            let got = read_run(run, batch, format);
+            let boards: Vec<BoardKey> = got.iter().map(|e| e.key).collect();
+            assert_eq!(boards, expected_boards, "fix {fixes}, batch {batch}");
+            for (k, e) in got.iter().enumerate() {
+                let once = 1 + (k as u64 % 3);
+                let count = if k < 8 { 3 * once } else { once };
+                assert_eq!(e.count, count, "board {k}");
+                assert_eq!(e.first, file.iter().find(|f| f.key == e.key).unwrap().first);
+            }
+            let _ = fs::remove_file(&path);
+            let _ = fs::remove_file(path.with_extension("run"));
+        }
     }
 
     #[test]

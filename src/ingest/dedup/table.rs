@@ -33,7 +33,7 @@ impl Index {
     pub(super) fn with_slots(n: usize) -> Index {
         let n = n.next_power_of_two().max(16);
         let slots = vec![0; n];
-        advise_huge_pages(slots.as_ptr(), slots.len());
+        crate::store::memory::advise_huge_pages(slots.as_ptr(), slots.len());
         Index { slots, mask: n - 1 }
     }
 
@@ -92,7 +92,7 @@ impl Index {
             if fresh.try_reserve_exact(reserve.max(n)).is_err() {
                 fresh.reserve_exact(n);
             }
-            advise_huge_pages(fresh.as_ptr(), fresh.capacity());
+            crate::store::memory::advise_huge_pages(fresh.as_ptr(), fresh.capacity());
             self.slots = fresh;
         }
         self.slots.clear();
@@ -121,37 +121,6 @@ fn same_key(a: &BoardKey, b: &BoardKey) -> bool {
     ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4])) == 0
 }
 
-/// Asks Linux to back a big table with 2 MiB pages (`MADV_HUGEPAGE`; the
-/// machine's default is often `madvise`): lookups in a table of gigabytes
-/// then miss the TLB far less. A hint only; failure changes nothing.
-fn advise_huge_pages<T>(data: *const T, len: usize) {
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let bytes = len * std::mem::size_of::<T>();
-        if bytes < 2 * HUGE {
-            return;
-        }
-        let start = data as usize;
-        let aligned = start.next_multiple_of(HUGE);
-        let end = (start + bytes) / HUGE * HUGE;
-        if end > aligned {
-            // SAFETY: the range lies inside the allocation of `len` items at
-            // `data` (the caller's vector and its capacity); madvise
-            // with MADV_HUGEPAGE does not change its contents.
-            unsafe {
-                libc::madvise(
-                    aligned as *mut libc::c_void,
-                    end - aligned,
-                    libc::MADV_HUGEPAGE,
-                );
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (data, len);
-}
-
 /// Keys hashed ahead in [`Index::rebuild`].
 const LOOKAHEAD: usize = 16;
 /// How far ahead of the key being inserted [`upsert`] prefetches its home
@@ -162,8 +131,9 @@ const ENTRY_AHEAD: usize = 8;
 const RING: usize = 32;
 const _: () = assert!(RING > SLOT_AHEAD && SLOT_AHEAD > ENTRY_AHEAD);
 
-/// Inserts `items` into a table in order: an item whose key is in it is
-/// `merge`d into its entry, any other becomes `make(i, item)`; `hash(i,
+/// Inserts `items` into a table in order: item i whose key is in it is
+/// `merge(i, at, entry, item)`d into its entry (`entries[at]`), any other
+/// becomes `make(i, item)`; `hash(i,
 /// item)` is item i's key's [`BoardKey::hash64`]. A software
 /// pipeline: the home slot of item i + SLOT_AHEAD and the entry of item
 /// i + ENTRY_AHEAD are prefetched while item i is looked up, across the
@@ -175,7 +145,7 @@ pub(super) fn upsert<T>(
     items: &[T],
     hash: impl Fn(usize, &T) -> u64,
     key: impl Fn(&T) -> &BoardKey,
-    mut merge: impl FnMut(&mut Entry, &T),
+    mut merge: impl FnMut(usize, usize, &mut Entry, &T),
     mut make: impl FnMut(usize, &T) -> Entry,
 ) {
     let n = items.len();
@@ -205,7 +175,7 @@ pub(super) fn upsert<T>(
         }
         let hash = ring[i % RING];
         match index.find(hash, key(item), entries) {
-            Ok(at) => merge(&mut entries[at], item),
+            Ok(at) => merge(i, at, &mut entries[at], item),
             Err(slot) => {
                 index.put(slot, hash, entries.len());
                 entries.push(make(i, item));
@@ -296,7 +266,7 @@ impl BoardSet {
             keys,
             |i, _| hashes[i],
             |key| key,
-            |entry, _| entry.count += 1,
+            |_, _, entry, _| entry.count += 1,
             |i, key| Entry {
                 key: *key,
                 first: firsts[i],
@@ -324,7 +294,7 @@ impl BoardSet {
             {
                 self.entries.reserve_exact(capacity - len);
             }
-            advise_huge_pages(self.entries.as_ptr(), self.entries.capacity());
+            crate::store::memory::advise_huge_pages(self.entries.as_ptr(), self.entries.capacity());
         }
         self.capacity = capacity;
         if slots > self.index.slots.len() {

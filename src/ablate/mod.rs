@@ -392,6 +392,11 @@ type Outcome = (String, u64, Result<(), String>);
 pub fn run(options: &AblateOptions, progress: bool) -> Result<Summary, AblateError> {
     let start = Instant::now();
     let grid = Grid::load(&options.grid, options.run.as_deref())?;
+    // Every variant reads the grid's run: refuse one that is not a run
+    // before anything is written under it.
+    if !grid.run.join("manifest.json").is_file() {
+        return Err(StoreError::NotARun(grid.run.clone()).into());
+    }
     let shard = match options.shard {
         Some(s) => Some(s),
         None => Shard::from_env(|k| std::env::var(k).ok())?.map(|(s, _)| s),

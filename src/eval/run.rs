@@ -438,13 +438,14 @@ fn report_err(path: &Path) -> impl FnOnce(crate::store::StoreError) -> EvalError
 pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, EvalError> {
     let started = Instant::now();
     tune_allocator();
+    let model = Model::load(&config.checkpoint, config.weights, config.device)?
+        .with_precision(config.precision)?
+        .with_memory_limit(config.memory_limit);
+    // Only once the checkpoint loads: a wrong one leaves no report behind.
     std::fs::create_dir_all(&config.out).map_err(|source| EvalError::Io {
         path: config.out.clone(),
         source,
     })?;
-    let model = Model::load(&config.checkpoint, config.weights, config.device)?
-        .with_precision(config.precision)?
-        .with_memory_limit(config.memory_limit);
     let mut player = NeuralPlayer::new(model, policy_options(config), None);
     let name = player.name().to_owned();
     let mut skipped = Vec::new();

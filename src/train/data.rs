@@ -487,6 +487,9 @@ impl Loader {
             }
         }
         if units.is_empty() {
+            if !config.run.join("manifest.json").is_file() {
+                return Err(StoreError::NotARun(config.run.clone()).into());
+            }
             return Err(DataError::Empty {
                 run: config.run.clone(),
                 split: config.split.clone(),

@@ -425,7 +425,6 @@ fn train_on<B: TrainBackend>(
             }
         }
     }
-    fs::create_dir_all(&out).map_err(io(&out))?;
     let shape = config.shape();
     let buckets =
         ValueBuckets::new(config.buckets).map_err(|_| DataError::Buckets(config.buckets))?;
@@ -487,18 +486,8 @@ fn train_on<B: TrainBackend>(
             (model, optimiser, state, None)
         }
     };
-    let metrics_path = out.join("metrics.csv");
-    let eval_path = out.join("eval.csv");
-    cut_log(&metrics_path, METRICS_HEADER, state.step)?;
-    cut_log(&eval_path, EVAL_HEADER, state.step)?;
-    let config_json = serde_json::to_vec_pretty(config).unwrap_or_default();
-    crate::store::commit::write_atomic(&out.join("config.json"), &config_json).map_err(|e| {
-        TrainError::Io {
-            path: out.join("config.json"),
-            source: std::io::Error::other(e.to_string()),
-        }
-    })?;
-
+    // The data is opened before anything is written: a run that is not
+    // one, or has no records, leaves no training directory behind.
     let eval = match &config.eval_split {
         Some(split) => Some(eval_set(config, split)?),
         None => None,
@@ -511,6 +500,18 @@ fn train_on<B: TrainBackend>(
         },
         state.position,
     )?;
+    fs::create_dir_all(&out).map_err(io(&out))?;
+    let metrics_path = out.join("metrics.csv");
+    let eval_path = out.join("eval.csv");
+    cut_log(&metrics_path, METRICS_HEADER, state.step)?;
+    cut_log(&eval_path, EVAL_HEADER, state.step)?;
+    let config_json = serde_json::to_vec_pretty(config).unwrap_or_default();
+    crate::store::commit::write_atomic(&out.join("config.json"), &config_json).map_err(|e| {
+        TrainError::Io {
+            path: out.join("config.json"),
+            source: std::io::Error::other(e.to_string()),
+        }
+    })?;
     let epoch_records = loader.records().max(1);
 
     let bar = progress_bar(options.progress, config.steps, state.step);

@@ -289,3 +289,35 @@ fn bad_grids_are_refused_before_anything_runs() {
         assert!(!tmp.path().join("run").exists(), "nothing ran");
     }
 }
+
+#[test]
+fn a_grid_over_a_directory_that_is_no_run_is_refused_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("grid.toml");
+    std::fs::write(
+        &file,
+        "[ablate]\nrun = \"run\"\nseeds = [1, 2]\n[ablate.axes]\nloss = [\"l2\"]\n",
+    )
+    .unwrap();
+    // Missing, and present but empty (no manifest.json).
+    for make in [false, true] {
+        let run = tmp.path().join("run");
+        if make {
+            std::fs::create_dir(&run).unwrap();
+        }
+        let o = ablate(&[file.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success());
+        assert!(
+            stderr.contains("not a chessbench run directory")
+                && stderr.contains("chessbench ingest"),
+            "{stderr}"
+        );
+        if make {
+            let left: Vec<_> = std::fs::read_dir(&run).unwrap().collect();
+            assert!(left.is_empty(), "wrote {left:?}");
+        } else {
+            assert!(!run.exists(), "created the run directory");
+        }
+    }
+}

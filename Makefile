@@ -41,9 +41,9 @@ demo-long:
 long-annotated:
 	$(MAKE) annotate PIPELINE=$(LONG_PIPELINE) RUN=$(LONG_RUN)
 
-## The paper's ablations at demo scale (pipeline/ablations.toml): 24 training
-## runs on the demo's annotated boards, then RUN/ablate/ablations/report.md.
-## Under 2 hours on 2 cores; resumes when started again. The report is
+## The paper's ablations at demo scale (pipeline/ablations.toml, which says
+## how many training runs and how long): the runs on the demo's annotated
+## boards, then RUN/ablate/ablations/report.md. Resumes when started again. The report is
 ## written even when a variant failed (it lists the failures; make fails).
 ablations: $(BIN) $(RUN)/annotate/.done
 	status=0; $(BIN) ablate pipeline/ablations.toml $(RUN) || status=$$?; \

@@ -25,11 +25,11 @@
 //! `CHESSBENCH_ATTENTION=burn` forces it) and how long it took. The file is
 //! meant to run whole in under 4 minutes on an H100, kernel compiling
 //! included (hence 400 boards in the batched-scoring case), so that one
-//! device call can run it and still time the step.
+//! GPU session of `bench/gpu.sh` can run it and still time the step.
 //!
 //! Built only with `--features cuda` and run on a machine with an NVIDIA GPU
 //! (`cargo test --release --features cuda --test cuda`; `bench/gpu.sh` runs
-//! the prebuilt test binary on the device machine). Without a GPU it fails:
+//! the prebuilt test binary on a GPU machine without Rust). Without a GPU it fails:
 //! nothing here is skipped.
 #![cfg(feature = "cuda")]
 

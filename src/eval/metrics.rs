@@ -316,7 +316,7 @@ fn score_in_batches(
 }
 
 /// Boards per batch of [`score_model`] (about 30 legal moves each: near
-/// [`crate::eval::policy::BATCH_SEQUENCES`]).
+/// [`crate::eval::model::BATCH_SEQUENCES`]).
 const BOARDS_PER_BATCH: usize = 1024;
 
 /// Adds one board's prediction `p` against its Stockfish labels.

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{EvalError, policy::BATCH_SEQUENCES};
+use super::EvalError;
 use crate::{
     chess::{RecordSet, value::ValueBuckets},
     model::{
@@ -15,6 +15,13 @@ use crate::{
         tokens_tensor,
     },
 };
+
+/// Sequences (legal moves) the boards of one
+/// [`predict_many`](super::policy::predict_many) batch add up to at most,
+/// fewer where the memory limit says so ([`Model::with_memory_limit`]): the
+/// model splits them into passes its device memory allows
+/// ([`Model::log_probs`]); a board is never split between batches.
+pub const BATCH_SEQUENCES: usize = 32 * 1024;
 
 /// Runs whole sequences through a model on some backend.
 trait Forward {

@@ -259,12 +259,7 @@ fn prediction(
     }
 }
 
-/// Sequences (legal moves) the boards of one [`predict_many`] batch add up
-/// to at most, fewer where the memory limit says so
-/// ([`Model::with_memory_limit`]): the model splits them into passes its
-/// device memory allows ([`Model::log_probs`]); a board is never split
-/// between batches.
-pub const BATCH_SEQUENCES: usize = 32 * 1024;
+pub use super::model::BATCH_SEQUENCES;
 
 /// A batch of boards, tokenised: their legal moves and their sequences.
 struct Batch {

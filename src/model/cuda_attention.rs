@@ -44,7 +44,7 @@ use cubecl::cuda::{CudaDevice, CudaRuntime};
 use super::{
     attention::{self, FusedAttention, Heads, KEY_TILE},
     backend::AttentionKernel,
-    cuda::{KernelPass, errors_within, fused_choice, operands, register_pass, relative_error},
+    cuda_pass::{KernelPass, errors_within, fused_choice, operands, register_pass, relative_error},
 };
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;

@@ -40,8 +40,8 @@ use cubecl::cuda::{CudaDevice, CudaRuntime};
 
 use super::{
     backend::LayerKernels,
-    cuda::{KernelPass, errors_within, fused_choice, operands, register_pass, relative_error},
     cuda_attention::{empty_like, within_u32},
+    cuda_pass::{KernelPass, errors_within, fused_choice, operands, register_pass, relative_error},
     layers::{self, FusedLayers, LAYER_NORM_EPS},
 };
 
@@ -840,12 +840,12 @@ mod emulated {
         norm_inputs, norm_supported, swiglu_geometry, swiglu_supported, test_values,
     };
     use crate::model::{
-        cuda::relative_error,
         cuda_attention::OUTPUT_LAYOUT,
         cuda_emulator::{
             Device, DeviceTensor, Elem, Kernel, Launch, Outcome, POISON, as_cpp, builder, cuda_c,
             have_gpp, properties, settings,
         },
+        cuda_pass::relative_error,
         layers::{self, LAYER_NORM_EPS},
     };
 

@@ -20,6 +20,8 @@ pub mod cuda_cache;
 mod cuda_emulator;
 #[cfg(feature = "cuda")]
 pub mod cuda_layers;
+#[cfg(feature = "cuda")]
+mod cuda_pass;
 pub(crate) mod device;
 pub(crate) mod gemm;
 pub mod haiku;

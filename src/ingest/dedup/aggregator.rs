@@ -12,7 +12,8 @@ use super::{
     budget::{BYTES_PER_ENTRY, STREAM_TABLE_BYTES, run_buffer, spill_buffer, table_bytes},
     entry::{SpillFormat, first_seen},
     merge::SplitBoards,
-    spill::{DedupBusy, PARTITIONS, dedup_partitions, dedup_workers, partition_of, partition_path},
+    partition::{PARTITIONS, partition_of, partition_path},
+    spill::{DedupBusy, dedup_partitions, dedup_workers},
     table::{BoardSet, table_shape},
 };
 use crate::chess::BoardKey;

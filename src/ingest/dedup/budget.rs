@@ -4,7 +4,7 @@
 //! files allocate against the limit is worked out here, so that the whole
 //! sum can be read (and tested) in one place.
 
-use super::{entry::ENTRY_SIZE, spill::PARTITIONS};
+use super::{entry::ENTRY_SIZE, partition::PARTITIONS};
 
 /// Memory per entry counted against the limit: the entry plus up to two
 /// 8-byte index slots (load factor 1/4..1/2).

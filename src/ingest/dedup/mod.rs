@@ -36,7 +36,9 @@
 //! - [`table`]: the hash table, and one split's table that spills when full;
 //! - [`aggregator`]: the shards that count the boards batch by batch, and
 //!   the end of counting ([`finish`]);
-//! - [`spill`]: the partition files and their deduplication into runs;
+//! - [`partition`]: which partition file a key goes to, and appending to
+//!   them;
+//! - [`spill`]: the partition files' deduplication into runs;
 //! - [`merge`]: runs and in-memory tables merged by first occurrence.
 //!
 //! [`STREAM_TABLE_BYTES`]: budget::STREAM_TABLE_BYTES
@@ -46,6 +48,7 @@ mod budget;
 mod entry;
 mod entry_file;
 mod merge;
+mod partition;
 mod spill;
 mod table;
 

@@ -1,16 +1,17 @@
-//! Spilled partitions: when a table is full its entries go, in order, to
-//! one of [`PARTITIONS`] files chosen by the top bits of the key's hash
-//! ([`write_partitions`]), so each key's occurrences across generations
-//! land in one file, ordered by first occurrence. At the end each partition
-//! is deduplicated on its own into a run file ([`dedup_partition`]), by
-//! several threads ([`dedup_partitions`], [`dedup_workers`]); a partition
-//! too big for a thread's share of the memory limit is first split by
-//! further hash bits ([`split_bits`]) and its pieces' runs merged.
+//! Spilled partitions deduplicated: when a table is full its entries go,
+//! in order, to one of the partition files (module
+//! [`partition`](super::partition)), so each key's occurrences across
+//! generations land in one file, ordered by first occurrence. At the end
+//! each partition is deduplicated on its own ([`dedup_partition`]), by
+//! several threads ([`dedup_partitions`], [`dedup_workers`]), into its run:
+//! the partition file itself with a fix, or a run file written for it. A
+//! partition too big for a thread's share of the memory limit is first
+//! split by further hash bits ([`split_bits`]) and its pieces' runs merged.
 
 use std::{
     fs,
     io::Write,
-    path::{Path, PathBuf},
+    path::Path,
     sync::{
         Mutex,
         atomic::{AtomicU64, AtomicUsize, Ordering},
@@ -24,57 +25,10 @@ use super::{
     entry::{ENTRY_SIZE, Entry, SpillFormat},
     entry_file::{EntryReader, EntryWriter, Fix, ReadMode, Run, spill_err, write_entries},
     merge::MergeRuns,
+    partition::{PARTITION_BITS, partition_path},
     table::{Index, upsert},
 };
 use crate::store::direct::DirectWriter;
-
-/// Hash bits that choose a key's partition.
-const PARTITION_BITS: u32 = 6;
-/// Partition files of a split that spills.
-pub(super) const PARTITIONS: usize = 1 << PARTITION_BITS;
-
-/// The spill partition of a key's hash: its top [`PARTITION_BITS`] bits.
-#[inline]
-pub(super) fn partition_of(hash: u64) -> usize {
-    (hash >> (64 - PARTITION_BITS)) as usize
-}
-
-/// The file of partition `p` in `dir` (or of piece `p` of a partition
-/// being split, in that partition's own directory).
-pub(super) fn partition_path(dir: &Path, p: usize) -> PathBuf {
-    dir.join(format!("partition-{p:02}.bin"))
-}
-
-/// Appends each of `entries` whose partition (`partitions[j]` for
-/// `entries[j]`) is `first + i` to `files[i]` (created in `dir` with
-/// `buffer` bytes of buffer when first needed), in order; other entries are
-/// some other writer's.
-pub(super) fn write_partitions(
-    entries: &[Entry],
-    partitions: &[u8],
-    files: &mut [Option<EntryWriter>],
-    first: usize,
-    dir: &Path,
-    buffer: usize,
-    format: SpillFormat,
-) -> Result<(), IngestError> {
-    for (e, &p) in entries.iter().zip(partitions) {
-        let p = usize::from(p);
-        let Some(slot) = p.checked_sub(first).and_then(|i| files.get_mut(i)) else {
-            continue;
-        };
-        let file = match slot {
-            Some(file) => file,
-            slot => slot.insert(EntryWriter::create(
-                &partition_path(dir, p),
-                buffer,
-                format,
-            )?),
-        };
-        file.push(e)?;
-    }
-    Ok(())
-}
 
 /// Threads deduplicating the partition files `paths`, for `threads`
 /// threads' worth of CPU: twice as many when each one's share of the

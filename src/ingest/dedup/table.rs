@@ -15,7 +15,7 @@ use super::{
     super::{IngestError, spawn_named},
     entry::{ENTRY_SIZE, Entry, SpillFormat},
     entry_file::{EntryWriter, spill_err},
-    spill::{PARTITIONS, partition_of, write_partitions},
+    partition::{PARTITIONS, partition_of, write_partitions},
 };
 use crate::{chess::BoardKey, store::cache::prefetch};
 

@@ -26,7 +26,7 @@ use std::{
 };
 
 use arrow_array::{Array, Float64Array, StringArray, UInt16Array, UInt64Array};
-use chessbench::{ingest::config::resolve_crate_path, metrics::kendall_tau_b};
+use chessbench::{ingest::config::resolve_crate_path, ranking::kendall_tau_b};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 const BIN: &str = env!("CARGO_BIN_EXE_chessbench");

@@ -3,11 +3,11 @@
 //!
 //! Foundations at the bottom: [`chess`] (the ChessBench encodings), [`store`]
 //! (tables, run directories, atomic and chunked commits, the manifest),
-//! [`uci`] (engines and the paper's oracle), [`model`] (the predictor and
+//! [`uci_client`] (outside engines and the paper's oracle, over UCI), [`model`] (the predictor and
 //! its checkpoints), [`query`] (an embedded DuckDB over a run's tables and
 //! views), [`options`] (how every stage's options are layered, and the
 //! options stages share),
-//! [`ui`] (progress, numbers, summaries) and [`metrics`]. Stages above them
+//! [`ui`] (progress, numbers, summaries) and [`ranking`]. Stages above them
 //! ([`ingest`], [`annotate`], [`sql`], [`stats`], [`bag`], [`train`],
 //! [`eval`]) talk to each other only through the tables and checkpoints they
 //! write. The binary (`main.rs`, `cli.rs`) parses, dispatches and reports.
@@ -18,17 +18,17 @@ pub mod bag;
 pub mod chess;
 pub mod eval;
 pub mod ingest;
-pub mod metrics;
 pub mod model;
 pub mod options;
 pub mod query;
+pub mod ranking;
 pub mod sql;
 pub mod stats;
 pub mod store;
 #[doc(hidden)]
 pub mod testing;
 pub mod train;
-pub mod uci;
+pub mod uci_client;
 pub mod ui;
 
 #[cfg(test)]
@@ -51,7 +51,7 @@ mod tests {
         check::<crate::model::Weights>();
         check::<crate::train::loss::Loss>();
         check::<crate::train::sampler::Sampling>();
-        check::<crate::uci::oracle::Mode>();
+        check::<crate::uci_client::oracle::Mode>();
         check::<crate::eval::run::Part>();
         check::<crate::ingest::config::Speed>();
     }

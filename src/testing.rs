@@ -60,11 +60,11 @@ pub fn missing(what: &str) {
 /// Real Stockfish: `EngineConfig::default()` with its path resolved to the
 /// program it starts (`/usr/games/stockfish` when that is not on PATH), or
 /// `None` after [`missing`].
-pub fn stockfish() -> Option<crate::uci::EngineConfig> {
-    let mut config = crate::uci::EngineConfig::default();
+pub fn stockfish() -> Option<crate::uci_client::EngineConfig> {
+    let mut config = crate::uci_client::EngineConfig::default();
     // The program the engine starts, so tests can name it in scripts.
-    config.path = crate::uci::engine::program(&config.path);
-    match crate::uci::Engine::start(&config) {
+    config.path = crate::uci_client::engine::program(&config.path);
+    match crate::uci_client::Engine::start(&config) {
         Ok(e) => {
             e.quit();
             Some(config)

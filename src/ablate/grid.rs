@@ -15,7 +15,7 @@ use crate::{
     eval::{EvalOptions, run::EvalConfig},
     options::{self, OptionsError, line_of},
     train::{TrainOptions, config::TrainConfig},
-    uci::Limit,
+    uci_client::Limit,
 };
 
 /// Annotate's search limits: the data-level axes (a variant per limit

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::options::{Jobs, RunArg, Shard, ShardError};
-use crate::uci::{EngineConfig, Limit, oracle::Mode};
+use crate::uci_client::{EngineConfig, Limit, oracle::Mode};
 
 /// Configuration problems, naming the option at fault.
 #[derive(Debug, Error)]
@@ -66,7 +66,7 @@ pub struct AnnotateOptions {
     pub new_game_per_board: bool,
     /// Engine executable (a name without '/' is looked up on PATH; a
     /// `stockfish` missing there is /usr/games/stockfish, Debian's).
-    #[arg(long, value_name = "PATH", default_value = crate::uci::engine::DEFAULT_ENGINE, value_hint = ValueHint::ExecutablePath, help_heading = "Engine")]
+    #[arg(long, value_name = "PATH", default_value = crate::uci_client::engine::DEFAULT_ENGINE, value_hint = ValueHint::ExecutablePath, help_heading = "Engine")]
     pub engine: PathBuf,
     /// An argument for the engine executable (repeatable).
     #[arg(

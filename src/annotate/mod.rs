@@ -2,16 +2,16 @@
 //! board of a run (Ruoss et al. 2024, §2.1: each legal move searched on its
 //! own, 50 ms per move, best action = argmax).
 //!
-//! Work is split into chunks of boards ([`chunks`]); a process annotates the
+//! Work is split into chunks of boards ([`rows`]); a process annotates the
 //! chunks of its shard that are not committed yet, with one engine per
 //! worker ([`pool`]), and commits each chunk atomically as it completes. So
 //! a killed run resumes where it stopped, and any number of shards (Slurm
 //! array tasks, Kubernetes pods) can work on one run directory at once.
 
-pub(crate) mod chunks;
 pub mod config;
 pub mod plan;
 mod pool;
+pub(crate) mod rows;
 
 pub use config::AnnotateOptions;
 pub use plan::plan;
@@ -28,9 +28,9 @@ use serde::Serialize;
 use thiserror::Error;
 
 use self::{
-    chunks::Outcome,
     config::AnnotateConfig,
     pool::{SplitWork, WorkerSettings},
+    rows::Outcome,
 };
 use crate::{
     chess::legal::PrepareError,
@@ -41,7 +41,7 @@ use crate::{
         manifest::{AnnotateRecord, EngineRecord, ShardRecord},
         unix_now,
     },
-    uci::{Engine, EngineError, oracle::SearchSettings},
+    uci_client::{Engine, EngineError, oracle::SearchSettings},
     ui::{Report, group},
 };
 
@@ -392,14 +392,14 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
             }
         },
         |finished| {
-            let entry = chunks::commit_chunk(
+            let entry = rows::commit_chunk(
                 &run_dir,
                 &names[finished.split],
                 finished.chunk,
                 finished.first_board,
                 &finished.boards,
                 &finished.work,
-                chunks::Provenance {
+                rows::Provenance {
                     engine: &engine,
                     shard: &shard_name,
                 },

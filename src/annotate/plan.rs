@@ -21,7 +21,7 @@ use super::{AnnotateError, config::AnnotateConfig};
 use crate::{
     chess::legal,
     store::{Manifest, Table, commit::MANIFEST, commit::partition_dir, writer::part_file_name},
-    uci::{
+    uci_client::{
         Engine, Limit,
         oracle::{self, Mode, SearchSettings, Work},
     },

@@ -25,12 +25,12 @@ use parquet::arrow::{
 
 use super::{
     AnnotateError,
-    chunks::{ChunkWork, Failure, Outcome},
+    rows::{ChunkWork, Failure, Outcome},
 };
 use crate::{
     chess::legal,
     store::writer::{BOARDS_PER_PART, part_file_name},
-    uci::{
+    uci_client::{
         Engine, EngineConfig, EngineError,
         oracle::{self, SearchSettings, Work},
     },

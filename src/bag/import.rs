@@ -175,9 +175,8 @@ const BYTES_PER_BOARD: u64 = 31;
 const IMPORT_BUFFERS: u64 = 48 << 20;
 /// Buffers each thread beyond the first adds (`-j`): the batches of
 /// records being decoded and waiting to be applied, and the row groups
-/// being encoded (up to `-j` + 2 of each file in flight). Measured at 10^5
-/// generated games on the 2-core VM: peak RSS grew by ~20 MB a thread from
-/// 2 to 16 threads.
+/// being encoded (up to `-j` + 2 of each file in flight); sized from the
+/// peak memory measured from 2 to 16 threads (docs/benchmarks.md#constants).
 const THREAD_BUFFERS: u64 = 24 << 20;
 
 /// Memory besides the boards' at `threads` threads.

@@ -33,9 +33,9 @@ use super::{
 };
 use crate::{
     chess::{RecordSet, legal::prepare, value::ValueBuckets},
-    metrics::kendall_tau_b,
     query::Session,
-    uci::{
+    ranking::kendall_tau_b,
+    uci_client::{
         Engine,
         oracle::{SearchSettings, annotate},
     },

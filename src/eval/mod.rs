@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::{model::CheckpointError, query::SqlError, uci::EngineError};
+use crate::{model::CheckpointError, query::SqlError, uci_client::EngineError};
 
 pub(crate) mod elo;
 pub(crate) mod game;

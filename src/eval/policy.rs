@@ -30,7 +30,7 @@ use super::{
 };
 use crate::{
     chess::{RecordSet, actions::vocabulary, push_sequence, tokens::tokenize},
-    uci::{Engine, EngineConfig, Limit, Position as UciPosition, SearchResult},
+    uci_client::{Engine, EngineConfig, Limit, Position as UciPosition, SearchResult},
 };
 
 /// Something that picks moves in games.

@@ -39,7 +39,7 @@ use crate::{
     options::{Budget, Compute, RunArg},
     query::Session,
     store::commit::{remove_file_if_exists, write_atomic},
-    uci::{
+    uci_client::{
         EngineConfig,
         oracle::{Mode, SearchSettings},
     },
@@ -150,7 +150,7 @@ pub struct EvalOptions {
     #[arg(
         long,
         value_name = "PATH",
-        default_value = crate::uci::engine::DEFAULT_ENGINE,
+        default_value = crate::uci_client::engine::DEFAULT_ENGINE,
         value_hint = ValueHint::ExecutablePath
     , help_heading = "Policy")]
     pub engine: PathBuf,
@@ -489,7 +489,7 @@ pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, Eval
             b.finish_and_clear();
             summary.metrics = Some(m);
             if let Some(Opponent::Stockfish { limit, skill }) = &config.oracle {
-                let mut engine = crate::uci::Engine::start(&engine_config(config, *skill))
+                let mut engine = crate::uci_client::Engine::start(&engine_config(config, *skill))
                     .map_err(|e| EvalError::engine("starting the oracle", e))?;
                 let settings = SearchSettings {
                     mode: Mode::PerMove,

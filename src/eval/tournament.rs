@@ -23,7 +23,7 @@ use super::{
     policy::{ENGINE_TIMEOUT, Player, search_game},
     puzzles::play_pgn,
 };
-use crate::uci::{Engine, EngineConfig, Limit, Score};
+use crate::uci_client::{Engine, EngineConfig, Limit, Score};
 
 /// searchless_chess's adjudication threshold (`_MIN_SCORE_TO_STOP`).
 pub(crate) const ADJUDICATION_CP: i32 = 1300;

@@ -21,7 +21,7 @@ use super::{
 use crate::{
     chess::value::centipawns_to_win_probability,
     model::Weights,
-    uci::{Command, Position},
+    uci_client::{Command, Position},
 };
 
 /// Inverse of the paper's win-probability formula, for `info score cp`.

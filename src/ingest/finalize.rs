@@ -105,8 +105,8 @@ const _: () = assert!(
 /// bytes a board until it is rendered, then ~30 bytes of encoded row group
 /// and ~64 of legal moves until its part takes them), the batch it renders and the row group it encodes,
 /// a `legal_moves` row group's board ids and pages, and what its malloc
-/// arena keeps of them between tasks. Measured at 10^5 generated games on
-/// the 2-core VM: peak RSS grew by 37-55 MiB a thread from 2 to 16 threads.
+/// arena keeps of them between tasks; sized from the peak memory measured
+/// from 2 to 16 threads (docs/benchmarks.md#constants).
 const THREAD_BYTES: u64 = 48 << 20;
 
 /// Threads and chunks in flight for the boards phase, given `threads`

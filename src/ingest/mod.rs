@@ -24,10 +24,10 @@ pub mod chunker;
 pub mod config;
 mod dedup;
 pub(crate) mod finalize;
-pub mod game;
 pub(crate) mod input;
 pub(crate) mod sample;
 pub(crate) mod tables;
+pub mod visitor;
 pub mod worker;
 
 pub use config::IngestOptions;
@@ -52,9 +52,9 @@ use self::{
     config::{ConfigError, IngestConfig, Source},
     dedup::{Aggregator, BatchGame, KeyBatch, Keys, SpillFormat},
     finalize::{BoardTotals, Layout, sizing, write_split},
-    game::GameVisitor,
     sample::{Candidate, Reservoir},
     tables::{GamesBuilder, Position, RejectsBuilder, RowSink},
+    visitor::GameVisitor,
     worker::{BlockResult, Emit, Verdict, WorkerSettings, process_block, replay},
 };
 use crate::{

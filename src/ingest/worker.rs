@@ -12,7 +12,7 @@ use super::{
     chunker::{Block, BlockKind, count_newlines, game_starts, next_game_start},
     config::{GameFilter, Limits, Speed},
     dedup::Keys,
-    game::{
+    visitor::{
         GameVisitor, Parsed, RejectReason, Tag, Tags, lichess_id, parse_clock, parse_date,
         parse_elo, parse_time, speed_of,
     },

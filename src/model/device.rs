@@ -32,7 +32,7 @@ pub enum Precision {
 /// Keeps freed memory in the process (glibc): a training step allocates and
 /// frees the same large activation buffers every time, and glibc's default
 /// returns them to the kernel, so each step pays page faults to get them
-/// back (measured: tiny model on 2 cores, 145 -> 208 samples/s).
+/// back (docs/benchmarks.md#constants).
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes glibc's allocation thresholds; it is

@@ -16,7 +16,6 @@
 //!   CUDA test).
 
 pub mod agreement;
-pub(crate) mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod loss;
@@ -24,6 +23,7 @@ pub(crate) mod optim;
 pub mod parity;
 pub mod run;
 pub mod sampler;
+pub(crate) mod save;
 pub mod throughput;
 
 pub use config::TrainOptions;

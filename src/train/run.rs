@@ -7,7 +7,7 @@
 //!   of time spent waiting for data, elapsed seconds);
 //! - `eval.csv`: one row per evaluation of the EMA parameters on the eval
 //!   split (log-loss, the predict-the-marginal baseline, accuracy, value MSE);
-//! - `checkpoints/step-N/` (see [`super::checkpoint`]) and `summary.json`.
+//! - `checkpoints/step-N/` (see [`super::save`]) and `summary.json`.
 //!
 //! A run resumes from its newest checkpoint: the model, EMA, Adam state and
 //! sampler position are restored and the logs are cut back to that step, so
@@ -32,12 +32,12 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::{
-    checkpoint::{self, TrainState},
     config::TrainConfig,
     data::{DataConfig, DataError, Loader},
     loss::{self, ValueSupport},
     optim::{AdamSettings, OptimError, Optimiser, scalar},
     sampler::{Position, Sampling},
+    save::{self, TrainState},
 };
 use crate::{
     chess::{RecordSet, actions::NUM_ACTIONS, value::ValueBuckets},
@@ -448,7 +448,7 @@ fn train_on<B: TrainBackend>(
                 Predictor::<B::InnerBackend>::new(&shape, &device),
                 &device,
             )?;
-            let record = checkpoint::load_adam::<B>(&dir, &device)?;
+            let record = save::load_adam::<B>(&dir, &device)?;
             let optimiser = Optimiser::resume(&model, adam, record, Some((&ema, config.ema_decay)))
                 .map_err(|source| TrainError::Optimiser {
                     path: dir.clone(),
@@ -646,7 +646,7 @@ fn train_on<B: TrainBackend>(
         }
         if state.step % config.checkpoint_every == 0 || last {
             state.elapsed_s = elapsed_before + run_start.elapsed().as_secs_f64();
-            checkpoint::save(
+            save::save(
                 &out,
                 &state,
                 &model,

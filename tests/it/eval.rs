@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use chessbench::uci::{Engine, EngineConfig, Limit, Position};
+use chessbench::uci_client::{Engine, EngineConfig, Limit, Position};
 use shakmaty::{Chess, Position as _, uci::UciMove};
 
 use crate::{

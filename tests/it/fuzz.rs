@@ -9,7 +9,7 @@
 use chessbench::ingest::{
     chunker::Chunker,
     config::{GameFilter, Limits},
-    game::GameVisitor,
+    visitor::GameVisitor,
     worker::{Emit, Verdict, WorkerSettings, process_block},
 };
 use proptest::prelude::*;

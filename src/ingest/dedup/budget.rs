@@ -14,32 +14,24 @@ pub(super) const BYTES_PER_ENTRY: u64 = ENTRY_SIZE + 16;
 /// buffers) may hold beside the tables under a large limit: the tables get
 /// at least `--memory-limit` less this ([`table_bytes`]; the dedup phase
 /// uses all of it, the stream phase at most [`STREAM_TABLE_BYTES`] a
-/// shard). Measured beside a full table filling the 2 GiB limit (the
-/// stream phase's tables not capped): ~110 MB at 10^6 generated games,
-/// ~260 MB at 10^7 (both splits spilling); the key batches in flight carry
-/// each key's hash too (8 of 48 bytes a board).
+/// shard). Sized from measurements at 10^6 and 10^7 generated games
+/// (docs/benchmarks.md#constants).
 pub(crate) const PIPELINE_RESERVE: u64 = 320 << 20;
 
 /// What ingest holds whatever the limit, file buffers aside: the binary's
 /// and DuckDB's text (~15 MB), the blocks being parsed and their key
 /// batches, the games being written, and once the tables are gone the
-/// boards phase's renderers and Parquet writers. Measured under small
-/// limits at 10^5 and 10^6 generated games: ~150-180 MB in each phase; at
-/// 10^7 under 216MiB (below [`least_limit`], so tables as under 232MiB) the
-/// stream phase crept up to 221 MB (glibc's per-thread arenas growing) and
-/// the boards phase to 207 MB, hence 208 MiB.
+/// boards phase's renderers and Parquet writers. Sized from the peaks
+/// measured under small limits up to 10^7 generated games
+/// (docs/benchmarks.md#constants).
 pub(crate) const PIPELINE_FLOOR: u64 = 208 << 20;
 
 /// Most bytes one shard's tables (all splits) hold while games stream in,
 /// whatever the limit; the dedup phase still gets the whole limit. A table
 /// far bigger than the CPU caches costs a memory miss on every board, and
-/// here (a VM whose host backs memory on first touch, ~2 ns a byte) seconds
-/// to fault in; on unique games nearly every board goes to disk anyway
-/// (10^6 generated games: 50.4M boards spilled, 50.2M distinct), so a big
-/// table saved little writing. Measured at 10^6 generated games under the
-/// 2 GiB default, one binary: tables of 4, 8, 16, 64, 256 MiB a shard took
-/// 36.7, 35.1, 34.7-36.6, 37.7, 36.5 s, all the limit allowed (~850 MiB a
-/// shard) ~42-45 s; at 10^5 (which then spills) 3.7-3.9 s against 3.4-3.7.
+/// here seconds to fault in; on unique games nearly every board goes to
+/// disk anyway, so a big table saves little writing. 16 MiB was as fast
+/// as any size tried (docs/benchmarks.md#constants).
 pub(crate) const STREAM_TABLE_BYTES: u64 = 16 << 20;
 
 /// Buffer of each partition file of a split while spilling, unless the

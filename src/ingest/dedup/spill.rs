@@ -34,8 +34,8 @@ use crate::store::direct::DirectWriter;
 /// threads' worth of CPU: twice as many when each one's share of the
 /// tables' `max_entries` still holds the biggest partition in one pass
 /// beside its file buffers ([`DEDUP_THREAD_IO`]), since a thread waits on
-/// the disk about half the time (reading its partition, writing its run:
-/// 46% I/O wait with one thread a core at 10^6 generated games); as many
+/// the disk about half the time (reading its partition, writing its run;
+/// docs/benchmarks.md#constants); as many
 /// otherwise, where more threads would split partitions that fit now,
 /// reading and writing them twice more, or hold more buffers than the
 /// limit has room for.

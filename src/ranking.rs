@@ -12,7 +12,7 @@
 /// a sequence that is constant. O(n^2), fine for one board's moves (<= 218).
 ///
 /// ```
-/// use chessbench::metrics::kendall_tau_b;
+/// use chessbench::ranking::kendall_tau_b;
 /// assert_eq!(kendall_tau_b(&[1.0, 2.0, 3.0], &[10.0, 20.0, 30.0]), Some(1.0));
 /// assert_eq!(kendall_tau_b(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]), Some(-1.0));
 /// ```

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     store::{StoreError, Table, chunks, commit::partition_dir, unix_now},
-    uci::oracle::{Annotated, Eval},
+    uci_client::oracle::{Annotated, Eval},
 };
 
 /// A committed chunk's record.
@@ -148,8 +148,8 @@ struct SvColumns {
 
 fn score_columns(e: &Eval) -> (Option<i32>, Option<i32>) {
     match e.score {
-        Some(crate::uci::Score::Cp(cp)) => (Some(cp), None),
-        Some(crate::uci::Score::Mate(m)) => (None, Some(m)),
+        Some(crate::uci_client::Score::Cp(cp)) => (Some(cp), None),
+        Some(crate::uci_client::Score::Mate(m)) => (None, Some(m)),
         None => (None, None),
     }
 }

@@ -46,7 +46,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
     match cli.command {
         Command::Ingest(a) => {
             let options: IngestOptions = options::load(m, a.pipeline.config.as_deref())?;
-            let mut config = options.validate()?;
+            let mut config = options.resolve()?;
             config.progress = progress;
             let summary = ingest::run(&config)
                 .with_context(|| format!("ingest into {} failed", config.out.display()))?;
@@ -54,7 +54,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
         }
         Command::Annotate(a) => {
             let options: AnnotateOptions = options::load(m, a.pipeline.config.as_deref())?;
-            let mut config = options.validate(|k| std::env::var(k).ok(), a.overwrite)?;
+            let mut config = options.resolve(|k| std::env::var(k).ok(), a.overwrite)?;
             config.progress = progress;
             let run = config.run.clone();
             if a.plan {
@@ -68,7 +68,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             }
         }
         Command::Stats(a) => {
-            let stats = stats::compute(&a.run, a.budget.bytes())
+            let stats = stats::run(&a.run, a.budget.bytes())
                 .with_context(|| format!("reading run {}", a.run.display()))?;
             emit(&stats, json)?;
         }
@@ -79,13 +79,13 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             sql::run(&a, &mut io::stdout().lock())?;
         }
         Command::Bag(BagCommand::Export(a)) => {
-            let summary = bag::export(&a.config(progress)).with_context(|| {
+            let summary = bag::export::run(&a.resolve(progress)).with_context(|| {
                 format!("exporting split {} of run {}", a.split, a.run.display())
             })?;
             emit(&summary, json)?;
         }
         Command::Bag(BagCommand::Import(a)) => {
-            let summary = bag::import(&a.config(progress)?).with_context(|| {
+            let summary = bag::import::run(&a.resolve(progress)?).with_context(|| {
                 format!(
                     "importing into split {} of run {}",
                     a.split,
@@ -112,7 +112,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
                 restart: a.restart,
                 abort_after_step: a.abort_after_step,
             };
-            let summary = train::train(&config, &run)
+            let summary = train::run(&config, &run)
                 .with_context(|| format!("training {}", config.out_dir().display()))?;
             emit(&summary, json)?;
         }
@@ -145,7 +145,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
         Command::Eval(a) => {
             let options: EvalOptions = options::load(m, a.pipeline.config.as_deref())?;
             let config = options.resolve()?;
-            let summary = eval::evaluate(&config, progress)
+            let summary = eval::run(&config, progress)
                 .with_context(|| format!("evaluating {}", config.checkpoint.display()))?;
             emit(&summary, json)?;
         }

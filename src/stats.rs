@@ -495,7 +495,7 @@ pub(crate) fn overlap(
 
 /// Computes Table A1 for a run directory within `memory_limit` bytes (the
 /// test-in-train overlap is the only part whose memory grows with the run).
-pub fn compute(run: &Path, memory_limit: u64) -> Result<RunStats, StatsError> {
+pub fn run(run: &Path, memory_limit: u64) -> Result<RunStats, StatsError> {
     let run = RunDir::read(run)?;
     let mut stats = RunStats::default();
     for split in splits(&run)? {

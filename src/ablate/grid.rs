@@ -489,7 +489,7 @@ fn annotate_config(
     }
     // Shards come from `ablate --shard` (or the scheduler) when it runs.
     options.shard = None;
-    options.validate(|_| None, false).map_err(|e| e.to_string())
+    options.resolve(|_| None, false).map_err(|e| e.to_string())
 }
 
 /// A value as the grid spells it: strings bare, numbers and booleans as

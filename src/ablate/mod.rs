@@ -759,10 +759,10 @@ fn train_and_evaluate(
         progress,
         ..Default::default()
     };
-    let summary = train::train(&variant.train, &options)
-        .map_err(|e| format!("training: {}", describe(&e)))?;
-    let evaluation = eval::evaluate(&variant.eval, progress)
-        .map_err(|e| format!("evaluating: {}", describe(&e)))?;
+    let summary =
+        train::run(&variant.train, &options).map_err(|e| format!("training: {}", describe(&e)))?;
+    let evaluation =
+        eval::run(&variant.eval, progress).map_err(|e| format!("evaluating: {}", describe(&e)))?;
     Ok((summary, evaluation))
 }
 

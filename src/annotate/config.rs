@@ -168,7 +168,7 @@ impl AnnotateOptions {
     /// Validates. `env` reads the process environment (a parameter so tests
     /// can give their own); `overwrite` deletes the splits' annotations
     /// first.
-    pub fn validate(
+    pub fn resolve(
         &self,
         env: impl Fn(&str) -> Option<String>,
         overwrite: bool,
@@ -336,7 +336,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            o.validate(env(&k8s), false).unwrap().shard,
+            o.resolve(env(&k8s), false).unwrap().shard,
             Shard { index: 0, count: 2 }
         );
     }
@@ -350,31 +350,25 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            base().validate(env(&[]), false).unwrap().limit,
+            base().resolve(env(&[]), false).unwrap().limit,
             Limit::MoveTimeMs(50)
         );
         let o = AnnotateOptions {
             nodes: Some(500),
             ..base()
         };
-        assert_eq!(
-            o.validate(env(&[]), false).unwrap().limit,
-            Limit::Nodes(500)
-        );
+        assert_eq!(o.resolve(env(&[]), false).unwrap().limit, Limit::Nodes(500));
         let o = AnnotateOptions {
             nodes: Some(500),
             depth: Some(3),
             ..base()
         };
-        assert!(o.validate(env(&[]), false).is_err());
+        assert!(o.resolve(env(&[]), false).is_err());
         let o = AnnotateOptions {
             chunk_boards: 1000,
             ..base()
         };
-        assert!(o.validate(env(&[]), false).is_err());
-        assert_eq!(
-            base().validate(env(&[]), false).unwrap().mode,
-            Mode::PerMove
-        );
+        assert!(o.resolve(env(&[]), false).is_err());
+        assert_eq!(base().resolve(env(&[]), false).unwrap().mode, Mode::PerMove);
     }
 }

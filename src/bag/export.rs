@@ -75,7 +75,7 @@ pub struct ExportOptions {
 
 impl ExportOptions {
     /// What to export, with the defaults filled in.
-    pub fn config(&self, progress: bool) -> ExportConfig {
+    pub fn resolve(&self, progress: bool) -> ExportConfig {
         ExportConfig {
             run: self.run.clone(),
             split: self.split.clone(),
@@ -399,7 +399,7 @@ impl Report for ExportSummary {
 /// Exports the sets of one split. Files are written under temporary names
 /// and renamed when complete; if any set fails (a full disk, say), the files
 /// this call completed are removed too, so an export is all or nothing.
-pub fn export(config: &ExportConfig) -> Result<ExportSummary, BagSetError> {
+pub fn run(config: &ExportConfig) -> Result<ExportSummary, BagSetError> {
     let session = Session::open(&config.run, &[], config.memory_limit)?;
     fs::create_dir_all(&config.out).map_err(|source| BagSetError::Io {
         path: config.out.clone(),

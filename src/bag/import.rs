@@ -95,7 +95,7 @@ pub struct ImportOptions {
 impl ImportOptions {
     /// What to import: the sets found in `dir`, replaced by the files given
     /// per set.
-    pub fn config(&self, progress: bool) -> Result<ImportConfig, BagSetError> {
+    pub fn resolve(&self, progress: bool) -> Result<ImportConfig, BagSetError> {
         let mut inputs = match &self.dir {
             Some(dir) => discover(dir)?,
             None => Vec::new(),
@@ -616,7 +616,7 @@ impl Values {
 }
 
 /// Imports bag files into `config.split` of `config.run`.
-pub fn import(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
+pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
     let started_at = crate::store::unix_now();
     let mut inputs = config
         .inputs

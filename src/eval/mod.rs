@@ -30,7 +30,7 @@ pub mod run;
 pub mod tournament;
 pub mod uci_server;
 
-pub use run::{EvalOptions, evaluate};
+pub use run::{EvalOptions, run};
 pub use uci_server::UciOptions;
 
 /// Evaluation failures, naming the file, line or board.

@@ -435,7 +435,7 @@ fn report_err(path: &Path) -> impl FnOnce(crate::store::StoreError) -> EvalError
 }
 
 /// Runs the evaluation `config` describes and writes the report.
-pub fn evaluate(config: &EvalConfig, progress: bool) -> Result<EvalSummary, EvalError> {
+pub fn run(config: &EvalConfig, progress: bool) -> Result<EvalSummary, EvalError> {
     let started = Instant::now();
     tune_allocator();
     let model = Model::load(&config.checkpoint, config.weights, config.device)?

@@ -364,7 +364,7 @@ impl<'de> Deserialize<'de> for InputArg {
 
 impl IngestOptions {
     /// Validates into a config; checks that every input file can be opened.
-    pub fn validate(&self) -> Result<IngestConfig, ConfigError> {
+    pub fn resolve(&self) -> Result<IngestConfig, ConfigError> {
         check_split(&self.split)?;
         if self.inputs.is_empty() {
             return Err(ConfigError::NoInputs);
@@ -630,18 +630,18 @@ mod tests {
             },
             ..Default::default()
         };
-        assert!(base().validate().is_ok());
+        assert!(base().resolve().is_ok());
         let missing = IngestOptions {
             inputs: vec!["/no/such.pgn".parse().unwrap()],
             ..base()
         };
-        let e = missing.validate().unwrap_err().to_string();
+        let e = missing.resolve().unwrap_err().to_string();
         assert!(e.contains("/no/such.pgn"), "{e}");
         let e = IngestOptions {
             test_fraction: Some(1.5),
             ..base()
         }
-        .validate()
+        .resolve()
         .unwrap_err();
         assert!(matches!(e, ConfigError::TestFraction(_)));
         let e = IngestOptions {
@@ -649,14 +649,14 @@ mod tests {
             max_elo: Some(1000),
             ..base()
         }
-        .validate()
+        .resolve()
         .unwrap_err();
         assert!(matches!(e, ConfigError::EloRange { .. }));
         let e = IngestOptions {
             max_game_bytes: ByteSize(100),
             ..base()
         }
-        .validate()
+        .resolve()
         .unwrap_err()
         .to_string();
         assert!(e.contains("max_game_bytes"), "{e}");
@@ -665,7 +665,7 @@ mod tests {
                 run: RunArg::default(),
                 ..base()
             }
-            .validate(),
+            .resolve(),
             Err(ConfigError::NoRun)
         ));
     }

@@ -27,5 +27,5 @@ pub(crate) mod save;
 pub mod throughput;
 
 pub use config::TrainOptions;
-pub use run::{RunOptions, train};
+pub use run::{RunOptions, run};
 pub use throughput::{BenchStepOptions, bench_steps};

@@ -200,7 +200,7 @@ impl Report for Summary {
 
 /// Trains (or resumes) the run `config` describes, on the backend it names
 /// (f32 parameters on both; the precision is the forward pass's).
-pub fn train(config: &TrainConfig, options: &RunOptions) -> Result<Summary, TrainError> {
+pub fn run(config: &TrainConfig, options: &RunOptions) -> Result<Summary, TrainError> {
     use burn::backend::Autodiff;
     match config.device {
         DeviceKind::Cpu => {

@@ -182,7 +182,7 @@ proptest! {
             },
             ..Default::default()
         };
-        let mut config = options.validate().unwrap();
+        let mut config = options.resolve().unwrap();
         config.progress = false;
         let summary = chessbench::ingest::run(&config).unwrap();
         let (_, c) = &summary.splits[0];

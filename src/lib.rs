@@ -4,7 +4,7 @@
 //! Foundations at the bottom: [`chess`] (the ChessBench encodings), [`store`]
 //! (tables, run directories, atomic and chunked commits, the manifest),
 //! [`uci_client`] (outside engines and the paper's oracle, over UCI), [`model`] (the predictor and
-//! its checkpoints), [`query`] (an embedded DuckDB over a run's tables and
+//! its checkpoints), [`duckdb_session`] (an embedded DuckDB over a run's tables and
 //! views), [`options`] (how every stage's options are layered, and the
 //! options stages share),
 //! [`ui`] (progress, numbers, summaries) and [`ranking`]. Stages above them
@@ -16,11 +16,11 @@ pub mod ablate;
 pub mod annotate;
 pub mod bag;
 pub mod chess;
+pub mod duckdb_session;
 pub mod eval;
 pub mod ingest;
 pub mod model;
 pub mod options;
-pub mod query;
 pub mod ranking;
 pub mod sql;
 pub mod stats;

@@ -1,12 +1,12 @@
 //! `chessbench sql`: DuckDB SQL over a run directory's tables, with the
 //! views of `sql/views.sql` preloaded (the session itself is the
-//! [`crate::query`] foundation's).
+//! [`crate::duckdb_session`] foundation's).
 
 use std::path::PathBuf;
 
-pub use crate::query::{BUILTIN, SqlError, output::Format};
+pub use crate::duckdb_session::{BUILTIN, SqlError, output::Format};
 use crate::{
-    query::{Session, resolve},
+    duckdb_session::{Session, resolve},
     ui::group,
 };
 

@@ -31,7 +31,7 @@ use super::{
 };
 use crate::{
     chess::{ActionVocabulary, RecordSet, vocabulary},
-    query::{Session, SqlError, literal},
+    duckdb_session::{Session, SqlError, literal},
     store::{
         StoreError, Table,
         commit::partition_dir,

@@ -25,7 +25,7 @@ pub enum BagSetError {
     #[error(transparent)]
     Bag(#[from] BagError),
     #[error(transparent)]
-    Sql(#[from] crate::query::SqlError),
+    Sql(#[from] crate::duckdb_session::SqlError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     #[error("{}: {source}", path.display())]

@@ -33,7 +33,7 @@ use super::{
 };
 use crate::{
     chess::{RecordSet, legal::prepare, value::ValueBuckets},
-    query::Session,
+    duckdb_session::Session,
     ranking::kendall_tau_b,
     uci_client::{
         Engine,

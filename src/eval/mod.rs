@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::{model::CheckpointError, query::SqlError, uci_client::EngineError};
+use crate::{duckdb_session::SqlError, model::CheckpointError, uci_client::EngineError};
 
 pub(crate) mod elo;
 pub(crate) mod game;

@@ -35,9 +35,9 @@ use super::{
 };
 use crate::{
     chess::RecordSet,
+    duckdb_session::Session,
     model::{DeviceKind, Precision, Weights, tune_allocator},
     options::{Budget, Compute, RunArg},
-    query::Session,
     store::commit::{remove_file_if_exists, write_atomic},
     uci_client::{
         EngineConfig,

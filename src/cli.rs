@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use chessbench::{
     ablate::AblateOptions,
     annotate::AnnotateOptions,
-    bag::{ExportOptions, ImportOptions},
+    bag::{BagExportOptions, BagImportOptions},
     eval::{EvalOptions, UciOptions},
     ingest::IngestOptions,
     sql::SqlOptions,
@@ -265,7 +265,7 @@ or policy is refused, naming the tensor and the shapes. The checkpoint appears o
   chessbench checkpoint import av_9m.safetensors --ema av_9m_ema.safetensors \\\n\
       --policy action_value --model 9m --buckets 128 --step 6400000 --out models/av_9m"
     )]
-    Import(chessbench::model::haiku::ImportOptions),
+    Import(chessbench::model::haiku::CheckpointImportOptions),
     /// Write a randomly initialised model of a preset as a checkpoint (to time evaluation).
     #[command(
         long_about = "Write a model of a preset with training's random initialisation (seeded) as a step-0 chessbench checkpoint that `chessbench eval`, `chessbench uci` and `--opponent checkpoint:DIR` load: to time evaluation or the UCI engine at a model size before training one (the scores mean nothing). The EMA equals the parameters; there is no optimiser state. The checkpoint appears only when complete. The 270M preset writes about 2 GB (parameters and EMA).\n\n\
@@ -286,7 +286,7 @@ TupleCoder of StrUtf8Coder / FloatCoder) and bagz.py's file layout, so its data 
 Sets larger than --records-per-shard are sharded as SET-00000-of-0000N_data.bag (read them as \
 SET@N_data.bag). Files appear under their final names only when complete."
     )]
-    Export(ExportOptions),
+    Export(BagExportOptions),
     /// Read ChessBench .bag files into a split of a run directory.
     #[command(
         long_about = "Import published ChessBench .bag files (or ones exported here) into a run \
@@ -297,7 +297,7 @@ parsed and every move checked to be legal. Columns the .bag files do not carry (
 counts, centipawns, depths) are null. The split is committed atomically and replaces one of the \
 same name."
     )]
-    Import(ImportOptions),
+    Import(BagImportOptions),
 }
 
 /// `chessbench ingest --help`'s description, with what its memory limit

@@ -44,7 +44,7 @@ use crate::{
 
 /// `chessbench bag export`'s options (command line only).
 #[derive(Debug, Clone, clap::Args)]
-pub struct ExportOptions {
+pub struct BagExportOptions {
     /// Run directory.
     #[arg(value_name = "RUN_DIR", value_hint = clap::ValueHint::DirPath)]
     pub run: PathBuf,
@@ -73,7 +73,7 @@ pub struct ExportOptions {
     pub jobs: crate::options::Jobs,
 }
 
-impl ExportOptions {
+impl BagExportOptions {
     /// What to export, with the defaults filled in.
     pub fn resolve(&self, progress: bool) -> ExportConfig {
         ExportConfig {

@@ -63,7 +63,7 @@ const PREFETCH: usize = 16;
 
 /// `chessbench bag import`'s options (command line only).
 #[derive(Debug, Clone, clap::Args)]
-pub struct ImportOptions {
+pub struct BagImportOptions {
     /// Run directory to write (created if needed).
     #[arg(value_name = "RUN_DIR", value_hint = clap::ValueHint::DirPath)]
     pub run: PathBuf,
@@ -92,7 +92,7 @@ pub struct ImportOptions {
     pub budget: crate::options::Budget,
 }
 
-impl ImportOptions {
+impl BagImportOptions {
     /// What to import: the sets found in `dir`, replaced by the files given
     /// per set.
     pub fn resolve(&self, progress: bool) -> Result<ImportConfig, BagSetError> {

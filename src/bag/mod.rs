@@ -16,8 +16,8 @@ use indicatif::ProgressBar;
 use thiserror::Error;
 
 pub use bagz::{BagError, BagReader, BagWriter};
-pub use export::ExportOptions;
-pub use import::ImportOptions;
+pub use export::BagExportOptions;
+pub use import::BagImportOptions;
 
 /// Failures of `bag export` / `bag import`.
 #[derive(Debug, Error)]

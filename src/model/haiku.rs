@@ -201,7 +201,7 @@ pub(crate) fn model_log_probs(
 
 /// `chessbench checkpoint import`'s options (command line only).
 #[derive(Debug, Clone, clap::Args)]
-pub struct ImportOptions {
+pub struct CheckpointImportOptions {
     /// searchless_chess parameters as safetensors, named by haiku's paths
     /// (`embed/embeddings`, `linear_6/w`, ...): their `params` tree.
     #[arg(value_name = "PARAMS", value_hint = clap::ValueHint::FilePath)]
@@ -231,14 +231,14 @@ pub struct ImportOptions {
 
 /// What `chessbench checkpoint import` wrote.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ImportSummary {
+pub struct CheckpointImportSummary {
     pub checkpoint: PathBuf,
     pub policy: crate::chess::RecordSet,
     pub shape: ModelShape,
     pub parameters: u64,
 }
 
-impl crate::ui::Report for ImportSummary {
+impl crate::ui::Report for CheckpointImportSummary {
     fn render(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         writeln!(
             out,
@@ -253,7 +253,9 @@ impl crate::ui::Report for ImportSummary {
 /// `eval`, `uci` and `--opponent checkpoint:` load (it has no optimiser
 /// state: training does not resume from it). Nothing is left behind on
 /// failure: the checkpoint is written beside `out` and renamed into place.
-pub fn import_checkpoint(options: &ImportOptions) -> Result<ImportSummary, HaikuError> {
+pub fn import_checkpoint(
+    options: &CheckpointImportOptions,
+) -> Result<CheckpointImportSummary, HaikuError> {
     use burn::module::Module;
 
     let shape = ModelShape::preset(options.model, options.policy, options.buckets);
@@ -278,7 +280,7 @@ pub fn import_checkpoint(options: &ImportOptions) -> Result<ImportSummary, Haiku
             "ema": options.ema,
         }),
     )?;
-    Ok(ImportSummary {
+    Ok(CheckpointImportSummary {
         checkpoint,
         policy: options.policy,
         shape,

@@ -261,6 +261,17 @@ impl RunReader {
             let Some(fix) = &self.fix else {
                 return Ok(());
             };
+            // Most batches hold no duplicate and no count to raise: they
+            // pass as read.
+            let end = self.at + n as u64;
+            let skips = fix.skip.get(self.skip).is_some_and(|&s| u64::from(s) < end);
+            let counts = (fix.counts.get(self.count))
+                .is_some_and(|&(k, _)| u64::from(k) < self.kept + n as u64);
+            if !skips && !counts {
+                self.at = end;
+                self.kept += n as u64;
+                return Ok(());
+            }
             let mut kept = 0;
             for i in 0..n {
                 let at = self.at + i as u64;

@@ -49,9 +49,11 @@ ablations: $(BIN) $(RUN)/annotate/.done
 	status=0; $(BIN) ablate pipeline/ablations.toml $(RUN) || status=$$?; \
 	$(BIN) ablate pipeline/ablations.toml $(RUN) --report && exit $$status
 
-## docs/cli.md: every command's --help, generated from the code.
+## docs/cli.md: every command's --help, generated from the code; the
+## current figures of docs/benchmarks.md, from bench/results/*/figures.jsonl.
 docs: $(BIN)
 	$(BIN) help-markdown > docs/cli.md
+	python3 bench/figures.py --write
 
 ## Runs the shell blocks of README.md and docs/*.md against a copy of the
 ## evaluated demo run (scripts/doc-test); lists the blocks marked not run.

@@ -68,7 +68,9 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             }
         }
         Command::Stats(a) => {
-            let stats = stats::run(&a.run, a.budget.bytes())
+            let stats = a
+                .resolve()
+                .and_then(|config| stats::run(&config))
                 .with_context(|| format!("reading run {}", a.run.display()))?;
             emit(&stats, json)?;
         }
@@ -76,7 +78,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             if json {
                 a.format = sql::Format::Json;
             }
-            sql::run(&a, &mut io::stdout().lock())?;
+            sql::run(&a.resolve()?, &mut io::stdout().lock())?;
         }
         Command::Bag(BagCommand::Export(a)) => {
             let summary = bag::export::run(&a.resolve(progress)).with_context(|| {
@@ -150,12 +152,13 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             emit(&summary, json)?;
         }
         Command::Ablate(a) => {
+            let config = a.resolve()?;
             if a.plan {
-                emit(&ablate::plan(&a)?, json)?;
+                emit(&ablate::plan(&config)?, json)?;
             } else if a.report {
-                emit(&ablate::report::write(&a)?, json)?;
+                emit(&ablate::report::write(&config)?, json)?;
             } else {
-                let summary = ablate::run(&a, progress)
+                let summary = ablate::run(&config, progress)
                     .with_context(|| format!("running the grid {}", a.grid.display()))?;
                 emit(&summary, json)?;
                 if !summary.failed.is_empty() {
@@ -168,7 +171,9 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
                 }
             }
         }
-        Command::Uci(a) => eval::uci_server::run(&a)
+        Command::Uci(a) => a
+            .resolve()
+            .and_then(eval::uci_server::run)
             .with_context(|| format!("playing {}", a.checkpoint.display()))?,
         Command::HelpMarkdown => print!("{}", cli::markdown_reference()),
     }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 pub use crate::duckdb_session::{BUILTIN, SqlError, output::Format};
 use crate::{
-    duckdb_session::{Session, resolve},
+    duckdb_session::{Session, query_text},
     ui::group,
 };
 
@@ -47,16 +47,45 @@ pub struct SqlOptions {
     pub budget: crate::options::Budget,
 }
 
+/// `chessbench sql`'s options resolved: the query's text read and the run
+/// opened in a DuckDB session with its views.
+pub struct SqlConfig {
+    /// The query's name in messages: its file, built-in name, or `-e`.
+    source_name: String,
+    text: String,
+    session: Session,
+    only: Option<String>,
+    format: Format,
+    max_rows: usize,
+    quiet: bool,
+}
+
+impl SqlOptions {
+    /// Reads the query and opens the run: an unknown query or a directory
+    /// that is not a run fails here.
+    pub fn resolve(&self) -> Result<SqlConfig, SqlError> {
+        let (source_name, text) = match (&self.query, &self.execute) {
+            (_, Some(sql)) => ("-e".to_owned(), sql.clone()),
+            (Some(q), None) => query_text(q)?,
+            (None, None) => return Err(SqlError::NoQuery),
+        };
+        Ok(SqlConfig {
+            source_name,
+            text,
+            session: Session::open(&self.run, &self.vars, self.budget.bytes())?,
+            only: self.only.clone(),
+            format: self.format,
+            max_rows: self.max_rows,
+            quiet: self.quiet,
+        })
+    }
+}
+
 /// Runs `chessbench sql`: the query's results on `out`, notes about
 /// partially annotated splits on standard error.
-pub fn run(options: &SqlOptions, out: &mut dyn std::io::Write) -> Result<(), SqlError> {
-    let (source_name, text) = match (&options.query, &options.execute) {
-        (_, Some(sql)) => ("-e".to_owned(), sql.clone()),
-        (Some(q), None) => resolve(q)?,
-        (None, None) => return Err(SqlError::NoQuery),
-    };
-    let session = Session::open(&options.run, &options.vars, options.budget.bytes())?;
-    if !options.quiet {
+pub fn run(config: &SqlConfig, out: &mut dyn std::io::Write) -> Result<(), SqlError> {
+    let session = &config.session;
+    if !config.quiet {
         for (split, boards, annotated, failed) in session.partial_annotation()? {
             eprintln!(
                 "note: split {split}: {} of {} boards annotated{}; value tables and record sets cover those only",
@@ -73,11 +102,11 @@ pub fn run(options: &SqlOptions, out: &mut dyn std::io::Write) -> Result<(), Sql
     // Block-buffered: standard output is line-buffered, one write(2) a row.
     let mut out = std::io::BufWriter::with_capacity(256 << 10, out);
     session.run_script(
-        &source_name,
-        &text,
-        options.only.as_deref(),
-        options.format,
-        options.max_rows,
+        &config.source_name,
+        &config.text,
+        config.only.as_deref(),
+        config.format,
+        config.max_rows,
         &mut out,
     )
 }

@@ -18,7 +18,9 @@ use serde::Serialize;
 use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_128;
 
-use crate::store::{RunDir, StoreError, Table, cache::prefetch, open_parquet, parquet_files};
+use crate::store::{
+    RunDir, StoreError, Table, cache::prefetch, commit::RunReader, open_parquet, parquet_files,
+};
 
 /// `chessbench stats`'s options (command line only).
 #[derive(Debug, Clone, clap::Args)]
@@ -28,6 +30,25 @@ pub struct StatsOptions {
     pub run: PathBuf,
     #[command(flatten)]
     pub budget: crate::options::Budget,
+}
+
+/// `chessbench stats`'s options resolved: the run opened for reading (a
+/// writer cannot replace its tables while it is read).
+#[derive(Debug)]
+pub struct StatsConfig {
+    run: RunReader,
+    /// The memory the test-in-train overlap may use, bytes.
+    pub memory_limit: u64,
+}
+
+impl StatsOptions {
+    /// Opens the run: a directory that is not one fails here.
+    pub fn resolve(&self) -> Result<StatsConfig, StatsError> {
+        Ok(StatsConfig {
+            run: RunDir::read(&self.run)?,
+            memory_limit: self.budget.bytes(),
+        })
+    }
 }
 
 /// Failures reading a run's tables.
@@ -493,15 +514,15 @@ pub(crate) fn overlap(
     Ok((fraction, passes))
 }
 
-/// Computes Table A1 for a run directory within `memory_limit` bytes (the
+/// Computes Table A1 for the run within `config.memory_limit` bytes (the
 /// test-in-train overlap is the only part whose memory grows with the run).
-pub fn run(run: &Path, memory_limit: u64) -> Result<RunStats, StatsError> {
-    let run = RunDir::read(run)?;
+pub fn run(config: &StatsConfig) -> Result<RunStats, StatsError> {
+    let (run, memory_limit): (&Path, u64) = (&config.run, config.memory_limit);
     let mut stats = RunStats::default();
-    for split in splits(&run)? {
+    for split in splits(run)? {
         let mut s = SplitStats::default();
         for table in Table::ALL {
-            let (rows, bytes) = rows_and_bytes(&partition(&run, table, &split))?;
+            let (rows, bytes) = rows_and_bytes(&partition(run, table, &split))?;
             s.bytes.insert(table.name(), bytes);
             match table {
                 Table::Games => s.games = rows,
@@ -515,7 +536,7 @@ pub fn run(run: &Path, memory_limit: u64) -> Result<RunStats, StatsError> {
         }
         let mut bc = 0u64;
         for_column(
-            &partition(&run, Table::Boards, &split),
+            &partition(run, Table::Boards, &split),
             "num_legal_moves",
             |col, path| {
                 let n = col.as_any().downcast_ref::<UInt8Array>().ok_or_else(|| {
@@ -533,7 +554,7 @@ pub fn run(run: &Path, memory_limit: u64) -> Result<RunStats, StatsError> {
         stats.splits.insert(split, s);
     }
     if stats.splits.contains_key("train") && stats.splits.contains_key("test") {
-        let (fraction, passes) = overlap(&run, "train", "test", memory_limit)?;
+        let (fraction, passes) = overlap(run, "train", "test", memory_limit)?;
         stats.test_in_train = fraction;
         stats.overlap_passes = Some(passes);
     }

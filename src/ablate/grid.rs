@@ -149,12 +149,135 @@ impl Grid {
     }
 
     /// Reads the grid `file`; `run` (the command line's RUN_DIR) replaces
-    /// the file's `run`.
+    /// the file's `run`. The steps: the file's tables ([`GridFile::parse`]),
+    /// its run and name, its axes ([`GridFile::axes`]), the base recipe
+    /// (train and annotate, resolved as those stages resolve them), and one
+    /// variant per axis value and seed ([`GridFile::variants`]).
     pub fn load(file: &Path, run: Option<&Path>) -> Result<Grid, GridError> {
         let text = std::fs::read_to_string(file).map_err(|source| OptionsError::Read {
             path: file.to_owned(),
             source,
         })?;
+        let f = GridFile::parse(file, &text)?;
+        let ablate = &f.ablate;
+        let base_dir = file.parent().unwrap_or(Path::new(""));
+        let run = match (run, &ablate.run) {
+            (Some(run), _) => run.to_owned(),
+            (None, Some(r)) => PathBuf::from(options::rebase_path(r, false, base_dir)),
+            (None, None) => {
+                return Err(f.bad(
+                    None,
+                    "no run directory: give RUN_DIR or `run` in [ablate]".into(),
+                ));
+            }
+        };
+        let name = match &ablate.name {
+            Some(n) => n.clone(),
+            None => file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        };
+        if !valid_name(&name) {
+            return Err(f.bad(
+                line_of(&text, "ablate", "name"),
+                format!("[ablate] name: expected letters, digits, '-' or '_', got {name:?}"),
+            ));
+        }
+        let parallel = ablate.parallel.unwrap_or(1);
+        if parallel == 0 {
+            return Err(f.bad(
+                line_of(&text, "ablate", "parallel"),
+                "[ablate] parallel: must be at least 1".into(),
+            ));
+        }
+        let axes = f.axes()?;
+
+        // The base.
+        let base_train: TrainOptions = options::from_file_table(file, f.train.clone(), &text)?;
+        let base_config = resolve_train(&base_train, &run, "base")
+            .map_err(|e| f.bad(line_of_table(&text, "train"), format!("[train] {e}")))?;
+        let seeds = ablate.seeds.clone().unwrap_or(vec![base_config.seed]);
+        if seeds.is_empty() {
+            return Err(f.bad(
+                line_of(&text, "ablate", "seeds"),
+                "[ablate] seeds: give at least one".into(),
+            ));
+        }
+        let base_annotate = match &f.annotate {
+            Some(table) => {
+                let options: AnnotateOptions =
+                    options::from_file_table(file, table.clone(), &text)?;
+                Some(annotate_config(options, &run, None).map_err(|e| {
+                    f.bad(line_of_table(&text, "annotate"), format!("[annotate] {e}"))
+                })?)
+            }
+            None => None,
+        };
+        let (data, variants) = f.variants(
+            &axes,
+            &run,
+            &name,
+            &seeds,
+            &base_config,
+            base_annotate.as_ref(),
+        )?;
+        let GridFile { ablate, .. } = f;
+        Ok(Grid {
+            file: file.to_owned(),
+            name,
+            run,
+            seeds,
+            parallel,
+            samples_per_s: ablate.samples_per_s,
+            measured_on: ablate.measured_on,
+            axes,
+            base_annotate,
+            data,
+            variants,
+        })
+    }
+
+    /// The base's setting of an axis, as the grid spells values.
+    pub fn base_setting(&self, key: &str) -> Option<String> {
+        let base = self.variants.first()?;
+        if DATA_AXES.contains(&key) {
+            return match (key, self.base_annotate.as_ref()?.limit) {
+                ("nodes", Limit::Nodes(n)) | ("movetime_ms", Limit::MoveTimeMs(n)) => {
+                    Some(n.to_string())
+                }
+                ("depth", Limit::Depth(d)) => Some(d.to_string()),
+                _ => None,
+            };
+        }
+        let json = serde_json::to_value(&base.train).ok()?;
+        let shape = base.train.shape();
+        match key {
+            // Options the recipe leaves out at their defaults.
+            "layers" => Some(shape.layers.to_string()),
+            "architecture" => Some(json_text(&serde_json::to_value(shape.architecture).ok()?)),
+            "jobs" => json.get("workers").map(json_text),
+            _ => json.get(key).map(json_text),
+        }
+    }
+}
+
+/// A grid file's text and tables, as read: what the steps of
+/// [`Grid::load`] work from.
+struct GridFile<'a> {
+    file: &'a Path,
+    text: &'a str,
+    ablate: AblateTable,
+    train: toml::Table,
+    eval: toml::Table,
+    /// `[annotate]`, when the grid has one (the base annotation).
+    annotate: Option<toml::Table>,
+}
+
+impl<'a> GridFile<'a> {
+    /// The file's tables: `[ablate]` read into its fields, the stages'
+    /// tables kept for each variant to change.
+    fn parse(file: &'a Path, text: &'a str) -> Result<Self, GridError> {
         let bad = |line: Option<usize>, message: String| GridError::Bad {
             path: file.to_owned(),
             line,
@@ -169,7 +292,7 @@ impl Grid {
         for key in doc.keys() {
             if !["ablate", "annotate", "train", "eval"].contains(&key.as_str()) {
                 return Err(bad(
-                    line_of_table(&text, key),
+                    line_of_table(text, key),
                     format!(
                         "unknown table [{key}]; a grid has [ablate], [annotate], [train] and [eval]"
                     ),
@@ -181,7 +304,7 @@ impl Grid {
                 None => Ok(toml::Table::new()),
                 Some(toml::Value::Table(t)) => Ok(t),
                 Some(other) => Err(bad(
-                    line_of_table(&text, name),
+                    line_of_table(text, name),
                     format!("`{name}` must be a table, not a {}", other.type_str()),
                 )),
             }
@@ -198,52 +321,47 @@ impl Grid {
                         .nth(1)
                         .map(str::to_owned)
                         .unwrap_or_default();
-                    bad(
-                        line_of(&text, "ablate", &key),
-                        format!("[ablate] {message}"),
-                    )
+                    bad(line_of(text, "ablate", &key), format!("[ablate] {message}"))
                 })?;
         let train_table = table(&mut doc, "train")?;
         let eval_table = table(&mut doc, "eval")?;
         let annotate_table = table(&mut doc, "annotate")?;
+        Ok(Self {
+            file,
+            text,
+            ablate,
+            train: train_table,
+            eval: eval_table,
+            annotate: has_annotate.then_some(annotate_table),
+        })
+    }
 
-        let base_dir = file.parent().unwrap_or(Path::new(""));
-        let run = match (run, &ablate.run) {
-            (Some(run), _) => run.to_owned(),
-            (None, Some(r)) => PathBuf::from(options::rebase_path(r, false, base_dir)),
-            (None, None) => {
-                return Err(bad(
-                    None,
-                    "no run directory: give RUN_DIR or `run` in [ablate]".into(),
-                ));
-            }
-        };
-        let name = match &ablate.name {
-            Some(n) => n.clone(),
-            None => file
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-        };
-        if !valid_name(&name) {
-            return Err(bad(
-                line_of(&text, "ablate", "name"),
-                format!("[ablate] name: expected letters, digits, '-' or '_', got {name:?}"),
-            ));
+    /// An error at `line` of the file.
+    fn bad(&self, line: Option<usize>, message: String) -> GridError {
+        GridError::Bad {
+            path: self.file.to_owned(),
+            line,
+            message,
         }
-        let parallel = ablate.parallel.unwrap_or(1);
-        if parallel == 0 {
-            return Err(bad(
-                line_of(&text, "ablate", "parallel"),
-                "[ablate] parallel: must be at least 1".into(),
-            ));
-        }
+    }
 
-        // The axes: known keys, non-empty lists.
+    /// An error in a variant: at its axis's line, prefixed with the axis.
+    fn stage_err(&self, key: Option<&str>, e: String) -> GridError {
+        let line = key.and_then(|k| line_of(self.text, "ablate.axes", k));
+        let prefix = key
+            .map(|k| format!("[ablate.axes] {k}: "))
+            .unwrap_or_default();
+        self.bad(line, format!("{prefix}{e}"))
+    }
+
+    /// The axes, in the file's order: known keys, non-empty lists.
+    fn axes(&self) -> Result<Vec<Axis>, GridError> {
+        let (text, bad) = (self.text, |line, message| self.bad(line, message));
+        let (ablate, has_annotate) = (&self.ablate, self.annotate.is_some());
         let train_keys = options::keys::<TrainOptions>();
         let mut axes = Vec::new();
         for (key, values) in &ablate.axes {
-            let line = line_of(&text, "ablate.axes", key);
+            let line = line_of(text, "ablate.axes", key);
             let level = if DATA_AXES.contains(&key.as_str()) {
                 if !has_annotate {
                     return Err(bad(
@@ -286,41 +404,32 @@ impl Grid {
                 values,
             });
         }
+        Ok(axes)
+    }
 
-        // The base.
-        let stage_err = |key: Option<&str>, e: String| {
-            let line = key.and_then(|k| line_of(&text, "ablate.axes", k));
-            let prefix = key
-                .map(|k| format!("[ablate.axes] {k}: "))
-                .unwrap_or_default();
-            bad(line, format!("{prefix}{e}"))
-        };
-        let base_train: TrainOptions = options::from_file_table(file, train_table.clone(), &text)?;
-        let base_config = resolve_train(&base_train, &run, "base")
-            .map_err(|e| bad(line_of_table(&text, "train"), format!("[train] {e}")))?;
-        let seeds = ablate.seeds.clone().unwrap_or(vec![base_config.seed]);
-        if seeds.is_empty() {
-            return Err(bad(
-                line_of(&text, "ablate", "seeds"),
-                "[ablate] seeds: give at least one".into(),
-            ));
-        }
-        let base_annotate =
-            if has_annotate {
-                let options: AnnotateOptions =
-                    options::from_file_table(file, annotate_table.clone(), &text)?;
-                Some(annotate_config(options, &run, None).map_err(|e| {
-                    bad(line_of_table(&text, "annotate"), format!("[annotate] {e}"))
-                })?)
-            } else {
-                None
-            };
-
-        let grid_dir = run.join("ablate").join(&name);
+    /// The variants: the base, then each axis value, each once per seed;
+    /// a search-limit value also gets the data it learns from (its own
+    /// annotation of the train split, under RUN/ablate/NAME/data).
+    #[allow(clippy::type_complexity)]
+    fn variants(
+        &self,
+        axes: &[Axis],
+        run: &Path,
+        name: &str,
+        seeds: &[u64],
+        base_config: &TrainConfig,
+        base_annotate: Option<&AnnotateConfig>,
+    ) -> Result<(Vec<DataVariant>, Vec<Variant>), GridError> {
+        let (file, text) = (self.file, self.text);
+        let bad = |line, message| self.bad(line, message);
+        let stage_err = |key, e| self.stage_err(key, e);
+        let annotate_table = self.annotate.clone().unwrap_or_default();
+        let (train_table, eval_table) = (&self.train, &self.eval);
+        let grid_dir = run.join("ablate").join(name);
         let mut data = Vec::new();
         let mut variants = Vec::new();
         let mut settings: Vec<(Option<&Axis>, Option<&toml::Value>)> = vec![(None, None)];
-        for axis in &axes {
+        for axis in axes {
             for value in &axis.values {
                 settings.push((Some(axis), Some(value)));
             }
@@ -349,7 +458,7 @@ impl Grid {
                         t.remove(k);
                     }
                     t.insert(a.key.clone(), v.clone());
-                    let options: AnnotateOptions = options::from_file_table(file, t, &text)
+                    let options: AnnotateOptions = options::from_file_table(file, t, text)
                         .map_err(|e| stage_err(Some(&a.key), e.to_string()))?;
                     let config = annotate_config(options, &dir, Some(&base_config.split))
                         .map_err(|e| stage_err(Some(&a.key), e))?;
@@ -369,33 +478,33 @@ impl Grid {
                     });
                     (dir, Some(config))
                 }
-                _ => (run.clone(), None),
+                _ => (run.to_owned(), None),
             };
-            for &seed in &seeds {
+            for &seed in seeds {
                 let train_name = format!("{name}.{}.s{seed}", file_safe(&id));
                 let mut t = train_table.clone();
                 if let (Some(a), Some(v), Level::Model) = (axis, value, level) {
                     t.insert(a.key.clone(), v.clone());
                 }
                 t.insert("seed".into(), toml::Value::Integer(seed as i64));
-                let options: TrainOptions = options::from_file_table(file, t, &text)
+                let options: TrainOptions = options::from_file_table(file, t, text)
                     .map_err(|e| stage_err(axis.map(|a| a.key.as_str()), e.to_string()))?;
                 let train = resolve_train(&options, &train_run, &train_name)
                     .map_err(|e| stage_err(axis.map(|a| a.key.as_str()), e))?;
-                if level == Level::Model && same_recipe(&train, &base_config) {
+                if level == Level::Model && same_recipe(&train, base_config) {
                     return Err(stage_err(
                         axis.map(|a| a.key.as_str()),
                         format!("{id} is the base's own setting"),
                     ));
                 }
                 let mut eval: EvalOptions =
-                    options::from_file_table(file, eval_table.clone(), &text)?;
-                eval.run.run = Some(run.clone());
+                    options::from_file_table(file, eval_table.clone(), text)?;
+                eval.run.run = Some(run.to_owned());
                 eval.checkpoint = Some(train.out_dir());
                 eval.out = Some(grid_dir.join("eval").join(&train_name));
                 let eval = eval
                     .resolve()
-                    .map_err(|e| bad(line_of_table(&text, "eval"), format!("[eval] {e}")))?;
+                    .map_err(|e| bad(line_of_table(text, "eval"), format!("[eval] {e}")))?;
                 variants.push(Variant {
                     id: id.clone(),
                     axis: axis.map(|a| a.key.clone()),
@@ -409,42 +518,7 @@ impl Grid {
                 });
             }
         }
-        Ok(Grid {
-            file: file.to_owned(),
-            name,
-            run,
-            seeds,
-            parallel,
-            samples_per_s: ablate.samples_per_s,
-            measured_on: ablate.measured_on,
-            axes,
-            base_annotate,
-            data,
-            variants,
-        })
-    }
-
-    /// The base's setting of an axis, as the grid spells values.
-    pub fn base_setting(&self, key: &str) -> Option<String> {
-        let base = self.variants.first()?;
-        if DATA_AXES.contains(&key) {
-            return match (key, self.base_annotate.as_ref()?.limit) {
-                ("nodes", Limit::Nodes(n)) | ("movetime_ms", Limit::MoveTimeMs(n)) => {
-                    Some(n.to_string())
-                }
-                ("depth", Limit::Depth(d)) => Some(d.to_string()),
-                _ => None,
-            };
-        }
-        let json = serde_json::to_value(&base.train).ok()?;
-        let shape = base.train.shape();
-        match key {
-            // Options the recipe leaves out at their defaults.
-            "layers" => Some(shape.layers.to_string()),
-            "architecture" => Some(json_text(&serde_json::to_value(shape.architecture).ok()?)),
-            "jobs" => json.get("workers").map(json_text),
-            _ => json.get(key).map(json_text),
-        }
+        Ok((data, variants))
     }
 }
 

@@ -129,6 +129,38 @@ pub struct AblateOptions {
     pub shard: Option<Shard>,
 }
 
+/// `chessbench ablate`'s options resolved: the grid read and checked (every
+/// variant's recipe resolved as its stage resolves it), the shard settled.
+#[derive(Debug, Clone)]
+pub struct AblateConfig {
+    pub grid: Grid,
+    pub phase: Phase,
+    /// Variants trained at once: `--parallel`, else the grid's.
+    pub parallel: usize,
+    /// This process's slice of the variants, when there is more than one.
+    pub shard: Option<Shard>,
+}
+
+impl AblateOptions {
+    /// Reads the grid and settles the shard (the flag, else the batch
+    /// system's environment); a bad grid fails here, naming its file and
+    /// line, before anything is written.
+    pub fn resolve(&self) -> Result<AblateConfig, AblateError> {
+        let grid = Grid::load(&self.grid, self.run.as_deref())?;
+        let shard = match self.shard {
+            Some(s) => Some(s),
+            None => Shard::from_env(|k| std::env::var(k).ok())?.map(|(s, _)| s),
+        }
+        .filter(|s| s.count > 1);
+        Ok(AblateConfig {
+            parallel: self.parallel.unwrap_or(grid.parallel).max(1),
+            grid,
+            phase: self.phase,
+            shard,
+        })
+    }
+}
+
 /// A variant's state in the results directory.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "state")]
@@ -341,10 +373,10 @@ fn states(grid: &Grid, rows: &[Row]) -> Vec<State> {
 }
 
 /// `--plan`.
-pub fn plan(options: &AblateOptions) -> Result<Plan, AblateError> {
-    let grid = Grid::load(&options.grid, options.run.as_deref())?;
+pub fn plan(config: &AblateConfig) -> Result<Plan, AblateError> {
+    let grid = &config.grid;
     let rows = results::read_all(&grid.dir())?;
-    let states = states(&grid, &rows);
+    let states = states(grid, &rows);
     let variants: Vec<VariantLine> = grid
         .variants
         .iter()
@@ -388,33 +420,29 @@ pub fn plan(options: &AblateOptions) -> Result<Plan, AblateError> {
 /// A variant's id, seed and whether it finished (else its error).
 type Outcome = (String, u64, Result<(), String>);
 
-/// Runs the grid (or the phase and shard `options` name).
-pub fn run(options: &AblateOptions, progress: bool) -> Result<Summary, AblateError> {
+/// Runs the grid (or the phase and shard `config` names).
+pub fn run(config: &AblateConfig, progress: bool) -> Result<Summary, AblateError> {
     let start = Instant::now();
-    let grid = Grid::load(&options.grid, options.run.as_deref())?;
+    let grid = &config.grid;
     // Every variant reads the grid's run: refuse one that is not a run
     // before anything is written under it.
     if !grid.run.join("manifest.json").is_file() {
         return Err(StoreError::NotARun(grid.run.clone()).into());
     }
-    let shard = match options.shard {
-        Some(s) => Some(s),
-        None => Shard::from_env(|k| std::env::var(k).ok())?.map(|(s, _)| s),
-    }
-    .filter(|s| s.count > 1);
+    let shard = config.shard;
     let annotates = grid.base_annotate.is_some() || !grid.data.is_empty();
-    if options.phase == Phase::All && shard.is_some() && annotates {
+    if config.phase == Phase::All && shard.is_some() && annotates {
         return Err(AblateError::ShardedData);
     }
     let mut annotated = Vec::new();
     let mut data_failures: Vec<(String, String)> = Vec::new();
-    if options.phase != Phase::Train {
-        (annotated, data_failures) = prepare_data(&grid, shard, progress)?;
+    if config.phase != Phase::Train {
+        (annotated, data_failures) = prepare_data(grid, shard, progress)?;
     }
     let mut summary = Summary {
         name: grid.name.clone(),
         results: grid.dir().join("results"),
-        phase: options.phase,
+        phase: config.phase,
         shard: shard.map(|s| s.to_string()),
         variants: 0,
         finished_before: 0,
@@ -423,7 +451,7 @@ pub fn run(options: &AblateOptions, progress: bool) -> Result<Summary, AblateErr
         annotated,
         seconds: 0.0,
     };
-    if options.phase == Phase::Data {
+    if config.phase == Phase::Data {
         summary.seconds = start.elapsed().as_secs_f64();
         return Ok(summary);
     }
@@ -462,7 +490,7 @@ pub fn run(options: &AblateOptions, progress: bool) -> Result<Summary, AblateErr
         }
     }
     let rows = results::read_all(&grid.dir())?;
-    let states = states(&grid, &rows);
+    let states = states(grid, &rows);
     let mine: Vec<(usize, &Variant)> = grid
         .variants
         .iter()
@@ -484,7 +512,7 @@ pub fn run(options: &AblateOptions, progress: bool) -> Result<Summary, AblateErr
                 return true;
             };
             let error = format!("annotating its data: {error}");
-            let rows = [error_row(&grid, v, &error, 0.0)];
+            let rows = [error_row(grid, v, &error, 0.0)];
             let file = results::path(&grid.dir(), &v.train_name);
             let error = match results::write(&file, &rows) {
                 Ok(()) => error,
@@ -494,7 +522,7 @@ pub fn run(options: &AblateOptions, progress: bool) -> Result<Summary, AblateErr
             false
         })
         .collect();
-    let parallel = options.parallel.unwrap_or(grid.parallel).max(1);
+    let parallel = config.parallel;
     let total = todo.len();
     let queue = Mutex::new(todo.into_iter().enumerate());
     let outcomes: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
@@ -514,7 +542,7 @@ pub fn run(options: &AblateOptions, progress: bool) -> Result<Summary, AblateErr
                             variant.train.out_dir().display()
                         );
                     }
-                    let outcome = run_variant(&grid, variant, progress && one_at_a_time);
+                    let outcome = run_variant(grid, variant, progress && one_at_a_time);
                     if progress {
                         match &outcome {
                             Ok(line) => eprintln!("[{}/{total}] {}", n + 1, line),

@@ -15,7 +15,7 @@ use std::{
 use serde::Serialize;
 
 use super::{
-    AblateError, AblateOptions,
+    AblateConfig, AblateError,
     grid::{Grid, Level},
     paper,
     results::{self, Row},
@@ -85,9 +85,9 @@ impl Spread {
     }
 }
 
-/// Writes the report of the grid `options` names.
-pub fn write(options: &AblateOptions) -> Result<ReportSummary, AblateError> {
-    let grid = Grid::load(&options.grid, options.run.as_deref())?;
+/// Writes the report of the grid `config` holds.
+pub fn write(config: &AblateConfig) -> Result<ReportSummary, AblateError> {
+    let grid = &config.grid;
     let rows = results::read_all(&grid.dir())?;
     let dir = grid.dir();
     let plots_dir = dir.join("plots");
@@ -122,7 +122,7 @@ pub fn write(options: &AblateOptions) -> Result<ReportSummary, AblateError> {
         )?;
         plots.push(path);
     }
-    let text = markdown(&grid, &rows, &plots);
+    let text = markdown(grid, &rows, &plots);
     let report = dir.join("report.md");
     write_atomic(&report, text.as_bytes())?;
     let failed = rows

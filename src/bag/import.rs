@@ -47,6 +47,7 @@ use crate::{
     chess::{RecordSet, legal::ValueKind},
     store::{
         RunDir, StoreError, Table, chunks,
+        commit::Transaction,
         manifest::{ImportRecord, IngestRecord, InputRecord, SplitCounts, SplitManifest},
         parallel::{Encoders, ParallelMovesWriter, ParallelPartWriter},
         writer::{BOARDS_PER_PART, part_file_name},
@@ -615,38 +616,14 @@ impl Values {
     }
 }
 
-/// Imports bag files into `config.split` of `config.run`.
+/// Imports bag files into `config.split` of `config.run`, in the phases
+/// the summary times: [`assign_ids`] (only when the boards do not fit in
+/// memory: their ids worked out on disk first), [`import_records`]
+/// (`boards`, `legal_moves` and `action_values` as the records stream
+/// past), [`write_state_values`], and [`commit`].
 pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
     let started_at = crate::store::unix_now();
-    let mut inputs = config
-        .inputs
-        .iter()
-        .map(|(set, pattern)| {
-            Ok(Input {
-                set: *set,
-                pattern: pattern.clone(),
-                records: records_in(pattern)?,
-            })
-        })
-        .collect::<Result<Vec<_>, BagSetError>>()?;
-    inputs.sort_by_key(|i| i.set);
-    let expected = expected_boards(&inputs);
-    let records: u64 = inputs.iter().map(|i| i.records).sum();
-    // The in-memory table when the boards fit, else the on-disk passes
-    // with partitions that fit.
-    let buffers = buffers(config.threads);
-    // What the boards may use: the limit less the buffers.
-    let room = config
-        .memory_limit
-        .saturating_sub(buffers)
-        .max(config.memory_limit / 4);
-    let partitions = if expected * BYTES_PER_BOARD + buffers <= config.memory_limit {
-        None
-    } else {
-        let p = partitions_for(records, room * 3 / 4);
-        ensure_open_files(p)?;
-        Some(p)
-    };
+    let plan = ImportPlan::new(config)?;
     let run = RunDir::open(&config.run)?;
     let txn = run.begin()?;
     let split = &config.split;
@@ -654,6 +631,17 @@ pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         write_empty(&txn.partition(table, split)?, table)?;
     }
     let encoders = Encoders::new(config.threads, "cb-encode")?;
+    let mut phases = BTreeMap::new();
+    let mut lap = Instant::now();
+    let mut mark = |name: &'static str| {
+        phases.insert(name, lap.elapsed().as_secs_f64());
+        lap = Instant::now();
+    };
+
+    let (ids, values) = assign_ids(config, &plan, &txn)?;
+    if plan.partitions.is_some() {
+        mark("ids");
+    }
     let mut boards = Boards {
         count: 0,
         dir: txn.partition(Table::Boards, split)?,
@@ -665,54 +653,150 @@ pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         with_moves: 0,
         encoders: encoders.clone(),
     };
-    let mut phases = BTreeMap::new();
-    let mut lap = Instant::now();
-    let mut mark = |name: &'static str| {
-        phases.insert(name, lap.elapsed().as_secs_f64());
-        lap = Instant::now();
+    let action_values = ActionValueSink {
+        dir: txn.partition(Table::ActionValues, split)?,
+        encoders: encoders.clone(),
+        writer: None,
+        part: 0,
+        rows_in_part: 0,
+        columns: Default::default(),
     };
-    let (mut ids, mut values) = match partitions {
-        None => (
-            Ids::Memory(BoardIds::with_capacity(expected)),
-            Values::Memory(Arrays::with_capacity(expected)),
-        ),
-        Some(partitions) => {
-            let scratch = txn.scratch("import")?;
-            let mut partitioner = Partitioner::create(&scratch, partitions, room)?;
-            each_batch(
-                &inputs,
-                config.threads,
-                Decode::Keys,
-                config.progress,
-                " (ids)",
-                |batch| {
-                    for r in &batch.records {
-                        partitioner.push(r.key)?;
-                    }
-                    Ok(())
-                },
-            )?;
-            let resolved = partitioner.resolve(config.progress)?;
-            let values = Values::on_disk(&scratch, resolved.boards, room)?;
-            mark("ids");
-            (Ids::Disk(resolved), values)
-        }
-    };
-    let sv_dir = txn.partition(Table::StateValues, split)?;
-    let av_dir = txn.partition(Table::ActionValues, split)?;
     let mut summary = ImportSummary {
         split: split.clone(),
         ..ImportSummary::default()
     };
-    let mut inputs_record = Vec::new();
-    let mut av_writer: Option<ParallelPartWriter> = None;
-    let mut av_part = 0u64;
-    let mut av_rows_in_part = 0u64;
-    let mut av = (Vec::new(), Vec::new(), Vec::new());
+    let (values, files) = import_records(
+        config,
+        &plan,
+        ids,
+        values,
+        &mut boards,
+        action_values,
+        &mut summary,
+    )?;
+    mark("records");
+
+    write_state_values(
+        values,
+        &txn.partition(Table::StateValues, split)?,
+        &encoders,
+    )?;
+    mark("state_values");
+
+    summary.boards = boards.count;
+    summary.legal_moves = boards.legal_moves;
+    summary.files = files.iter().map(|i| PathBuf::from(&i.source)).collect();
+    commit(
+        config, &plan, &run, txn, &boards, &summary, files, started_at,
+    )?;
+    mark("commit");
+    summary.phases = phases;
+    Ok(summary)
+}
+
+/// The inputs in record-set order, and whether their boards' ids fit in
+/// memory.
+struct ImportPlan {
+    inputs: Vec<Input>,
+    /// Distinct boards at most: what the in-memory tables are sized for.
+    expected: u64,
+    /// Partitions of the on-disk id passes; `None` when the boards fit.
+    partitions: Option<usize>,
+    /// What the boards may use: the limit less the threads' buffers.
+    room: u64,
+}
+
+impl ImportPlan {
+    fn new(config: &ImportConfig) -> Result<Self, BagSetError> {
+        let mut inputs = config
+            .inputs
+            .iter()
+            .map(|(set, pattern)| {
+                Ok(Input {
+                    set: *set,
+                    pattern: pattern.clone(),
+                    records: records_in(pattern)?,
+                })
+            })
+            .collect::<Result<Vec<_>, BagSetError>>()?;
+        inputs.sort_by_key(|i| i.set);
+        let expected = expected_boards(&inputs);
+        let records: u64 = inputs.iter().map(|i| i.records).sum();
+        // The in-memory table when the boards fit, else the on-disk passes
+        // with partitions that fit.
+        let buffers = buffers(config.threads);
+        let room = config
+            .memory_limit
+            .saturating_sub(buffers)
+            .max(config.memory_limit / 4);
+        let partitions = if expected * BYTES_PER_BOARD + buffers <= config.memory_limit {
+            None
+        } else {
+            let p = partitions_for(records, room * 3 / 4);
+            ensure_open_files(p)?;
+            Some(p)
+        };
+        Ok(Self {
+            inputs,
+            expected,
+            partitions,
+            room,
+        })
+    }
+}
+
+/// The board-id table and the per-board values: in memory when the boards
+/// fit; else a first pass over the records' keys gives every board its id
+/// on disk, partition by partition, and the values go to disk buckets.
+fn assign_ids(
+    config: &ImportConfig,
+    plan: &ImportPlan,
+    txn: &Transaction<'_>,
+) -> Result<(Ids, Values), BagSetError> {
+    let Some(partitions) = plan.partitions else {
+        return Ok((
+            Ids::Memory(BoardIds::with_capacity(plan.expected)),
+            Values::Memory(Arrays::with_capacity(plan.expected)),
+        ));
+    };
+    let scratch = txn.scratch("import")?;
+    let mut partitioner = Partitioner::create(&scratch, partitions, plan.room)?;
+    each_batch(
+        &plan.inputs,
+        config.threads,
+        Decode::Keys,
+        config.progress,
+        " (ids)",
+        |batch| {
+            for r in &batch.records {
+                partitioner.push(r.key)?;
+            }
+            Ok(())
+        },
+    )?;
+    let resolved = partitioner.resolve(config.progress)?;
+    let values = Values::on_disk(&scratch, resolved.boards, plan.room)?;
+    Ok((Ids::Disk(resolved), values))
+}
+
+/// The records pass: every record's board gets its id (a new board is
+/// written to `boards` and `legal_moves`), action values go to
+/// `action_values` as they come, state values and best moves to `values`.
+/// Returns the values and what each input file was.
+fn import_records(
+    config: &ImportConfig,
+    plan: &ImportPlan,
+    mut ids: Ids,
+    mut values: Values,
+    boards: &mut Boards,
+    mut action_values: ActionValueSink,
+    summary: &mut ImportSummary,
+) -> Result<(Values, Vec<InputRecord>), BagSetError> {
+    let mut files = Vec::new();
     // The last record's board (key, id).
     let mut last: Option<(u128, u64)> = None;
     summary.serial = each_batch(
-        &inputs,
+        &plan.inputs,
         config.threads,
         Decode::Full,
         config.progress,
@@ -720,9 +804,9 @@ pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         |batch| {
             if batch.shard_start {
                 let path = batch.path.as_path();
-                inputs_record.push(InputRecord {
+                files.push(InputRecord {
                     source: path.display().to_string(),
-                    split: split.clone(),
+                    split: config.split.clone(),
                     zstd: is_compressed(path),
                     bytes_read: fs::metadata(path).map_or(0, |m| m.len()),
                     pgn_bytes: 0,
@@ -744,7 +828,7 @@ pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
                     Some((key, id)) if key == r.key => (id, None),
                     _ => {
                         let board = batch.board(r.board);
-                        board_id(&mut ids, &mut boards, r.key, &board, &at)?
+                        board_id(&mut ids, boards, r.key, &board, &at)?
                     }
                 };
                 last = Some((r.key, id));
@@ -758,26 +842,7 @@ pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
                         summary.behavioral_cloning_records += 1;
                     }
                     RecordSet::ActionValue => {
-                        if av_writer.is_none() || av_rows_in_part == AV_ROWS_PER_PART {
-                            flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
-                            if let Some(w) = av_writer.take() {
-                                w.finish()?;
-                                av_part += 1;
-                            }
-                            av_writer = Some(ParallelPartWriter::create(
-                                &av_dir.join(part_file_name(av_part)),
-                                Table::ActionValues,
-                                encoders.clone(),
-                            )?);
-                            av_rows_in_part = 0;
-                        }
-                        av.0.push(id);
-                        av.1.push(r.action);
-                        av.2.push(r.win_prob);
-                        av_rows_in_part += 1;
-                        if av.0.len() == BATCH_ROWS {
-                            flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
-                        }
+                        action_values.push(id, r.action, r.win_prob)?;
                         summary.action_value_records += 1;
                     }
                 }
@@ -785,13 +850,7 @@ pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
             Ok(())
         },
     )?;
-    flush_av(&mut av, av_writer.as_mut(), &av_dir)?;
-    match av_writer {
-        Some(w) => {
-            w.finish()?;
-        }
-        None => write_empty(&av_dir, Table::ActionValues)?,
-    }
+    action_values.finish()?;
     boards.flush_part()?;
     if boards.count == 0 {
         return Err(BagSetError::NothingToImport(config.run.clone()));
@@ -808,12 +867,65 @@ pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         )
         .into());
     }
-    drop(ids);
-    mark("records");
+    Ok((values, files))
+}
 
-    // state_values: one row per board with a state-value record, in id order.
+/// The action_values table as the records arrive: parts of
+/// [`AV_ROWS_PER_PART`] rows, each written in batches of [`BATCH_ROWS`].
+struct ActionValueSink {
+    dir: PathBuf,
+    encoders: Encoders,
+    writer: Option<ParallelPartWriter>,
+    part: u64,
+    rows_in_part: u64,
+    /// Board ids, actions and win probabilities not yet written.
+    columns: (Vec<u64>, Vec<u16>, Vec<f64>),
+}
+
+impl ActionValueSink {
+    fn push(&mut self, id: u64, action: u16, win_prob: f64) -> Result<(), BagSetError> {
+        if self.writer.is_none() || self.rows_in_part == AV_ROWS_PER_PART {
+            flush_av(&mut self.columns, self.writer.as_mut(), &self.dir)?;
+            if let Some(w) = self.writer.take() {
+                w.finish()?;
+                self.part += 1;
+            }
+            self.writer = Some(ParallelPartWriter::create(
+                &self.dir.join(part_file_name(self.part)),
+                Table::ActionValues,
+                self.encoders.clone(),
+            )?);
+            self.rows_in_part = 0;
+        }
+        self.columns.0.push(id);
+        self.columns.1.push(action);
+        self.columns.2.push(win_prob);
+        self.rows_in_part += 1;
+        if self.columns.0.len() == BATCH_ROWS {
+            flush_av(&mut self.columns, self.writer.as_mut(), &self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is left; an import without action values writes an
+    /// empty table.
+    fn finish(mut self) -> Result<(), BagSetError> {
+        flush_av(&mut self.columns, self.writer.as_mut(), &self.dir)?;
+        match self.writer {
+            Some(w) => {
+                w.finish()?;
+            }
+            None => write_empty(&self.dir, Table::ActionValues)?,
+        }
+        Ok(())
+    }
+}
+
+/// `state_values`: one row per board with a state-value record, in id
+/// order.
+fn write_state_values(values: Values, dir: &Path, encoders: &Encoders) -> Result<(), BagSetError> {
     let mut w = ParallelPartWriter::create(
-        &sv_dir.join(part_file_name(0)),
+        &dir.join(part_file_name(0)),
         Table::StateValues,
         encoders.clone(),
     )?;
@@ -828,22 +940,31 @@ pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
                 Some(&mut w),
                 Table::StateValues,
                 std::mem::take(&mut cols).finish(),
-                &sv_dir,
+                dir,
             )?;
         }
         Ok(())
     })?;
-    write_batch(Some(&mut w), Table::StateValues, cols.finish(), &sv_dir)?;
+    write_batch(Some(&mut w), Table::StateValues, cols.finish(), dir)?;
     w.finish()?;
-    mark("state_values");
+    Ok(())
+}
 
-    summary.boards = boards.count;
-    summary.legal_moves = boards.legal_moves;
-    summary.files = inputs_record
-        .iter()
-        .map(|i| PathBuf::from(&i.source))
-        .collect();
-
+/// The commit: the manifest records the import as the split's source, the
+/// split's tables are replaced in one step, and an earlier annotation's
+/// chunk entries, which describe other boards, go.
+#[allow(clippy::too_many_arguments)]
+fn commit(
+    config: &ImportConfig,
+    plan: &ImportPlan,
+    run: &RunDir,
+    txn: Transaction<'_>,
+    boards: &Boards,
+    summary: &ImportSummary,
+    files: Vec<InputRecord>,
+    started_at: u64,
+) -> Result<(), BagSetError> {
+    let split = &config.split;
     let mut manifest = run.manifest()?;
     manifest.splits.insert(
         split.clone(),
@@ -855,9 +976,9 @@ pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
                 options: serde_json::json!({
                     "imported_from": "chessbench .bag files",
                     "memory_limit": config.memory_limit,
-                    "board_id_partitions_on_disk": partitions.unwrap_or(0),
+                    "board_id_partitions_on_disk": plan.partitions.unwrap_or(0),
                 }),
-                inputs: inputs_record,
+                inputs: files,
                 splits_written: vec![split.clone()],
             },
             counts: SplitCounts {
@@ -877,7 +998,6 @@ pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
             }),
         },
     );
-    // Chunk entries of an earlier annotation describe other boards.
     chunks::remove_split(run.root(), split)?;
     txn.commit(
         &[
@@ -891,9 +1011,7 @@ pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         std::slice::from_ref(split),
         manifest,
     )?;
-    mark("commit");
-    summary.phases = phases;
-    Ok(summary)
+    Ok(())
 }
 
 fn flush_av(

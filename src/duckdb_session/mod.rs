@@ -80,10 +80,10 @@ pub enum SqlError {
     NoQuery,
 }
 
-/// Resolves a query argument: an existing file, or a built-in name
+/// The SQL a query argument names: an existing file, or a built-in name
 /// (`table_a1`, `table_a1.sql`, `sql/table_a1.sql`). Returns (source name,
 /// text).
-pub(crate) fn resolve(arg: &str) -> Result<(String, String), SqlError> {
+pub(crate) fn query_text(arg: &str) -> Result<(String, String), SqlError> {
     let path = Path::new(arg);
     if path.is_file() {
         let text = fs::read_to_string(path).map_err(|source| SqlError::Io {

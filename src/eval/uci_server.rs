@@ -51,16 +51,13 @@ pub struct UciOptions {
     pub compute: crate::options::Compute,
 }
 
-/// Loads the model `options` names and serves UCI on standard input and
-/// output.
-pub fn run(options: &UciOptions) -> Result<(), EvalError> {
-    let model = Model::load(&options.checkpoint, options.weights, options.compute.device)?
-        .with_precision(options.compute.precision)?;
-    let name = model.label();
+/// Serves UCI on standard input and output with the model `config` holds.
+pub fn run(config: UciConfig) -> Result<(), EvalError> {
+    let name = config.model.label();
     let mut player = NeuralPlayer::new(
-        model,
+        config.model,
         PolicyOptions {
-            repetition_draw: options.repetition_draw,
+            repetition_draw: config.repetition_draw,
             decisive: None,
         },
         None,
@@ -71,6 +68,24 @@ pub fn run(options: &UciOptions) -> Result<(), EvalError> {
         std::io::stdin().lock(),
         std::io::stdout().lock(),
     )
+}
+
+/// `chessbench uci`'s options resolved: the checkpoint loaded.
+pub struct UciConfig {
+    model: Model,
+    repetition_draw: bool,
+}
+
+impl UciOptions {
+    /// Loads the checkpoint in the precision asked for: a missing or
+    /// malformed checkpoint fails here, before the engine answers `uci`.
+    pub fn resolve(&self) -> Result<UciConfig, EvalError> {
+        Ok(UciConfig {
+            model: Model::load(&self.checkpoint, self.weights, self.compute.device)?
+                .with_precision(self.compute.precision)?,
+            repetition_draw: self.repetition_draw,
+        })
+    }
 }
 
 /// The engine's state between commands.

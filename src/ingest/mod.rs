@@ -50,7 +50,7 @@ use thiserror::Error;
 use self::{
     chunker::{Block, Chunker},
     config::{ConfigError, IngestConfig, Source},
-    dedup::{Aggregator, BatchGame, KeyBatch, Keys, SpillFormat},
+    dedup::{Aggregator, BatchGame, KeyBatch, Keys, SpillFormat, SplitBoards},
     finalize::{BoardTotals, Layout, sizing, write_split},
     sample::{Candidate, Reservoir},
     tables::{GamesBuilder, Position, RejectsBuilder, RowSink},
@@ -60,6 +60,7 @@ use self::{
 use crate::{
     store::{
         RunDir, StoreError, Table,
+        commit::Transaction,
         manifest::{IngestRecord, InputRecord, SplitCounts, SplitManifest},
     },
     ui::{Report, group},
@@ -328,7 +329,11 @@ struct InputShared {
     zstd: AtomicBool,
 }
 
-/// Runs an ingest and commits its splits into `config.out`.
+/// Runs an ingest and commits its splits into `config.out`, in four
+/// phases, each timed in the summary: [`stream`] (read, parse and play
+/// the games, write `games` and `rejects`, deduplicate boards as they
+/// come), [`dedup::finish`] (merge what spilled), [`write_boards`]
+/// (`boards` and `legal_moves`), and [`commit`].
 pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     let clock = Instant::now();
     let started_at = now_secs();
@@ -339,6 +344,85 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     if splits.len() > usize::from(u8::MAX) {
         return Err(IngestError::Internal("more than 255 splits".into()));
     }
+    let bar = progress_bar(config);
+    let mut phases = PhaseClock {
+        lap: clock,
+        phases: Vec::new(),
+    };
+
+    let Streamed {
+        collector,
+        aggregators,
+        shared,
+    } = stream(config, &txn, &splits, spill_format, &bar)?;
+    let spilled = aggregators.iter().any(Aggregator::spilled);
+    release_free_memory();
+    phases.mark("stream");
+
+    if spilled {
+        bar.set_message("merging spilled boards");
+    }
+    let (split_boards, dedup_threads) = dedup::finish(aggregators, config.threads)?;
+    release_free_memory();
+    phases.mark("dedup");
+
+    let totals = write_boards(config, &txn, &splits, split_boards, &bar)?;
+    phases.mark("boards");
+
+    let (inputs, counts) = collector.finish(&shared, &totals)?;
+    bar.set_message("committing");
+    commit(config, &run_dir, txn, &splits, &counts, &inputs, started_at)?;
+    phases.mark("commit");
+    bar.finish_and_clear();
+    Ok(Summary {
+        out: config.out.clone(),
+        least_memory_limit: dedup::least_limit(splits.len()),
+        splits: splits.into_iter().zip(counts).collect(),
+        inputs,
+        seconds: clock.elapsed().as_secs_f64(),
+        spilled,
+        spill_entry_bytes: spill_format.entry_bytes(),
+        phases: phases.phases,
+        dedup_threads,
+        peak_rss: peak_rss(),
+        memory_limit: config.memory_limit,
+    })
+}
+
+/// Wall-clock seconds per phase, each from the end of the one before.
+struct PhaseClock {
+    lap: Instant,
+    phases: Vec<(&'static str, f64)>,
+}
+
+impl PhaseClock {
+    fn mark(&mut self, name: &'static str) {
+        self.phases.push((name, self.lap.elapsed().as_secs_f64()));
+        self.lap = Instant::now();
+    }
+}
+
+/// What the stream phase leaves: the games and rejects written (their
+/// sinks still open), each split's boards deduplicated (in memory or
+/// spilled), and what the reading thread counted per input.
+struct Streamed<'a> {
+    collector: Collector<'a>,
+    aggregators: Vec<Aggregator>,
+    shared: Vec<InputShared>,
+}
+
+/// The stream phase: a reading thread cuts the inputs into blocks,
+/// `config.threads` workers parse, check and play them ([`parse_blocks`]),
+/// the calling thread collects their results in input order (games and
+/// rejects, `--max-games`, `--sample-games`) and sends the board keys to
+/// the aggregators, one thread per hash shard.
+fn stream<'a>(
+    config: &'a IngestConfig,
+    txn: &Transaction<'_>,
+    splits: &[String],
+    spill_format: SpillFormat,
+    bar: &ProgressBar,
+) -> Result<Streamed<'a>, IngestError> {
     let split_of = |name: &str| splits.iter().position(|s| s == name).unwrap_or(0) as u8;
     let settings = WorkerSettings {
         filter: config.filter.clone(),
@@ -403,7 +487,6 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
         .iter()
         .map(|_| InputShared::default())
         .collect();
-    let bar = progress_bar(config);
     let stop = AtomicBool::new(false);
     let fatal: Mutex<Option<IngestError>> = Mutex::new(None);
 
@@ -427,48 +510,18 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
             chunk_inputs(config, shared, block_tx, token_tx, recycle_rx, stop, fatal)
         });
         for w in 0..threads {
-            let (rx, tx) = (block_rx.clone(), result_tx.clone());
-            let (recycle_blocks, recycled_keys) = (recycle_tx.clone(), keys_back_rx.clone());
+            let worker = ParseWorker {
+                config,
+                settings,
+                blocks: block_rx.clone(),
+                results: result_tx.clone(),
+                recycle_blocks: recycle_tx.clone(),
+                recycled_keys: keys_back_rx.clone(),
+                stop,
+                fatal,
+            };
             spawn_named(scope, &format!("cb-parse-{w}"), move || {
-                let mut visitor = GameVisitor::new(settings.filter.clone(), settings.limits);
-                for block in rx {
-                    let result = if stop.load(Ordering::Relaxed) {
-                        BlockResult {
-                            seq: block.seq,
-                            ..BlockResult::default()
-                        }
-                    } else {
-                        let keys = recycled_keys.try_recv().unwrap_or_default();
-                        // A panic is a bug, but it must fail the ingest with a
-                        // message, not leave the other threads waiting.
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            process_block(&block, settings, &mut visitor, keys)
-                        }))
-                        .unwrap_or_else(|panic| {
-                            let what = panic
-                                .downcast_ref::<&str>()
-                                .map(|s| s.to_string())
-                                .or_else(|| panic.downcast_ref::<String>().cloned())
-                                .unwrap_or_default();
-                            if let Ok(mut f) = fatal.lock() {
-                                f.get_or_insert(IngestError::Internal(format!(
-                                    "worker panicked on block {} of input {}: {what}",
-                                    block.seq, config.inputs[block.input].display
-                                )));
-                            }
-                            stop.store(true, Ordering::Relaxed);
-                            visitor = GameVisitor::new(settings.filter.clone(), settings.limits);
-                            BlockResult {
-                                seq: block.seq,
-                                ..BlockResult::default()
-                            }
-                        })
-                    };
-                    let _ = recycle_blocks.try_send(block.data);
-                    if tx.send(result).is_err() {
-                        break;
-                    }
-                }
+                parse_blocks(worker)
             });
         }
         drop((block_rx, result_tx, recycle_tx));
@@ -495,7 +548,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
             })
             .collect();
         drop(keys_back_tx);
-        let mut result = collector.collect(result_rx, &token_rx, &keys, stop, &bar, shared);
+        let mut result = collector.collect(result_rx, &token_rx, &keys, stop, bar, shared);
         if result.is_ok() && fatal.lock().map_or(true, |f| f.is_none()) {
             result = collector.replay_sample(&keys);
         }
@@ -517,36 +570,95 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     // then only saw its channel close).
     let aggregators = aggregated?;
     collected?;
-    let spilled = aggregators.iter().any(Aggregator::spilled);
-    release_free_memory();
-    let mut phases = vec![("stream", clock.elapsed().as_secs_f64())];
-    let mut lap = Instant::now();
-    let mut mark = |name: &'static str, phases: &mut Vec<(&'static str, f64)>| {
-        phases.push((name, lap.elapsed().as_secs_f64()));
-        lap = Instant::now();
-    };
-    if spilled {
-        bar.set_message("merging spilled boards");
-    }
+    Ok(Streamed {
+        collector,
+        aggregators,
+        shared,
+    })
+}
 
-    // Boards and legal moves, split by split.
-    let (split_boards, dedup_threads) = dedup::finish(aggregators, config.threads)?;
-    release_free_memory();
-    mark("dedup", &mut phases);
-    let done = Arc::new(AtomicU64::new(0));
+/// One parsing thread's channels and the flags every thread shares.
+struct ParseWorker<'s> {
+    config: &'s IngestConfig,
+    settings: &'s WorkerSettings,
+    blocks: Receiver<Block>,
+    results: Sender<BlockResult>,
+    recycle_blocks: Sender<Vec<u8>>,
+    recycled_keys: Receiver<Keys>,
+    stop: &'s AtomicBool,
+    fatal: &'s Mutex<Option<IngestError>>,
+}
+
+/// A parsing thread: parses, checks and plays each block's games until the
+/// blocks run out. Once the ingest stops it answers each block with an
+/// empty result, so the collector's order never waits on it.
+fn parse_blocks(w: ParseWorker<'_>) {
+    let (settings, stop) = (w.settings, w.stop);
+    let mut visitor = GameVisitor::new(settings.filter.clone(), settings.limits);
+    for block in w.blocks {
+        let result = if stop.load(Ordering::Relaxed) {
+            BlockResult {
+                seq: block.seq,
+                ..BlockResult::default()
+            }
+        } else {
+            let keys = w.recycled_keys.try_recv().unwrap_or_default();
+            // A panic is a bug, but it must fail the ingest with a
+            // message, not leave the other threads waiting.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                process_block(&block, settings, &mut visitor, keys)
+            }))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                if let Ok(mut f) = w.fatal.lock() {
+                    f.get_or_insert(IngestError::Internal(format!(
+                        "worker panicked on block {} of input {}: {what}",
+                        block.seq, w.config.inputs[block.input].display
+                    )));
+                }
+                stop.store(true, Ordering::Relaxed);
+                visitor = GameVisitor::new(settings.filter.clone(), settings.limits);
+                BlockResult {
+                    seq: block.seq,
+                    ..BlockResult::default()
+                }
+            })
+        };
+        let _ = w.recycle_blocks.try_send(block.data);
+        if w.results.send(result).is_err() {
+            break;
+        }
+    }
+}
+
+/// The boards phase: each split's distinct boards written as `boards` and
+/// `legal_moves`, split by split, each within the memory the splits not
+/// yet written leave; a thread reports progress until it ends.
+fn write_boards(
+    config: &IngestConfig,
+    txn: &Transaction<'_>,
+    splits: &[String],
+    split_boards: Vec<SplitBoards>,
+    bar: &ProgressBar,
+) -> Result<Vec<BoardTotals>, IngestError> {
+    let done = AtomicU64::new(0);
     let mut totals = Vec::with_capacity(splits.len());
     std::thread::scope(|scope| -> Result<(), IngestError> {
         // Progress: boards written so far, until the writers are done (the
         // channel closes then, waking the thread at once).
         let (finished_tx, finished_rx) = bounded::<()>(0);
-        let (done_ref, bar) = (&done, &bar);
+        let done = &done;
         spawn_named(scope, "cb-progress", move || {
             while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
                 finished_rx.recv_timeout(Duration::from_millis(200))
             {
                 bar.set_message(format!(
                     "writing boards and legal moves: {} boards",
-                    group(done_ref.load(Ordering::Relaxed))
+                    group(done.load(Ordering::Relaxed))
                 ));
             }
         });
@@ -567,7 +679,7 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
                     &txn.partition(Table::LegalMoves, &splits[s])?,
                     threads,
                     in_flight,
-                    &done,
+                    done,
                 )?);
             }
             Ok(())
@@ -575,53 +687,31 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
         drop(finished_tx);
         result
     })?;
-    mark("boards", &mut phases);
-    let Collector {
-        inputs,
-        games,
-        rejects,
-        mut counts,
-        ..
-    } = collector;
-    for sink in games {
-        sink.finish()?;
-    }
-    for sink in rejects {
-        sink.finish()?;
-    }
-    let mut inputs: Vec<InputRecord> = inputs.into_iter().map(|i| i.record).collect();
-    for (record, sh) in inputs.iter_mut().zip(&shared) {
-        record.bytes_read = sh.raw_bytes.load(Ordering::Relaxed);
-        record.zstd = sh.zstd.load(Ordering::Relaxed);
-    }
-    for (c, t) in counts.iter_mut().zip(&totals) {
-        let BoardTotals {
-            state_value,
-            behavioral_cloning,
-            action_value,
-            positions,
-        } = *t;
-        c.state_value = state_value;
-        c.behavioral_cloning = behavioral_cloning;
-        c.action_value = action_value;
-        if c.positions != positions {
-            return Err(IngestError::Internal(format!(
-                "{} boards were counted but {positions} written",
-                c.positions
-            )));
-        }
-    }
+    Ok(totals)
+}
 
+/// The commit: the manifest records the ingest for every split it wrote,
+/// the tables replace the splits' old ones in one step, and the old
+/// splits' annotations, which no longer apply, go.
+fn commit(
+    config: &IngestConfig,
+    run_dir: &RunDir,
+    txn: Transaction<'_>,
+    splits: &[String],
+    counts: &[SplitCounts],
+    inputs: &[InputRecord],
+    started_at: u64,
+) -> Result<(), IngestError> {
     let record = IngestRecord {
         chessbench_version: env!("CARGO_PKG_VERSION").to_owned(),
         started_at,
         finished_at: now_secs(),
         options: config.options_json(),
-        inputs: inputs.clone(),
-        splits_written: splits.clone(),
+        inputs: inputs.to_vec(),
+        splits_written: splits.to_vec(),
     };
     let mut manifest = run_dir.manifest()?;
-    for (name, c) in splits.iter().zip(&counts) {
+    for (name, c) in splits.iter().zip(counts) {
         manifest.splits.insert(
             name.clone(),
             SplitManifest {
@@ -631,29 +721,12 @@ pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
             },
         );
     }
-    bar.set_message("committing");
-    txn.commit(&Table::INGEST, &splits, manifest)?;
-    // The splits' boards were replaced: annotations of the old boards no
-    // longer apply (`annotate` also checks, should this be interrupted).
-    for split in &splits {
+    txn.commit(&Table::INGEST, splits, manifest)?;
+    // `annotate` also checks, should this be interrupted.
+    for split in splits {
         crate::store::chunks::remove_split(&config.out, split)?;
     }
-    mark("commit", &mut phases);
-    bar.finish_and_clear();
-    let least_memory_limit = dedup::least_limit(splits.len());
-    Ok(Summary {
-        out: config.out.clone(),
-        splits: splits.into_iter().zip(counts).collect(),
-        inputs,
-        seconds: clock.elapsed().as_secs_f64(),
-        spilled,
-        spill_entry_bytes: spill_format.entry_bytes(),
-        phases,
-        dedup_threads,
-        peak_rss: peak_rss(),
-        memory_limit: config.memory_limit,
-        least_memory_limit,
-    })
+    Ok(())
 }
 
 fn progress_bar(config: &IngestConfig) -> ProgressBar {
@@ -754,6 +827,53 @@ struct Collector<'a> {
 }
 
 impl Collector<'_> {
+    /// Closes the games and rejects tables and completes the counts: each
+    /// input's bytes as the reading thread counted them, each split's
+    /// records as the boards phase wrote them (its boards must be the ones
+    /// the stream counted).
+    fn finish(
+        self,
+        shared: &[InputShared],
+        totals: &[BoardTotals],
+    ) -> Result<(Vec<InputRecord>, Vec<SplitCounts>), IngestError> {
+        let Collector {
+            inputs,
+            games,
+            rejects,
+            mut counts,
+            ..
+        } = self;
+        for sink in games {
+            sink.finish()?;
+        }
+        for sink in rejects {
+            sink.finish()?;
+        }
+        let mut inputs: Vec<InputRecord> = inputs.into_iter().map(|i| i.record).collect();
+        for (record, sh) in inputs.iter_mut().zip(shared) {
+            record.bytes_read = sh.raw_bytes.load(Ordering::Relaxed);
+            record.zstd = sh.zstd.load(Ordering::Relaxed);
+        }
+        for (c, t) in counts.iter_mut().zip(totals) {
+            let BoardTotals {
+                state_value,
+                behavioral_cloning,
+                action_value,
+                positions,
+            } = *t;
+            c.state_value = state_value;
+            c.behavioral_cloning = behavioral_cloning;
+            c.action_value = action_value;
+            if c.positions != positions {
+                return Err(IngestError::Internal(format!(
+                    "{} boards were counted but {positions} written",
+                    c.positions
+                )));
+            }
+        }
+        Ok((inputs, counts))
+    }
+
     fn collect(
         &mut self,
         results: Receiver<BlockResult>,

@@ -298,9 +298,8 @@ mod tests {
 
     /// Mixed bf16 against f32 on the CPU (bf16 products emulated): the
     /// errors that rounding the products' operands to 8 bits of mantissa
-    /// gives, the yardstick for the CUDA test's bf16 bounds
-    /// (`tests/cuda.rs`). Measured on the 9M shape at batch 32 (K = 128):
-    /// see `BF16_*` there.
+    /// gives, the yardstick for the CUDA test's bf16 bounds (`BF16_*` in
+    /// `tests/cuda.rs`).
     #[test]
     fn mixed_bf16_stays_close_to_f32() {
         type B = Autodiff<Flex>;

@@ -412,18 +412,7 @@ fn train_on<B: TrainBackend>(
     let products = <B as ModelBackend>::products();
     let out = config.out_dir();
     if options.restart && out.exists() {
-        for name in ["checkpoints", "metrics.csv", "eval.csv", "summary.json"] {
-            let p = out.join(name);
-            let removed = if p.is_dir() {
-                fs::remove_dir_all(&p)
-            } else {
-                fs::remove_file(&p)
-            };
-            match removed {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&p)(e)),
-                _ => {}
-            }
-        }
+        clear_for_restart(&out)?;
     }
     let shape = config.shape();
     let buckets =
@@ -432,60 +421,12 @@ fn train_on<B: TrainBackend>(
     let eval_support = ValueSupport::<B::InnerBackend>::new(&buckets, &device);
     let adam = AdamSettings::new(config.adam_beta1, config.adam_beta2, config.adam_epsilon);
 
-    // Resume or start.
-    let (mut model, mut optimiser, mut state, resumed_from) = match latest(&out)? {
-        Some(dir) => {
-            let (dir, saved): (PathBuf, TrainState) = read_state(&dir)?;
-            let diffs = config.incompatible_with(&saved.config);
-            if !diffs.is_empty() {
-                return Err(TrainError::Incompatible { dir, diffs });
-            }
-            let model = load_module(&dir, "model.mpk", Predictor::new(&shape, &device), &device)?
-                .with_precision(config.precision);
-            let ema = load_module(
-                &dir,
-                "ema.mpk",
-                Predictor::<B::InnerBackend>::new(&shape, &device),
-                &device,
-            )?;
-            let record = save::load_adam::<B>(&dir, &device)?;
-            let optimiser = Optimiser::resume(&model, adam, record, Some((&ema, config.ema_decay)))
-                .map_err(|source| TrainError::Optimiser {
-                    path: dir.clone(),
-                    source,
-                })?;
-            let state = TrainState {
-                config: config.clone(),
-                ..saved
-            };
-            if optimiser.steps() as u64 != state.step {
-                return Err(TrainError::Optimiser {
-                    path: dir,
-                    source: OptimError::Steps(optimiser.steps(), state.step as usize),
-                });
-            }
-            let from = state.step;
-            (model, optimiser, state, Some(from))
-        }
-        None => {
-            // The backend's random generator is global to the process: runs
-            // started at once (`ablate --parallel`) draw their initial
-            // parameters one after another, each from its own seed.
-            let _drawing = INITIALISING.lock().unwrap_or_else(|e| e.into_inner());
-            B::seed(&device, config.seed);
-            let model = Predictor::<B>::new(&shape, &device).with_precision(config.precision);
-            let optimiser = Optimiser::new(&model, adam, Some(config.ema_decay));
-            let state = TrainState {
-                step: 0,
-                position: Position::default(),
-                samples: 0,
-                elapsed_s: 0.0,
-                config: config.clone(),
-                shape,
-            };
-            (model, optimiser, state, None)
-        }
-    };
+    let Started {
+        mut model,
+        mut optimiser,
+        mut state,
+        resumed_from,
+    } = resume_or_start::<B>(config, &out, &shape, adam, &device)?;
     // The data is opened before anything is written: a run that is not
     // one, or has no records, leaves no training directory behind.
     let eval = match &config.eval_split {
@@ -500,18 +441,7 @@ fn train_on<B: TrainBackend>(
         },
         state.position,
     )?;
-    fs::create_dir_all(&out).map_err(io(&out))?;
-    let metrics_path = out.join("metrics.csv");
-    let eval_path = out.join("eval.csv");
-    cut_log(&metrics_path, METRICS_HEADER, state.step)?;
-    cut_log(&eval_path, EVAL_HEADER, state.step)?;
-    let config_json = serde_json::to_vec_pretty(config).unwrap_or_default();
-    crate::store::commit::write_atomic(&out.join("config.json"), &config_json).map_err(|e| {
-        TrainError::Io {
-            path: out.join("config.json"),
-            source: std::io::Error::other(e.to_string()),
-        }
-    })?;
+    let (metrics_path, eval_path) = open_logs(config, &out, state.step)?;
     let epoch_records = loader.records().max(1);
 
     let bar = progress_bar(options.progress, config.steps, state.step);
@@ -608,41 +538,22 @@ fn train_on<B: TrainBackend>(
         if let Some(set) = &eval
             && (eval_now || last)
         {
-            {
-                let r = evaluate(
-                    &optimiser.average(&model),
-                    set,
-                    &eval_support,
-                    config.policy,
-                    config.batch_size.min(4096),
-                    state.step,
-                    &device,
-                );
-                append(
-                    &eval_path,
-                    &format!(
-                        "{},{},{},{},{},{},{},{}",
-                        r.step,
-                        r.split,
-                        r.records,
-                        r.log_loss,
-                        r.marginal_log_loss,
-                        r.accuracy,
-                        fmt_opt(r.value_mse),
-                        elapsed_before + run_start.elapsed().as_secs_f64()
-                    ),
-                )?;
-                let line = format!(
-                    "step {}: {} log-loss {:.4} (marginal baseline {:.4}), accuracy {:.3}",
-                    r.step, r.split, r.log_loss, r.marginal_log_loss, r.accuracy
-                );
-                if bar.is_hidden() {
-                    eprintln!("{line}");
-                } else {
-                    bar.println(line);
-                }
-                last_eval = Some(r);
-            }
+            let r = evaluate(
+                &optimiser.average(&model),
+                set,
+                &eval_support,
+                config.policy,
+                config.batch_size.min(4096),
+                state.step,
+                &device,
+            );
+            log_eval(
+                &r,
+                &eval_path,
+                elapsed_before + run_start.elapsed().as_secs_f64(),
+                &bar,
+            )?;
+            last_eval = Some(r);
         }
         if state.step % config.checkpoint_every == 0 || last {
             state.elapsed_s = elapsed_before + run_start.elapsed().as_secs_f64();
@@ -678,14 +589,179 @@ fn train_on<B: TrainBackend>(
         eval: last_eval.or_else(|| read_last_eval(&eval_path)),
         steps: config.steps,
     };
-    let json = serde_json::to_vec_pretty(&summary).unwrap_or_default();
+    write_summary(&out, &summary)?;
+    Ok(summary)
+}
+
+/// Removes what an earlier run of this name left (`--restart`): its
+/// checkpoints, logs and summary.
+fn clear_for_restart(out: &Path) -> Result<(), TrainError> {
+    for name in ["checkpoints", "metrics.csv", "eval.csv", "summary.json"] {
+        let p = out.join(name);
+        let removed = if p.is_dir() {
+            fs::remove_dir_all(&p)
+        } else {
+            fs::remove_file(&p)
+        };
+        match removed {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&p)(e)),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The model, optimiser and state a run continues from.
+struct Started<B: TrainBackend> {
+    model: Predictor<B>,
+    optimiser: Optimiser<B>,
+    state: TrainState,
+    /// The step of the checkpoint resumed, if any.
+    resumed_from: Option<u64>,
+}
+
+/// The latest checkpoint in `out` when there is one (refused when its
+/// recipe differs from `config` in a way that matters), else fresh
+/// parameters drawn from `config.seed`.
+fn resume_or_start<B: TrainBackend>(
+    config: &TrainConfig,
+    out: &Path,
+    shape: &crate::model::ModelShape,
+    adam: AdamSettings,
+    device: &B::Device,
+) -> Result<Started<B>, TrainError> {
+    let started = match latest(out)? {
+        Some(dir) => {
+            let (dir, saved): (PathBuf, TrainState) = read_state(&dir)?;
+            let diffs = config.incompatible_with(&saved.config);
+            if !diffs.is_empty() {
+                return Err(TrainError::Incompatible { dir, diffs });
+            }
+            let model = load_module(&dir, "model.mpk", Predictor::new(shape, device), device)?
+                .with_precision(config.precision);
+            let ema = load_module(
+                &dir,
+                "ema.mpk",
+                Predictor::<B::InnerBackend>::new(shape, device),
+                device,
+            )?;
+            let record = save::load_adam::<B>(&dir, device)?;
+            let optimiser = Optimiser::resume(&model, adam, record, Some((&ema, config.ema_decay)))
+                .map_err(|source| TrainError::Optimiser {
+                    path: dir.clone(),
+                    source,
+                })?;
+            let state = TrainState {
+                config: config.clone(),
+                ..saved
+            };
+            if optimiser.steps() as u64 != state.step {
+                return Err(TrainError::Optimiser {
+                    path: dir,
+                    source: OptimError::Steps(optimiser.steps(), state.step as usize),
+                });
+            }
+            let from = state.step;
+            Started {
+                model,
+                optimiser,
+                state,
+                resumed_from: Some(from),
+            }
+        }
+        None => {
+            // The backend's random generator is global to the process: runs
+            // started at once (`ablate --parallel`) draw their initial
+            // parameters one after another, each from its own seed.
+            let _drawing = INITIALISING.lock().unwrap_or_else(|e| e.into_inner());
+            B::seed(device, config.seed);
+            let model = Predictor::<B>::new(shape, device).with_precision(config.precision);
+            let optimiser = Optimiser::new(&model, adam, Some(config.ema_decay));
+            let state = TrainState {
+                step: 0,
+                position: Position::default(),
+                samples: 0,
+                elapsed_s: 0.0,
+                config: config.clone(),
+                shape: *shape,
+            };
+            Started {
+                model,
+                optimiser,
+                state,
+                resumed_from: None,
+            }
+        }
+    };
+    Ok(started)
+}
+
+/// Creates the run's directory and its logs, cut back to `step` (a resumed
+/// run rewrites what came after its checkpoint), and writes its recipe.
+/// Returns the paths of `metrics.csv` and `eval.csv`.
+fn open_logs(
+    config: &TrainConfig,
+    out: &Path,
+    step: u64,
+) -> Result<(PathBuf, PathBuf), TrainError> {
+    fs::create_dir_all(out).map_err(io(out))?;
+    let metrics_path = out.join("metrics.csv");
+    let eval_path = out.join("eval.csv");
+    cut_log(&metrics_path, METRICS_HEADER, step)?;
+    cut_log(&eval_path, EVAL_HEADER, step)?;
+    let config_json = serde_json::to_vec_pretty(config).unwrap_or_default();
+    crate::store::commit::write_atomic(&out.join("config.json"), &config_json).map_err(|e| {
+        TrainError::Io {
+            path: out.join("config.json"),
+            source: std::io::Error::other(e.to_string()),
+        }
+    })?;
+    Ok((metrics_path, eval_path))
+}
+
+/// Appends an evaluation to `eval.csv` and prints it.
+fn log_eval(
+    r: &EvalResult,
+    eval_path: &Path,
+    elapsed_s: f64,
+    bar: &ProgressBar,
+) -> Result<(), TrainError> {
+    append(
+        eval_path,
+        &format!(
+            "{},{},{},{},{},{},{},{}",
+            r.step,
+            r.split,
+            r.records,
+            r.log_loss,
+            r.marginal_log_loss,
+            r.accuracy,
+            fmt_opt(r.value_mse),
+            elapsed_s
+        ),
+    )?;
+    let line = format!(
+        "step {}: {} log-loss {:.4} (marginal baseline {:.4}), accuracy {:.3}",
+        r.step, r.split, r.log_loss, r.marginal_log_loss, r.accuracy
+    );
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+    Ok(())
+}
+
+/// Writes `summary.json`, atomically.
+fn write_summary(out: &Path, summary: &Summary) -> Result<(), TrainError> {
+    let json = serde_json::to_vec_pretty(summary).unwrap_or_default();
     crate::store::commit::write_atomic(&out.join("summary.json"), &json).map_err(|e| {
         TrainError::Io {
             path: out.join("summary.json"),
             source: std::io::Error::other(e.to_string()),
         }
     })?;
-    Ok(summary)
+    Ok(())
 }
 
 /// The last row of `eval.csv` (a run resumed after it finished).

@@ -360,6 +360,27 @@ fn the_command_line_reference_is_current() {
     }
 }
 
+/// docs/benchmarks.md's current figures are rendered from
+/// bench/results/*/figures.jsonl, and every figure README.md and docs/
+/// state is recorded under bench/results/ (`bench/figures.py --check`).
+#[test]
+fn every_figure_in_the_docs_is_recorded_in_bench_results() {
+    if !python_has("tomllib") {
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let o = std::process::Command::new("python3")
+        .arg(root.join("bench/figures.py"))
+        .arg("--check")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "bench/figures.py --check:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// The options every stage shares are one definition each: the same flag,
 /// the same help text, wherever they appear.
 #[test]

@@ -58,5 +58,6 @@ pub(crate) use self::{
     aggregator::{Aggregator, BatchGame, KeyBatch, Keys, finish},
     budget::{MIN_TABLES, PIPELINE_FLOOR, PIPELINE_RESERVE, STREAM_TABLE_BYTES, least_limit},
     entry::{Entry, SpillFormat, split_first_seen},
+    merge::SplitBoards,
     spill::DedupBusy,
 };

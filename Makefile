@@ -23,7 +23,7 @@ BENCH_READY := $(if $(filter $(LONG_RUN),$(BENCH_RUN)),long-annotated,$(BENCH_RU
 FUZZ_CASES  ?= 20000
 
 .PHONY: all demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
-        fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-scale bench-cores \
+        fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-evals bench-scale bench-cores \
         test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-kernels test-cuda gpu-bundle stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
@@ -180,6 +180,11 @@ bench-loader: $(BENCH_READY) | $(DUCKDB_LIB)
 BENCH_DEVICE ?= cpu
 bench-eval: | $(DUCKDB_LIB)
 	BENCH_DEVICE=$(BENCH_DEVICE) $(if $(SEARCHLESS_CHESS),SEARCHLESS_CHESS=$(abspath $(SEARCHLESS_CHESS)) CHESSBENCH_JAX_PYTHON=$(JAX_PYTHON)) $(CARGO) bench --locked --bench eval $(if $(filter cuda,$(BENCH_DEVICE)),--features cuda)
+
+## One core streaming the Lichess evaluation database (synthetic,
+## Lichess-shaped lines): lines/s against decompression alone, peak RSS.
+bench-evals: | $(DUCKDB_LIB)
+	$(CARGO) bench --locked --bench evals
 
 ## Every stage at SCALE_GAMES/10 and SCALE_GAMES generated games (default
 ## 10^5): wall time, records/s, peak RSS, disk, the 10x ratio (benches/scale.rs).

@@ -8,6 +8,7 @@
 //! a killed run resumes where it stopped, and any number of shards (Slurm
 //! array tasks, Kubernetes pods) can work on one run directory at once.
 
+pub mod cloud;
 pub mod config;
 pub mod plan;
 mod pool;

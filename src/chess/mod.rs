@@ -3,6 +3,7 @@
 
 pub mod actions;
 pub(crate) mod board_key;
+pub mod cloud_eval;
 pub mod generate;
 pub(crate) mod legal;
 pub(crate) mod movegen;

@@ -1,0 +1,227 @@
+//! `make bench-evals`: how fast one core streams the Lichess evaluation
+//! database (`chessbench::annotate::cloud::read`), and in how much memory.
+//!
+//! The input is **synthetic, Lichess-shaped**: CHESSBENCH_BENCH_LINES
+//! (default 200,000) JSON lines in the database's form, each a position
+//! reached by seeded random play (0-80 plies from the start), with one or
+//! two searches of one to five principal variations of ten random legal
+//! moves and random scores; zstd level 3, as the download is compressed.
+//! Real lines carry the same fields; their lengths differ.
+//!
+//! Printed, per pass over the file on one thread (the median of
+//! CHESSBENCH_BENCH_ROUNDS, default 3, interleaved): lines/s, MB/s of JSON,
+//! the ratio against decompressing alone (the floor), and the projected
+//! time per 10^8 lines; then the process's peak RSS. Passes: every
+//! position skipped by its key (a run that wants none), 10% wanted, every
+//! position wanted; a wanted position is parsed in full and labelled as
+//! annotating it would (its search chosen, every variation replayed).
+
+use std::{
+    io::{Read, Write},
+    path::Path,
+    time::Instant,
+};
+
+use chessbench::{
+    annotate::cloud::{CloudFormat, read},
+    chess::cloud_eval,
+};
+use shakmaty::{CastlingMode, Chess, EnPassantMode, Position, fen::Fen, uci::UciMove};
+
+/// xorshift64*: a small seeded generator, so the file is the same each run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Ten random legal moves from `pos`, castling written king-takes-rook
+/// as the database writes it.
+fn line(pos: &Chess, rng: &mut Rng) -> String {
+    let mut pos = pos.clone();
+    let mut out = Vec::new();
+    for _ in 0..10 {
+        let moves = pos.legal_moves();
+        if moves.is_empty() {
+            break;
+        }
+        let m = moves[rng.below(moves.len() as u64) as usize];
+        out.push(UciMove::from_move(m, CastlingMode::Chess960).to_string());
+        pos.play_unchecked(m);
+    }
+    out.join(" ")
+}
+
+fn position(rng: &mut Rng) -> Chess {
+    loop {
+        let mut pos = Chess::default();
+        let plies = rng.below(81);
+        for _ in 0..plies {
+            let moves = pos.legal_moves();
+            if moves.is_empty() {
+                break;
+            }
+            let m = moves[rng.below(moves.len() as u64) as usize];
+            pos.play_unchecked(m);
+        }
+        if !pos.legal_moves().is_empty() {
+            return pos;
+        }
+    }
+}
+
+fn write_input(path: &Path, lines: u64) -> u64 {
+    let mut rng = Rng(0x5eed_c0de_1234_5678);
+    let file = std::fs::File::create(path).expect("create the input");
+    let mut out = zstd::stream::write::Encoder::new(file, 3).expect("zstd");
+    let mut json_bytes = 0u64;
+    for _ in 0..lines {
+        let pos = position(&mut rng);
+        let fen = Fen::from_position(&pos, EnPassantMode::Legal).to_string();
+        let four: Vec<&str> = fen.split(' ').take(4).collect();
+        let searches = 1 + rng.below(2);
+        let mut evals = Vec::new();
+        for _ in 0..searches {
+            let pvs = 1 + rng.below(5);
+            let pvs: Vec<String> = (0..pvs)
+                .map(|_| {
+                    let score = if rng.below(20) == 0 {
+                        let n = 1 + rng.below(15) as i64;
+                        format!("\"mate\":{}", if rng.below(2) == 0 { n } else { -n })
+                    } else {
+                        format!("\"cp\":{}", rng.below(1001) as i64 - 500)
+                    };
+                    format!("{{{score},\"line\":\"{}\"}}", line(&pos, &mut rng))
+                })
+                .collect();
+            evals.push(format!(
+                "{{\"pvs\":[{}],\"knodes\":{},\"depth\":{}}}",
+                pvs.join(","),
+                rng.below(300_000),
+                10 + rng.below(40)
+            ));
+        }
+        let text = format!(
+            "{{\"fen\":\"{}\",\"evals\":[{}]}}\n",
+            four.join(" "),
+            evals.join(",")
+        );
+        json_bytes += text.len() as u64;
+        out.write_all(text.as_bytes()).expect("write");
+    }
+    out.finish().expect("finish");
+    json_bytes
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn main() {
+    let lines: u64 = std::env::var("CHESSBENCH_BENCH_LINES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let path = dir.path().join("evals.jsonl.zst");
+    let t = Instant::now();
+    let json_bytes = write_input(&path, lines);
+    let packed = std::fs::metadata(&path).map_or(0, |m| m.len());
+    println!(
+        "synthetic Lichess-shaped evaluation database: {lines} lines, {:.1} MB of JSON, {:.1} MB as .zst (written in {:.1} s)",
+        json_bytes as f64 / 1e6,
+        packed as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
+
+    let rounds: usize = std::env::var("CHESSBENCH_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    // Each pass `rounds` times, interleaved; the median of each is printed.
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let decompress = || {
+        let t = Instant::now();
+        let mut d = zstd::stream::read::Decoder::new(std::fs::File::open(&path).unwrap()).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        while d.read(&mut buf).unwrap() > 0 {}
+        t.elapsed().as_secs_f64()
+    };
+    let pass = |every: u64| {
+        let t = Instant::now();
+        let mut n = 0u64;
+        let mut actions = 0usize;
+        let pass = read(
+            &path,
+            CloudFormat::JsonLines,
+            |_key| {
+                n += 1;
+                every != 0 && n.is_multiple_of(every)
+            },
+            |_, _, pos, e| {
+                // What annotating the position takes: its search chosen,
+                // every variation replayed.
+                let search = cloud_eval::choose(&e.searches).expect("a search");
+                actions += cloud_eval::labels(&pos, search)
+                    .expect("legal lines")
+                    .actions
+                    .len();
+            },
+            |line, r| panic!("line {line}: {r}"),
+        )
+        .expect("read");
+        assert_eq!(pass.lines, lines);
+        std::hint::black_box(actions);
+        t.elapsed().as_secs_f64()
+    };
+    let passes = [
+        ("keys only (no position wanted)", 0u64),
+        ("10% of positions wanted", 10),
+        ("every position wanted", 1),
+    ];
+    let mut times = vec![Vec::new(); passes.len() + 1];
+    for _ in 0..rounds {
+        times[0].push(decompress());
+        for (i, (_, every)) in passes.iter().enumerate() {
+            times[i + 1].push(pass(*every));
+        }
+    }
+    let floor = median(times[0].clone());
+
+    println!(
+        "{:<34} {:>8} {:>12} {:>8} {:>10} {:>14}",
+        "pass (one thread, median)", "seconds", "lines/s", "MB/s", "vs floor", "per 10^8 lines"
+    );
+    let row = |name: &str, secs: f64| {
+        println!(
+            "{name:<34} {secs:>8.2} {:>12.0} {:>8.1} {:>9.2}x {:>12.0} s",
+            lines as f64 / secs,
+            json_bytes as f64 / 1e6 / secs,
+            floor / secs,
+            secs / lines as f64 * 1e8
+        );
+    };
+    row("zstd decompression (the floor)", floor);
+    for (i, (name, _)) in passes.iter().enumerate() {
+        row(name, median(times[i + 1].clone()));
+    }
+    println!("peak RSS of this process: {:.0} MB", peak_rss_mb());
+}

@@ -1,0 +1,372 @@
+//! Streaming the Lichess evaluation database
+//! ([`crate::chess::cloud_eval`]) once, in bounded memory: its JSON lines
+//! (`lichess_db_eval.jsonl`, plain or zstd, a file or standard input) or
+//! its flattened rows (`fen,line,depth,knodes,cp,mate`, CSV, plain or
+//! zstd). Each position is offered by its key (the four FEN fields with en
+//! passant only when legal, as a run's boards write them) before its
+//! searches are parsed, so a pass over hundreds of millions of positions
+//! parses in full only those a run wants. Malformed lines are counted and
+//! handed to the caller with their reason; none stops the pass.
+
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    io::{self, BufRead, BufReader, Read},
+    path::{Path, PathBuf},
+};
+
+use serde::Serialize;
+use thiserror::Error;
+
+use shakmaty::Chess;
+
+use crate::chess::cloud_eval::{self, CloudEval, CloudReject, FlatRow};
+
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// Which published form a file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum CloudFormat {
+    /// `lichess_db_eval.jsonl`: one position a line, all its searches.
+    JsonLines,
+    /// One row per principal variation: `fen,line,depth,knodes,cp,mate`
+    /// with a header, as CSV.
+    Flat,
+}
+
+impl CloudFormat {
+    /// The form a file name says: `.csv` or `.csv.zst` is flattened rows,
+    /// anything else (`.jsonl`, `.jsonl.zst`, standard input) JSON lines.
+    pub fn of(path: &Path) -> Self {
+        let name = path.to_string_lossy();
+        let name = name.strip_suffix(".zst").unwrap_or(&name);
+        if name.ends_with(".csv") {
+            CloudFormat::Flat
+        } else {
+            CloudFormat::JsonLines
+        }
+    }
+}
+
+/// A pass that could not go on: the input itself failed.
+#[derive(Debug, Error)]
+pub enum CloudError {
+    #[error("cannot read the evaluation database {}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+}
+
+/// What one pass read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CloudPass {
+    /// Lines (JSON lines) or rows (flattened) read.
+    pub lines: u64,
+    /// Bytes read, decompressed.
+    pub bytes: u64,
+    /// Positions offered to the caller's filter.
+    pub positions: u64,
+    /// Positions the filter wanted, parsed in full.
+    pub wanted: u64,
+    /// Rejected lines or positions, by reason.
+    pub rejected: BTreeMap<&'static str, u64>,
+}
+
+/// Opens `path` (`-`: standard input), plain or zstd (detected from the
+/// first bytes).
+fn open(path: &Path) -> io::Result<Box<dyn BufRead + Send>> {
+    let raw: Box<dyn Read + Send> = if path == Path::new("-") {
+        Box::new(io::stdin())
+    } else {
+        Box::new(File::open(path)?)
+    };
+    let mut reader = BufReader::with_capacity(1 << 20, raw);
+    if reader.fill_buf()?.starts_with(&ZSTD_MAGIC) {
+        Ok(Box::new(BufReader::with_capacity(
+            1 << 20,
+            zstd::stream::read::Decoder::with_buffer(reader)?,
+        )))
+    } else {
+        Ok(Box::new(reader))
+    }
+}
+
+/// The FEN of a JSON line without parsing the rest, when it is written
+/// first as the database writes it (`{"fen":"..."`).
+fn leading_fen(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix("{\"fen\":\"")?;
+    let end = rest.find('"')?;
+    Some(&rest[..end])
+}
+
+/// The key a raw FEN matches boards by. Most database FENs have no en
+/// passant square and are their own key; one with a square is parsed, and
+/// the square dropped unless a capture exists.
+fn key_of(fen: &str) -> Result<String, CloudReject> {
+    let mut fields = fen.split_ascii_whitespace();
+    let four: Vec<&str> = fields.by_ref().take(4).collect();
+    if four.len() == 4 && four[3] == "-" {
+        return Ok(four.join(" "));
+    }
+    cloud_eval::position(fen).map(|(_, key)| key)
+}
+
+/// Reads the database at `path` once. `wanted(key)` says whether a
+/// position is needed (a run has a board with that key); each wanted
+/// position, set up and checked legal, goes to `position(line, key, pos,
+/// eval)`, each rejected line or position to `rejected(line, reason)`
+/// (lines numbered from 1; for flattened rows, the position's first row
+/// after the header). A position nobody wants is not checked.
+pub fn read(
+    path: &Path,
+    format: CloudFormat,
+    wanted: impl FnMut(&str) -> bool,
+    position: impl FnMut(u64, &str, Chess, CloudEval),
+    rejected: impl FnMut(u64, &CloudReject),
+) -> Result<CloudPass, CloudError> {
+    let io_err = |source| CloudError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let input = open(path).map_err(io_err)?;
+    let mut pass = Pass {
+        stats: CloudPass::default(),
+        wanted,
+        position,
+        rejected,
+    };
+    match format {
+        CloudFormat::JsonLines => pass.json_lines(input).map_err(io_err)?,
+        CloudFormat::Flat => pass.flat_rows(input).map_err(io_err)?,
+    }
+    Ok(pass.stats)
+}
+
+/// A position of flattened rows being gathered: its first row's number,
+/// its key, whether it is wanted, and its rows (only the first when it is
+/// not, to compare the next row's FEN with).
+struct Group {
+    line: u64,
+    key: Result<String, CloudReject>,
+    wanted: bool,
+    rows: Vec<FlatRow>,
+}
+
+/// One pass's counts and the caller's callbacks.
+struct Pass<W, P, R> {
+    stats: CloudPass,
+    wanted: W,
+    position: P,
+    rejected: R,
+}
+
+impl<W, P, R> Pass<W, P, R>
+where
+    W: FnMut(&str) -> bool,
+    P: FnMut(u64, &str, Chess, CloudEval),
+    R: FnMut(u64, &CloudReject),
+{
+    fn reject(&mut self, line: u64, r: CloudReject) {
+        *self.stats.rejected.entry(r.code()).or_default() += 1;
+        (self.rejected)(line, &r);
+    }
+
+    /// Hands a wanted position to the caller once its FEN sets up a legal
+    /// position.
+    fn deliver(&mut self, line: u64, key: &str, e: CloudEval) {
+        match cloud_eval::position(&e.fen) {
+            Ok((pos, _)) => (self.position)(line, key, pos, e),
+            Err(r) => self.reject(line, r),
+        }
+    }
+
+    fn json_lines(&mut self, mut input: Box<dyn BufRead + Send>) -> io::Result<()> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = input.read_line(&mut line)?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.stats.lines += 1;
+            self.stats.bytes += n as u64;
+            let number = self.stats.lines;
+            let text = line.trim_end();
+            if text.is_empty() {
+                continue;
+            }
+            // The key from the leading FEN where there is one; else the
+            // whole line must parse to say.
+            let (key, parsed) = match leading_fen(text) {
+                Some(fen) => (key_of(fen), None),
+                None => match cloud_eval::parse_json_line(text) {
+                    Ok(e) => (key_of(&e.fen), Some(e)),
+                    Err(r) => (Err(r), None),
+                },
+            };
+            let key = match key {
+                Ok(k) => k,
+                Err(r) => {
+                    self.reject(number, r);
+                    continue;
+                }
+            };
+            self.stats.positions += 1;
+            if !(self.wanted)(&key) {
+                continue;
+            }
+            self.stats.wanted += 1;
+            match parsed.map_or_else(|| cloud_eval::parse_json_line(text), Ok) {
+                Ok(e) => self.deliver(number, &key, e),
+                Err(r) => self.reject(number, r),
+            }
+        }
+    }
+
+    fn flat_rows(&mut self, input: Box<dyn BufRead + Send>) -> io::Result<()> {
+        let mut csv = csv::ReaderBuilder::new()
+            .has_headers(true)
+            .flexible(true)
+            .from_reader(input);
+        let mut record = csv::StringRecord::new();
+        let mut group: Option<Group> = None;
+        loop {
+            match csv.read_record(&mut record) {
+                Ok(false) => break,
+                Ok(true) => {}
+                Err(e) => {
+                    if let csv::ErrorKind::Io(_) = e.kind() {
+                        let csv::ErrorKind::Io(e) = e.into_kind() else {
+                            unreachable!("matched above")
+                        };
+                        return Err(e);
+                    }
+                    self.stats.lines += 1;
+                    self.reject(self.stats.lines, CloudReject::Row(e.to_string()));
+                    continue;
+                }
+            }
+            self.stats.lines += 1;
+            let number = self.stats.lines;
+            self.stats.bytes = record.position().map_or(self.stats.bytes, |p| p.byte());
+            let fields: Vec<&str> = record.iter().collect();
+            let row = match cloud_eval::parse_flat_row(&fields) {
+                Ok(r) => r,
+                Err(r) => {
+                    self.reject(number, r);
+                    continue;
+                }
+            };
+            if group.as_ref().is_none_or(|g| g.rows[0].fen != row.fen) {
+                if let Some(g) = group.take() {
+                    self.finish_group(g);
+                }
+                let key = key_of(&row.fen);
+                let wanted = match &key {
+                    Ok(k) => {
+                        self.stats.positions += 1;
+                        (self.wanted)(k)
+                    }
+                    Err(_) => false,
+                };
+                group = Some(Group {
+                    line: number,
+                    key,
+                    wanted,
+                    rows: vec![row],
+                });
+            } else if let Some(g) = group.as_mut().filter(|g| g.wanted) {
+                g.rows.push(row);
+            }
+        }
+        if let Some(g) = group.take() {
+            self.finish_group(g);
+        }
+        Ok(())
+    }
+
+    fn finish_group(&mut self, g: Group) {
+        match g.key {
+            Err(r) => self.reject(g.line, r),
+            Ok(key) if g.wanted => {
+                self.stats.wanted += 1;
+                for e in cloud_eval::group_rows(g.rows) {
+                    self.deliver(g.line, &key, e);
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/lichess_evals_sample10.csv"
+    );
+
+    #[test]
+    fn the_flattened_sample_reads_as_ten_positions() {
+        let mut keys = Vec::new();
+        let pass = read(
+            Path::new(SAMPLE),
+            CloudFormat::of(Path::new(SAMPLE)),
+            |_| true,
+            |_, key, _, e| keys.push((key.to_owned(), e.searches[0].pvs.len())),
+            |line, r| panic!("line {line}: {r}"),
+        )
+        .unwrap();
+        assert_eq!((pass.lines, pass.positions, pass.wanted), (10, 10, 10));
+        assert_eq!(keys.len(), 10);
+        assert!(keys.iter().all(|(_, pvs)| *pvs == 1));
+        assert!(pass.rejected.is_empty());
+    }
+
+    #[test]
+    fn json_lines_plain_and_zstd_read_alike_and_bad_lines_are_rejects() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = r#"{"fen":"8/8/6K1/8/7p/8/R7/6k1 b - -","evals":[{"pvs":[{"mate":10,"line":"g1f1 g6g5"}],"knodes":147179,"depth":50}]}"#;
+        let text = format!(
+            "{good}\n{{broken\n{}\n\n{}\n",
+            r#"{"fen":"8/8/8/8/8/8/8/8 w - -","evals":[]}"#,
+            r#"{"evals":[],"fen":"r3kbnr/pp1qpppp/2p5/5b2/3P4/2N5/PPP1BPPP/R1BQK2R w KQkq -"}"#,
+        );
+        let plain = dir.path().join("e.jsonl");
+        std::fs::write(&plain, &text).unwrap();
+        let packed = dir.path().join("e.jsonl.zst");
+        std::fs::write(&packed, zstd::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
+        let mut results = Vec::new();
+        for path in [&plain, &packed] {
+            let mut got = Vec::new();
+            let mut bad = Vec::new();
+            let pass = read(
+                path,
+                CloudFormat::of(path),
+                |key| key.starts_with("8/8/6K1") || key.starts_with("8/8/8/8/8"),
+                |line, key, _, _| got.push((line, key.to_owned())),
+                |line, r| bad.push((line, r.code())),
+            )
+            .unwrap();
+            assert_eq!(got, vec![(1, "8/8/6K1/8/7p/8/R7/6k1 b - -".to_owned())]);
+            assert_eq!(bad, vec![(2, "bad_json"), (3, "illegal_fen")]);
+            // The empty board is wanted and rejected; the last position
+            // (its FEN not first) is read and not wanted.
+            assert_eq!((pass.lines, pass.positions, pass.wanted), (5, 3, 2));
+            results.push(pass);
+        }
+        assert_eq!(results[0], results[1]);
+    }
+
+    #[test]
+    fn the_form_follows_the_file_name() {
+        assert_eq!(CloudFormat::of(Path::new("a.csv.zst")), CloudFormat::Flat);
+        assert_eq!(CloudFormat::of(Path::new("a.csv")), CloudFormat::Flat);
+        assert_eq!(
+            CloudFormat::of(Path::new("lichess_db_eval.jsonl.zst")),
+            CloudFormat::JsonLines
+        );
+        assert_eq!(CloudFormat::of(Path::new("-")), CloudFormat::JsonLines);
+    }
+}

@@ -369,4 +369,142 @@ mod tests {
         );
         assert_eq!(CloudFormat::of(Path::new("-")), CloudFormat::JsonLines);
     }
+    /// A small evaluation database made from real Stockfish output, in the
+    /// database's own form (scores White's, castling king-takes-rook),
+    /// reads back as Stockfish said it: each position's labels are its
+    /// MultiPV lines' scores from the side to move's view, and a castling
+    /// line's first move is ChessBench's two-square castling action.
+    #[test]
+    fn a_database_made_from_real_stockfish_output_reads_back_as_stockfish_said() {
+        use shakmaty::{CastlingMode, Color, EnPassantMode, Position, fen::Fen, uci::UciMove};
+
+        use crate::{
+            chess::actions::vocabulary,
+            uci_client::{self, Engine, Limit, Score},
+        };
+
+        let Some(config) = crate::testing::stockfish() else {
+            return;
+        };
+        let mut engine = Engine::start(&config).unwrap();
+        engine.set_multipv(3).unwrap();
+        let side = |s: Score| match s {
+            Score::Cp(c) => (Some(c), None),
+            Score::Mate(n) => (None, Some(n)),
+        };
+        // Varied boards, and both sides able to castle either way.
+        let mut positions = crate::testing::walk(8);
+        for fen in [
+            "r3k2r/pppq1ppp/2npbn2/2b1p3/2B1P3/2NPBN2/PPPQ1PPP/R3K2R w KQkq - 0 1",
+            "r3k2r/pppq1ppp/2npbn2/2b1p3/2B1P3/2NPBN2/PPPQ1PPP/R3K2R b KQkq - 0 1",
+        ] {
+            positions.push(
+                Fen::from_ascii(fen.as_bytes())
+                    .unwrap()
+                    .into_position(CastlingMode::Standard)
+                    .unwrap(),
+            );
+        }
+        let mut file = String::new();
+        let mut expected = Vec::new();
+        for pos in &positions {
+            let fen = Fen::from_position(pos, EnPassantMode::Legal).to_string();
+            engine
+                .set_position(uci_client::Position::fen(&fen, &[]))
+                .unwrap();
+            // The castling boards search their two castlings and one other
+            // move, so that castling lines are certain to come back.
+            let castles: Vec<UciMove> = pos
+                .legal_moves()
+                .iter()
+                .filter(|m| m.is_castle())
+                .chain(pos.legal_moves().iter().filter(|m| !m.is_castle()).take(1))
+                .map(|m| m.to_uci(CastlingMode::Standard))
+                .collect();
+            let only: &[UciMove] = if castles.len() == 3 { &castles } else { &[] };
+            let r = engine
+                .search(
+                    Limit::Nodes(20_000),
+                    only,
+                    std::time::Duration::from_secs(30),
+                )
+                .unwrap();
+            let mut lines = r.lines.clone();
+            lines.sort_by_key(|l| l.multipv);
+            let white = |s: Score| {
+                let flip = if pos.turn() == Color::White { 1 } else { -1 };
+                match s {
+                    Score::Cp(c) => serde_json::json!({ "cp": flip * c }),
+                    Score::Mate(n) => serde_json::json!({ "mate": flip * n }),
+                }
+            };
+            let pvs: Vec<serde_json::Value> = lines
+                .iter()
+                .map(|l| {
+                    // The line as the database writes it: each move in
+                    // Chess960 notation (castling as king takes rook).
+                    let mut p = pos.clone();
+                    let words: Vec<String> =
+                        l.pv.iter()
+                            .map(|u| {
+                                let m = u.to_move(&p).unwrap();
+                                p.play_unchecked(m);
+                                m.to_uci(CastlingMode::Chess960).to_string()
+                            })
+                            .collect();
+                    let mut v = white(l.score);
+                    v["line"] = words.join(" ").into();
+                    v
+                })
+                .collect();
+            let four: Vec<&str> = fen.split(' ').take(4).collect();
+            file.push_str(
+                &serde_json::json!({
+                    "fen": four.join(" "),
+                    "evals": [{ "pvs": pvs, "knodes": r.nodes / 1000, "depth": lines[0].depth }],
+                })
+                .to_string(),
+            );
+            file.push('\n');
+            let mut actions: Vec<(u16, crate::chess::cloud_eval::SideScore)> = lines
+                .iter()
+                .map(|l| {
+                    (
+                        vocabulary().parse(&l.pv[0].to_string()).unwrap(),
+                        side(l.score),
+                    )
+                })
+                .collect();
+            actions.sort_by_key(|a| a.0);
+            expected.push((four.join(" "), side(lines[0].score), actions));
+        }
+        engine.quit();
+        assert!(
+            file.contains("e1h1") && file.contains("e8a8"),
+            "castling written king-takes-rook: {file}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stockfish.jsonl");
+        std::fs::write(&path, &file).unwrap();
+        let mut got = Vec::new();
+        let pass = read(
+            &path,
+            CloudFormat::JsonLines,
+            |_| true,
+            |_, key, pos, e| {
+                let search = cloud_eval::choose(&e.searches).unwrap();
+                let l = cloud_eval::labels(&pos, search).unwrap();
+                got.push((key.to_owned(), l.state, l.actions));
+            },
+            |line, r| panic!("line {line}: {r}"),
+        )
+        .unwrap();
+        assert_eq!(pass.wanted, positions.len() as u64);
+        assert_eq!(got, expected);
+        let castle = vocabulary().parse("e1g1").unwrap();
+        assert!(
+            got.iter()
+                .any(|(_, _, a)| a.iter().any(|(action, _)| *action == castle))
+        );
+    }
 }

@@ -9,7 +9,7 @@
 //! handed to the caller with their reason; none stops the pass.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     fs::File,
     io::{self, BufRead, BufReader, Read},
     path::{Path, PathBuf},
@@ -18,9 +18,14 @@ use std::{
 use serde::Serialize;
 use thiserror::Error;
 
+use arrow_array::{StringArray, UInt64Array};
 use shakmaty::Chess;
+use xxhash_rust::xxh3::xxh3_128;
 
-use crate::chess::cloud_eval::{self, CloudEval, CloudReject, FlatRow};
+use crate::{
+    chess::cloud_eval::{self, CloudEval, CloudReject, FlatRow},
+    store::{StoreError, Table, commit::partition_dir, open_columns, open_parquet, parquet_files},
+};
 
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
@@ -54,6 +59,12 @@ impl CloudFormat {
 pub enum CloudError {
     #[error("cannot read the evaluation database {}: {source}", path.display())]
     Io { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "the run's {boards} boards need {passes} passes over the evaluation database within the memory limit, and standard input can be read only once: give the file's path, or raise --memory-limit"
+    )]
+    OnePass { boards: u64, passes: u64 },
 }
 
 /// What one pass read.
@@ -296,6 +307,184 @@ where
             Ok(_) => {}
         }
     }
+}
+
+/// Bytes the board index holds per board: its key's hash, its split and
+/// id in a sorted list, and the hash's first position in a hash map.
+pub const INDEX_BYTES_PER_BOARD: u64 = 64;
+
+/// The boards of a run by key: every board whose FEN starts with a key's
+/// four fields, so that one evaluation labels all of them.
+struct BoardIndex {
+    /// (key hash, split, board id), sorted.
+    entries: Vec<(u128, u32, u64)>,
+    /// A key hash's first entry.
+    first: HashMap<u128, u32>,
+}
+
+/// A key's hash, as the index keeps it.
+fn key_hash(key: &str) -> u128 {
+    xxh3_128(key.as_bytes())
+}
+
+/// The four FEN fields of a board's full FEN (already en passant only when
+/// legal, as the boards table writes it).
+fn board_key(fen: &str) -> &str {
+    let mut end = 0;
+    for (n, (i, _)) in fen.match_indices(' ').enumerate() {
+        if n == 3 {
+            end = i;
+            break;
+        }
+    }
+    if end == 0 { fen } else { &fen[..end] }
+}
+
+impl BoardIndex {
+    /// The boards of `splits` whose key hash falls in partition `part` of
+    /// `parts`.
+    fn load(run: &Path, splits: &[String], part: u64, parts: u64) -> Result<Self, CloudError> {
+        let mut entries = Vec::new();
+        for (s, split) in splits.iter().enumerate() {
+            let dir = run.join(partition_dir(Table::Boards, split));
+            for file in parquet_files(&dir)? {
+                let reader = open_columns(&file, &["board_id", "fen"])?
+                    .build()
+                    .map_err(|e| StoreError::parquet(&file, e))?;
+                for batch in reader {
+                    let batch =
+                        batch.map_err(|e| StoreError::Corrupt(file.clone(), e.to_string()))?;
+                    let bad = || {
+                        StoreError::Corrupt(file.clone(), "boards: unexpected column types".into())
+                    };
+                    let ids = batch
+                        .column_by_name("board_id")
+                        .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
+                        .ok_or_else(bad)?;
+                    let fens = batch
+                        .column_by_name("fen")
+                        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+                        .ok_or_else(bad)?;
+                    for (id, fen) in ids.iter().zip(fens.iter()) {
+                        let (Some(id), Some(fen)) = (id, fen) else {
+                            continue;
+                        };
+                        let h = key_hash(board_key(fen));
+                        if (h % u128::from(parts)) as u64 == part {
+                            entries.push((h, s as u32, id));
+                        }
+                    }
+                }
+            }
+        }
+        entries.sort_unstable();
+        let mut first = HashMap::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            first.entry(e.0).or_insert(i as u32);
+        }
+        Ok(Self { entries, first })
+    }
+
+    /// The boards with this key: (split, board id).
+    fn boards(&self, key: &str) -> impl Iterator<Item = (u32, u64)> + '_ {
+        let h = key_hash(key);
+        let start = self
+            .first
+            .get(&h)
+            .map_or(self.entries.len(), |&i| i as usize);
+        self.entries[start..]
+            .iter()
+            .take_while(move |e| e.0 == h)
+            .map(|e| (e.1, e.2))
+    }
+}
+
+/// How much of one split the database labels.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SplitCoverage {
+    /// The split's boards.
+    pub boards: u64,
+    /// Boards a position of the database matches.
+    pub covered: u64,
+    /// Action values those boards get: a variation's first move each.
+    pub action_values: u64,
+}
+
+/// What the database covers of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Coverage {
+    pub splits: BTreeMap<String, SplitCoverage>,
+    /// The last pass over the database (every pass reads the same file).
+    pub pass: CloudPass,
+    /// Passes over the file: one per partition of the boards that fits in
+    /// half of `memory_limit`.
+    pub passes: u64,
+}
+
+/// How much of `splits` of the run the database at `path` labels, within
+/// `memory_limit` bytes: the boards' index takes [`INDEX_BYTES_PER_BOARD`]
+/// a board, and when the boards do not fit in half the limit they are
+/// indexed a hash partition at a time, with a pass over the file each
+/// (standard input cannot be read twice, so it must fit in one).
+pub fn coverage(
+    run: &Path,
+    splits: &[String],
+    path: &Path,
+    format: CloudFormat,
+    memory_limit: u64,
+) -> Result<Coverage, CloudError> {
+    let mut out = Coverage::default();
+    let mut boards = 0u64;
+    for split in splits {
+        let n: u64 = parquet_files(&run.join(partition_dir(Table::Boards, split)))?
+            .iter()
+            .map(|f| open_parquet(f).map(|b| b.metadata().file_metadata().num_rows().max(0) as u64))
+            .sum::<Result<u64, StoreError>>()?;
+        boards += n;
+        out.splits.insert(
+            split.clone(),
+            SplitCoverage {
+                boards: n,
+                ..SplitCoverage::default()
+            },
+        );
+    }
+    let room = (memory_limit / 2).max(1);
+    out.passes = (boards * INDEX_BYTES_PER_BOARD).div_ceil(room).max(1);
+    if out.passes > 1 && path == Path::new("-") {
+        return Err(CloudError::OnePass {
+            boards,
+            passes: out.passes,
+        });
+    }
+    for part in 0..out.passes {
+        let index = BoardIndex::load(run, splits, part, out.passes)?;
+        let mut counts = vec![(0u64, 0u64); splits.len()];
+        out.pass = read(
+            path,
+            format,
+            |key| index.first.contains_key(&key_hash(key)),
+            |_, key, pos, e| {
+                let Some(search) = cloud_eval::choose(&e.searches) else {
+                    return;
+                };
+                let Ok(labels) = cloud_eval::labels(&pos, search) else {
+                    return;
+                };
+                for (s, _) in index.boards(key) {
+                    counts[s as usize].0 += 1;
+                    counts[s as usize].1 += labels.actions.len() as u64;
+                }
+            },
+            |_, _| {},
+        )?;
+        for (split, (covered, actions)) in splits.iter().zip(counts) {
+            let c = out.splits.get_mut(split).expect("inserted above");
+            c.covered += covered;
+            c.action_values += actions;
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -562,3 +562,146 @@ fn changed_settings_and_bad_engines_are_clear_errors() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// The evaluation database's coverage of a run: an evaluation file made
+/// from real Stockfish searches of some of the run's boards (in the
+/// database's form: four FEN fields, White's scores, castling as king takes
+/// rook), plus the ten real rows of the published sample as JSON lines and
+/// a malformed line. Every board sharing a searched board's four FEN fields
+/// is covered, nothing else is, and a small memory limit (several passes
+/// over the file) gives the same counts.
+#[test]
+fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
+    use chessbench::{
+        annotate::cloud::{CloudError, CloudFormat, INDEX_BYTES_PER_BOARD, coverage},
+        uci_client::{Engine, Limit, Position, Score},
+    };
+    use shakmaty::{CastlingMode, Chess, Color, Position as _, fen::Fen};
+
+    if !have_stockfish() {
+        return;
+    }
+    let run = base_run();
+    let batches = read_table(run, "boards", "train");
+    let fens: Vec<String> = util::strings(&batches, "fen")
+        .into_iter()
+        .map(Option::unwrap)
+        .collect();
+    let key = |fen: &str| fen.split(' ').take(4).collect::<Vec<_>>().join(" ");
+    // Searched: every 997th board, and a board whose four fields another
+    // board of the run shares (a transposition at another move number).
+    let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
+    for f in &fens {
+        *by_key.entry(key(f)).or_default() += 1;
+    }
+    let shared = fens
+        .iter()
+        .find(|f| by_key[&key(f)] > 1)
+        .expect("a transposition in 433 games")
+        .clone();
+    let mut searched: Vec<String> = fens.iter().step_by(997).cloned().collect();
+    searched.push(shared.clone());
+    let config = chessbench::testing::stockfish().unwrap();
+    let mut engine = Engine::start(&config).unwrap();
+    let mut file = String::new();
+    for fen in &searched {
+        let pos: Chess = Fen::from_ascii(fen.as_bytes())
+            .unwrap()
+            .into_position(CastlingMode::Standard)
+            .unwrap();
+        if pos.legal_moves().is_empty() {
+            continue;
+        }
+        engine
+            .set_position(Position::Fen {
+                fen: fen.as_str().into(),
+                moves: Vec::new().into(),
+            })
+            .unwrap();
+        let r = engine
+            .search(Limit::Nodes(2_000), &[], std::time::Duration::from_secs(30))
+            .unwrap();
+        let best = r.best().unwrap();
+        let flip = if pos.turn() == Color::White { 1 } else { -1 };
+        let mut p = pos.clone();
+        let line: Vec<String> = best
+            .pv
+            .iter()
+            .map(|u| {
+                let m = u.to_move(&p).unwrap();
+                p.play_unchecked(m);
+                m.to_uci(CastlingMode::Chess960).to_string()
+            })
+            .collect();
+        let mut pv = match best.score {
+            Score::Cp(c) => serde_json::json!({ "cp": flip * c }),
+            Score::Mate(n) => serde_json::json!({ "mate": flip * n }),
+        };
+        pv["line"] = line.join(" ").into();
+        file.push_str(
+            &serde_json::json!({
+                "fen": key(fen),
+                "evals": [{ "pvs": [pv], "knodes": r.nodes / 1000, "depth": best.depth }],
+            })
+            .to_string(),
+        );
+        file.push('\n');
+    }
+    engine.quit();
+    // The published sample's ten positions, which this run does not hold.
+    let mut csv = csv::Reader::from_path(util::data_file("lichess_evals_sample10.csv")).unwrap();
+    for r in csv.records() {
+        let r = r.unwrap();
+        let score = if r[4].is_empty() {
+            serde_json::json!({ "mate": r[5].parse::<f64>().unwrap() as i32 })
+        } else {
+            serde_json::json!({ "cp": r[4].parse::<f64>().unwrap() as i32 })
+        };
+        let mut pv = score;
+        pv["line"] = r[1].into();
+        file.push_str(
+            &serde_json::json!({ "fen": &r[0], "evals": [{ "pvs": [pv], "knodes": r[3].parse::<u64>().unwrap(), "depth": r[2].parse::<u64>().unwrap() }] })
+                .to_string(),
+        );
+        file.push('\n');
+    }
+    file.push_str("{\"fen\": \"not a fen\"\n");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("evals.jsonl.zst");
+    std::fs::write(&path, util::zstd(file.as_bytes())).unwrap();
+
+    let searched_keys: BTreeSet<String> = searched.iter().map(|f| key(f)).collect();
+    let expected = fens
+        .iter()
+        .filter(|f| searched_keys.contains(&key(f)))
+        .count() as u64;
+    assert!(
+        expected > searched_keys.len() as u64,
+        "the shared key covers two boards"
+    );
+    let splits = ["train".to_owned()];
+    let full = coverage(run, &splits, &path, CloudFormat::JsonLines, 1 << 30).unwrap();
+    let c = &full.splits["train"];
+    assert_eq!(c.boards, fens.len() as u64);
+    assert_eq!(c.covered, expected, "{full:?}");
+    assert_eq!(c.action_values, expected, "one variation a position");
+    assert_eq!(full.passes, 1);
+    assert_eq!(full.pass.rejected.values().sum::<u64>(), 1, "{full:?}");
+    // Within a limit that holds a third of the index: three passes, the
+    // same counts.
+    let small = fens.len() as u64 * INDEX_BYTES_PER_BOARD * 2 / 3 + 1;
+    let parts = coverage(run, &splits, &path, CloudFormat::JsonLines, small).unwrap();
+    assert!(parts.passes >= 2, "{parts:?}");
+    assert_eq!(parts.splits, full.splits);
+    // Standard input cannot be read twice.
+    assert!(matches!(
+        coverage(
+            run,
+            &splits,
+            std::path::Path::new("-"),
+            CloudFormat::JsonLines,
+            small
+        ),
+        Err(CloudError::OnePass { .. })
+    ));
+}

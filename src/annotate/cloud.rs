@@ -13,12 +13,17 @@ use std::{
     fs::File,
     io::{self, BufRead, BufReader, Read},
     path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use serde::Serialize;
 use thiserror::Error;
 
 use arrow_array::{StringArray, UInt64Array};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use shakmaty::Chess;
 use xxhash_rust::xxh3::xxh3_128;
 
@@ -35,19 +40,25 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 pub enum CloudFormat {
     /// `lichess_db_eval.jsonl`: one position a line, all its searches.
     JsonLines,
-    /// One row per principal variation: `fen,line,depth,knodes,cp,mate`
-    /// with a header, as CSV.
-    Flat,
+    /// One row per principal variation, `fen,line,depth,knodes,cp,mate`,
+    /// as CSV with a header.
+    FlatCsv,
+    /// The same rows as Parquet, as Lichess publishes them on Hugging Face
+    /// (columns by those names, numbers of any numeric type).
+    FlatParquet,
 }
 
 impl CloudFormat {
-    /// The form a file name says: `.csv` or `.csv.zst` is flattened rows,
-    /// anything else (`.jsonl`, `.jsonl.zst`, standard input) JSON lines.
+    /// The form a file name says: `.parquet` and `.csv` (or `.csv.zst`)
+    /// are flattened rows, anything else (`.jsonl`, `.jsonl.zst`, standard
+    /// input) JSON lines.
     pub fn of(path: &Path) -> Self {
         let name = path.to_string_lossy();
         let name = name.strip_suffix(".zst").unwrap_or(&name);
-        if name.ends_with(".csv") {
-            CloudFormat::Flat
+        if name.ends_with(".parquet") {
+            CloudFormat::FlatParquet
+        } else if name.ends_with(".csv") {
+            CloudFormat::FlatCsv
         } else {
             CloudFormat::JsonLines
         }
@@ -121,6 +132,114 @@ fn key_of(fen: &str) -> Result<String, CloudReject> {
     cloud_eval::position(fen).map(|(_, key)| key)
 }
 
+/// A reader that counts the bytes read through it.
+struct Counted<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// The rows of a flattened CSV file (its header skipped).
+fn csv_rows(input: impl Read) -> impl Iterator<Item = io::Result<Result<FlatRow, CloudReject>>> {
+    let mut csv = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .flexible(true)
+        .from_reader(input);
+    let mut record = csv::StringRecord::new();
+    std::iter::from_fn(move || match csv.read_record(&mut record) {
+        Ok(false) => None,
+        Ok(true) => {
+            let fields: Vec<&str> = record.iter().collect();
+            Some(Ok(cloud_eval::parse_flat_row(&fields)))
+        }
+        Err(e) => match e.into_kind() {
+            csv::ErrorKind::Io(e) => Some(Err(e)),
+            other => Some(Ok(Err(CloudReject::Row(format!("{other:?}"))))),
+        },
+    })
+}
+
+/// The rows of a flattened Parquet file, a batch at a time.
+fn parquet_rows(
+    path: &Path,
+) -> io::Result<impl Iterator<Item = io::Result<Result<FlatRow, CloudReject>>>> {
+    use arrow_array::{Array, Float64Array, RecordBatch};
+    use arrow_schema::DataType;
+
+    let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
+    let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(path)?)
+        .map_err(|e| invalid(e.to_string()))?
+        .with_batch_size(8192)
+        .build()
+        .map_err(|e| invalid(e.to_string()))?;
+    let columns = move |batch: &RecordBatch| -> io::Result<(Vec<StringArray>, Vec<Float64Array>)> {
+        let column = |name: &str, to: &DataType| {
+            let c = batch.column_by_name(name).ok_or_else(|| {
+                invalid(format!(
+                    "not the flattened form: no column {name} (expected fen, line, depth, knodes, cp, mate)"
+                ))
+            })?;
+            arrow_cast::cast(c, to).map_err(|e| invalid(format!("column {name}: {e}")))
+        };
+        let strings = ["fen", "line"]
+            .iter()
+            .map(|n| {
+                let a = column(n, &DataType::Utf8)?;
+                Ok(a.as_any()
+                    .downcast_ref::<StringArray>()
+                    .expect("cast")
+                    .clone())
+            })
+            .collect::<io::Result<_>>()?;
+        let numbers = ["depth", "knodes", "cp", "mate"]
+            .iter()
+            .map(|n| {
+                let a = column(n, &DataType::Float64)?;
+                Ok(a.as_any()
+                    .downcast_ref::<Float64Array>()
+                    .expect("cast")
+                    .clone())
+            })
+            .collect::<io::Result<_>>()?;
+        Ok((strings, numbers))
+    };
+    let mut batches = reader;
+    let mut current: Option<(Vec<StringArray>, Vec<Float64Array>, usize)> = None;
+    Ok(std::iter::from_fn(move || {
+        loop {
+            if let Some((s, n, i)) = current.as_mut()
+                && *i < s[0].len()
+            {
+                let r = *i;
+                *i += 1;
+                let number = |k: usize| (!n[k].is_null(r)).then(|| n[k].value(r));
+                if s[0].is_null(r) {
+                    return Some(Ok(Err(CloudReject::Row("no fen".into()))));
+                }
+                return Some(Ok(cloud_eval::flat_row(
+                    s[0].value(r),
+                    if s[1].is_null(r) { "" } else { s[1].value(r) },
+                    [number(0), number(1), number(2), number(3)],
+                )));
+            }
+            match batches.next()? {
+                Ok(batch) => match columns(&batch) {
+                    Ok((s, n)) => current = Some((s, n, 0)),
+                    Err(e) => return Some(Err(e)),
+                },
+                Err(e) => return Some(Err(invalid(e.to_string()))),
+            }
+        }
+    }))
+}
+
 /// Reads the database at `path` once. `wanted(key)` says whether a
 /// position is needed (a run has a board with that key); each wanted
 /// position, set up and checked legal, goes to `position(line, key, pos,
@@ -138,7 +257,6 @@ pub fn read(
         path: path.to_owned(),
         source,
     };
-    let input = open(path).map_err(io_err)?;
     let mut pass = Pass {
         stats: CloudPass::default(),
         wanted,
@@ -146,9 +264,30 @@ pub fn read(
         rejected,
     };
     match format {
-        CloudFormat::JsonLines => pass.json_lines(input).map_err(io_err)?,
-        CloudFormat::Flat => pass.flat_rows(input).map_err(io_err)?,
+        CloudFormat::JsonLines => pass.json_lines(open(path).map_err(io_err)?),
+        CloudFormat::FlatCsv => {
+            let read = Arc::new(AtomicU64::new(0));
+            let input = Counted {
+                inner: open(path).map_err(io_err)?,
+                read: read.clone(),
+            };
+            let done = pass.flat_rows(csv_rows(input));
+            pass.stats.bytes = read.load(Ordering::Relaxed);
+            done
+        }
+        CloudFormat::FlatParquet => {
+            if path == Path::new("-") {
+                return Err(io_err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "Parquet is read from a file, not standard input",
+                )));
+            }
+            let rows = parquet_rows(path).map_err(io_err)?;
+            pass.stats.bytes = std::fs::metadata(path).map_or(0, |m| m.len());
+            pass.flat_rows(rows)
+        }
     }
+    .map_err(io_err)?;
     Ok(pass.stats)
 }
 
@@ -233,34 +372,18 @@ where
         }
     }
 
-    fn flat_rows(&mut self, input: Box<dyn BufRead + Send>) -> io::Result<()> {
-        let mut csv = csv::ReaderBuilder::new()
-            .has_headers(true)
-            .flexible(true)
-            .from_reader(input);
-        let mut record = csv::StringRecord::new();
+    /// Flattened rows, in file order: consecutive rows of one FEN are one
+    /// position. Each item is a row, or why it is not one; an error ends
+    /// the pass.
+    fn flat_rows(
+        &mut self,
+        rows: impl Iterator<Item = io::Result<Result<FlatRow, CloudReject>>>,
+    ) -> io::Result<()> {
         let mut group: Option<Group> = None;
-        loop {
-            match csv.read_record(&mut record) {
-                Ok(false) => break,
-                Ok(true) => {}
-                Err(e) => {
-                    if let csv::ErrorKind::Io(_) = e.kind() {
-                        let csv::ErrorKind::Io(e) = e.into_kind() else {
-                            unreachable!("matched above")
-                        };
-                        return Err(e);
-                    }
-                    self.stats.lines += 1;
-                    self.reject(self.stats.lines, CloudReject::Row(e.to_string()));
-                    continue;
-                }
-            }
+        for row in rows {
             self.stats.lines += 1;
             let number = self.stats.lines;
-            self.stats.bytes = record.position().map_or(self.stats.bytes, |p| p.byte());
-            let fields: Vec<&str> = record.iter().collect();
-            let row = match cloud_eval::parse_flat_row(&fields) {
+            let row = match row? {
                 Ok(r) => r,
                 Err(r) => {
                     self.reject(number, r);
@@ -548,10 +671,79 @@ mod tests {
         assert_eq!(results[0], results[1]);
     }
 
+    /// The flattened form as Parquet, typed as Lichess's Hugging Face
+    /// dataset types it (nullable integers), reads as the CSV does.
+    #[test]
+    fn the_flattened_rows_as_parquet_read_as_the_csv() {
+        use std::sync::Arc;
+
+        use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+        use arrow_schema::{DataType, Field, Schema};
+        use parquet::arrow::ArrowWriter;
+
+        let rows: Vec<csv::StringRecord> = csv::Reader::from_path(SAMPLE)
+            .unwrap()
+            .records()
+            .map(Result::unwrap)
+            .collect();
+        let text = |i: usize| -> ArrayRef {
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r[i].to_owned()),
+            ))
+        };
+        let int = |i: usize| -> ArrayRef {
+            Arc::new(Int64Array::from_iter(rows.iter().map(|r| {
+                (!r[i].is_empty()).then(|| r[i].parse::<f64>().unwrap() as i64)
+            })))
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("fen", DataType::Utf8, false),
+            Field::new("line", DataType::Utf8, false),
+            Field::new("depth", DataType::Int64, false),
+            Field::new("knodes", DataType::Int64, false),
+            Field::new("cp", DataType::Int64, true),
+            Field::new("mate", DataType::Int64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![text(0), text(1), int(2), int(3), int(4), int(5)],
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("evals.parquet");
+        let mut w =
+            ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let collect = |path: &Path| {
+            let mut got = Vec::new();
+            let pass = read(
+                path,
+                CloudFormat::of(path),
+                |_| true,
+                |line, key, _, e| got.push((line, key.to_owned(), e)),
+                |line, r| panic!("line {line}: {r}"),
+            )
+            .unwrap();
+            (pass.positions, pass.wanted, got)
+        };
+        assert_eq!(CloudFormat::of(&path), CloudFormat::FlatParquet);
+        let parquet = collect(&path);
+        assert_eq!(parquet.0, 10);
+        assert_eq!(parquet, collect(Path::new(SAMPLE)));
+    }
+
     #[test]
     fn the_form_follows_the_file_name() {
-        assert_eq!(CloudFormat::of(Path::new("a.csv.zst")), CloudFormat::Flat);
-        assert_eq!(CloudFormat::of(Path::new("a.csv")), CloudFormat::Flat);
+        assert_eq!(
+            CloudFormat::of(Path::new("a.csv.zst")),
+            CloudFormat::FlatCsv
+        );
+        assert_eq!(CloudFormat::of(Path::new("a.csv")), CloudFormat::FlatCsv);
+        assert_eq!(
+            CloudFormat::of(Path::new("train-00000.parquet")),
+            CloudFormat::FlatParquet
+        );
         assert_eq!(
             CloudFormat::of(Path::new("lichess_db_eval.jsonl.zst")),
             CloudFormat::JsonLines

@@ -205,34 +205,51 @@ pub fn parse_flat_row(fields: &[&str]) -> Result<FlatRow, CloudReject> {
         if text.is_empty() {
             return Ok(None);
         }
-        let v: f64 = text
-            .parse()
-            .map_err(|_| CloudReject::Row(format!("{name} {text:?} is not a number")))?;
-        if v.fract() != 0.0 || !v.is_finite() || v.abs() > f64::from(i32::MAX) {
-            return Err(CloudReject::Row(format!(
-                "{name} {text:?} is not an integer"
-            )));
-        }
-        Ok(Some(v))
+        text.parse()
+            .map(Some)
+            .map_err(|_| CloudReject::Row(format!("{name} {text:?} is not a number")))
     };
-    let depth = number("depth", depth)?
-        .filter(|d| (0.0..=f64::from(u16::MAX)).contains(d))
-        .ok_or_else(|| CloudReject::Row(format!("depth {depth:?}")))? as u16;
-    let knodes = knodes
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|k| *k >= 0.0 && k.fract() == 0.0)
-        .ok_or_else(|| CloudReject::Row(format!("knodes {knodes:?}")))? as u64;
-    let cp = number("cp", cp)?.map(|v| v as i32);
-    let mate = number("mate", mate)?.map(|v| v as i32);
+    flat_row(
+        fen,
+        line,
+        [
+            number("depth", depth)?,
+            number("knodes", knodes)?,
+            number("cp", cp)?,
+            number("mate", mate)?,
+        ],
+    )
+}
+
+/// A flattened row from its values, however its form typed them: depth,
+/// knodes, cp and mate as numbers (integers, or floats with no fraction),
+/// cp or mate absent.
+pub fn flat_row(fen: &str, line: &str, numbers: [Option<f64>; 4]) -> Result<FlatRow, CloudReject> {
+    let [depth, knodes, cp, mate] = numbers;
+    let integer = |name: &str, v: Option<f64>, max: f64| -> Result<Option<i64>, CloudReject> {
+        match v {
+            None => Ok(None),
+            Some(v) if v.fract() == 0.0 && v.abs() <= max => Ok(Some(v as i64)),
+            Some(v) => Err(CloudReject::Row(format!(
+                "{name} {v} is not an integer in range"
+            ))),
+        }
+    };
+    let depth = integer("depth", depth, f64::from(u16::MAX))?
+        .filter(|d| *d >= 0)
+        .ok_or_else(|| CloudReject::Row("no depth".into()))?;
+    let knodes = integer("knodes", knodes, 2f64.powi(53))?
+        .filter(|k| *k >= 0)
+        .ok_or_else(|| CloudReject::Row("no knodes".into()))?;
+    let cp = integer("cp", cp, f64::from(i32::MAX))?.map(|v| v as i32);
+    let mate = integer("mate", mate, f64::from(i32::MAX))?.map(|v| v as i32);
     Ok(FlatRow {
-        fen: (*fen).to_owned(),
-        depth,
-        knodes,
+        fen: fen.to_owned(),
+        depth: depth as u16,
+        knodes: knodes as u64,
         pv: CloudPv {
             score: score(cp, mate)?,
-            line: (*line).to_owned(),
+            line: line.to_owned(),
         },
     })
 }

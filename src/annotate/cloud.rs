@@ -29,10 +29,13 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use crate::{
     chess::cloud_eval::{self, CloudEval, CloudReject, FlatRow},
-    store::{StoreError, Table, commit::partition_dir, open_columns, open_parquet, parquet_files},
+    store::{
+        StoreError, Table,
+        commit::partition_dir,
+        input::{Counting, ZSTD_MAGIC},
+        open_columns, open_parquet, parquet_files,
+    },
 };
-
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// Which published form a file is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -130,20 +133,6 @@ fn key_of(fen: &str) -> Result<String, CloudReject> {
         return Ok(four.join(" "));
     }
     cloud_eval::position(fen).map(|(_, key)| key)
-}
-
-/// A reader that counts the bytes read through it.
-struct Counted<R> {
-    inner: R,
-    read: Arc<AtomicU64>,
-}
-
-impl<R: Read> Read for Counted<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.read.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
 }
 
 /// The rows of a flattened CSV file (its header skipped).
@@ -267,9 +256,9 @@ pub fn read(
         CloudFormat::JsonLines => pass.json_lines(open(path).map_err(io_err)?),
         CloudFormat::FlatCsv => {
             let read = Arc::new(AtomicU64::new(0));
-            let input = Counted {
+            let input = Counting {
                 inner: open(path).map_err(io_err)?,
-                read: read.clone(),
+                counter: read.clone(),
             };
             let done = pass.flat_rows(csv_rows(input));
             pass.stats.bytes = read.load(Ordering::Relaxed);

@@ -5,32 +5,14 @@
 use std::{
     fs::File,
     io::{self, Cursor, Read},
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, atomic::AtomicU64},
 };
 
 use super::{
     IngestError,
     config::{InputSpec, Source},
 };
-
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-
-/// Counts bytes read from the underlying file or stream (progress, manifest).
-struct Counting<R> {
-    inner: R,
-    counter: Arc<AtomicU64>,
-}
-
-impl<R: Read> Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.counter.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
-}
+use crate::store::input::{Counting, ZSTD_MAGIC};
 
 /// An opened input: a stream of PGN bytes.
 pub(crate) struct OpenInput {

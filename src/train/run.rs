@@ -709,13 +709,7 @@ fn open_logs(
     let eval_path = out.join("eval.csv");
     cut_log(&metrics_path, METRICS_HEADER, step)?;
     cut_log(&eval_path, EVAL_HEADER, step)?;
-    let config_json = serde_json::to_vec_pretty(config).unwrap_or_default();
-    crate::store::commit::write_atomic(&out.join("config.json"), &config_json).map_err(|e| {
-        TrainError::Io {
-            path: out.join("config.json"),
-            source: std::io::Error::other(e.to_string()),
-        }
-    })?;
+    write_json(&out.join("config.json"), config)?;
     Ok((metrics_path, eval_path))
 }
 
@@ -752,16 +746,18 @@ fn log_eval(
     Ok(())
 }
 
-/// Writes `summary.json`, atomically.
+/// Writes `summary.json`.
 fn write_summary(out: &Path, summary: &Summary) -> Result<(), TrainError> {
-    let json = serde_json::to_vec_pretty(summary).unwrap_or_default();
-    crate::store::commit::write_atomic(&out.join("summary.json"), &json).map_err(|e| {
-        TrainError::Io {
-            path: out.join("summary.json"),
-            source: std::io::Error::other(e.to_string()),
-        }
-    })?;
-    Ok(())
+    write_json(&out.join("summary.json"), summary)
+}
+
+/// Writes `value` as pretty JSON to `path`, atomically.
+fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), TrainError> {
+    let json = serde_json::to_vec_pretty(value).unwrap_or_default();
+    crate::store::commit::write_atomic(path, &json).map_err(|e| TrainError::Io {
+        path: path.to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    })
 }
 
 /// The last row of `eval.csv` (a run resumed after it finished).

@@ -8,14 +8,18 @@ headline figure). This script
 
 - renders the "Current figures" table of docs/benchmarks.md from
   bench/figures.toml (what each benchmark measures, its target, how to run
-  it) and the newest figures.jsonl row of each benchmark on each machine
-  (`--write`, run by `make docs`);
+  it) and the newest figures.jsonl row of each benchmark on each machine,
+  the index of the dated records, and every table marked
+  `<!-- generated: KIND DIR -->` from DIR's raw rows (`--write`, run by
+  `make docs`);
 - checks (`--check`, run by the integration tests) that the table is the
   one it renders, and that every figure README.md and docs/*.md state (a
   number with a decimal point or a thousands separator, outside code
   blocks) is written somewhere under bench/results/ (rounded or not), or
   is listed in bench/figures.toml's `[not_measured]` (parameters, the
-  shipped data's counts, the paper's own figures).
+  shipped data's counts, the paper's own figures); and that every
+  relative link in those files and the records' READMEs leads to a file
+  and heading that exist.
 
 A figures.jsonl row: {"benchmark": NAME in bench/figures.toml,
 "machine": "2-core Intel Xeon VM", "figure": "markdown", and optionally
@@ -153,6 +157,133 @@ def render_dated():
     return "\n".join(out) + "\n"
 
 
+def cores_table(name):
+    """A bench-cores record (cores.jsonl): each stage at -j 1 and at the
+    most threads, its speed-up, peak memory, and the disk's rate."""
+    rows = [json.loads(l) for l in (RESULTS / name / "cores.jsonl").read_text().splitlines() if l.strip()]
+    by = {(r["stage"], r["j"]): r for r in rows}
+    most = max(r["j"] for r in rows)
+    many = most >= 8
+    out = [
+        f"| stage | -j 1 | -j {most} | speed-up | peak RSS at -j {most} | target |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+
+    def line(label, one, top, target="", rss=None, bold=False):
+        ratio = one / top
+        ratio = f"**{ratio:.2f}x**" if bold else f"{ratio:.2f}x"
+        rss = f"{rss:,.0f} MB" if rss is not None else ""
+        out.append(f"| {label} | {one:.2f} s | {top:.2f} s | {ratio} | {rss} | {target} |")
+
+    ingest1, ingestn = by[("ingest", 1)], by[("ingest", most)]
+    line(
+        f"ingest, {ingest1['games']:,} games",
+        ingest1["wall_s"],
+        ingestn["wall_s"],
+        ">= 8x" if many else "",
+        ingestn["peak_rss_mb"],
+        bold=True,
+    )
+    for phase, note in [("boards", "its boards phase"), ("stream", "its stream phase"), ("dedup", "its dedup phase")]:
+        line(
+            note,
+            ingest1["phases"][phase],
+            ingestn["phases"][phase],
+            "" if many or phase == "dedup" else ">= 1.7x",
+        )
+    imp1, impn = by[("bag_import", 1)], by[("bag_import", most)]
+    line(
+        f"bag import, {imp1['records'] / 1e6:.1f}M records",
+        imp1["wall_s"],
+        impn["wall_s"],
+        ">= 8x" if many else "",
+        impn["peak_rss_mb"],
+        bold=True,
+    )
+    z1, zn = by[("bag_export_bagz", 1)], by[("bag_export_bagz", most)]
+    line("bag export, `.bagz` state values", z1["wall_s"], zn["wall_s"], "", zn["peak_rss_mb"])
+    b1, bn = by[("bag_export", 1)], by[("bag_export", most)]
+    disk = by[("disk_write", 1)]
+    rate = disk["bytes"] / disk["wall_s"]
+    floor = bn["bytes"] / rate
+    line(
+        f"bag export, `.bag`, {bn['bytes'] / 1e9:.2f} GB",
+        b1["wall_s"],
+        bn["wall_s"],
+        f">= 0.8x the disk's rate: at -j {most} {floor / bn['wall_s']:.2f}x",
+        bn["peak_rss_mb"],
+    )
+    out.append("")
+    out.append(
+        f"The disk: {disk['bytes'] / 1e9:.2f} GB written and fsynced in {disk['wall_s']:.2f} s "
+        f"({rate / 1e6:,.0f} MB/s); `parallel_validate` at -j {most}: "
+        f"{by[('parallel_validate', most)]['wall_s']:.2f} s for the same games. "
+        f"Raw rows: [{name}/cores.jsonl](../bench/results/{name}/cores.jsonl)."
+    )
+    return "\n".join(out) + "\n"
+
+
+# The dense peaks the GPU step table's MFU is taken against, TFLOP/s.
+PEAKS = {"NVIDIA H100 80GB HBM3": {"tf32": 495.0, "f32": 495.0, "bf16": 989.0, "amp-bf16": 989.0}}
+
+
+def gpu_step_table(name):
+    """The 9M training step's rows of a GPU record (results.jsonl): each
+    implementation's first process, samples/s, model TFLOP/s, MFU, and
+    burn's ratios to the PyTorch rows of the same precision."""
+    rows = [json.loads(l) for l in (RESULTS / name / "results.jsonl").read_text().splitlines() if l.strip()]
+    first = {}
+    for r in rows:
+        if r.get("rc") == 0 and r["run"].endswith("-b1024") and r["run"] not in first:
+            first[r["run"]] = r
+    gpu = next(r["gpu"] for r in rows if "gpu" in r)
+    peaks = PEAKS[gpu]
+    plan = [
+        ("step-torch-9m-tf32-b1024", "PyTorch eager TF32", "tf32"),
+        ("step-burn-9m-f32-b1024", "burn f32 (TF32 products)", "f32"),
+        ("step-torch-9m-amp-bf16-b1024", "PyTorch eager amp-bf16", "amp-bf16"),
+        ("step-torchcompile-9m-amp-bf16-b1024", "`torch.compile` amp-bf16", "amp-bf16"),
+        ("step-burn-9m-bf16-b1024", "burn mixed bf16", "bf16"),
+    ]
+    rate = {run: first[run]["samples_per_s"] for run, _, _ in plan if run in first}
+    ratio = {
+        "step-burn-9m-f32-b1024": f"**{rate['step-burn-9m-f32-b1024'] / rate['step-torch-9m-tf32-b1024']:.2f}x** eager TF32",
+        "step-burn-9m-bf16-b1024": (
+            f"**{rate['step-burn-9m-bf16-b1024'] / rate['step-torchcompile-9m-amp-bf16-b1024']:.2f}x** `torch.compile`, "
+            f"{rate['step-burn-9m-bf16-b1024'] / rate['step-torch-9m-amp-bf16-b1024']:.2f}x eager amp-bf16"
+        ),
+    }
+    out = [f"| 9M, batch 1,024 ({gpu}) | samples/s | TFLOP/s | MFU | ratio |", "|---|---:|---:|---:|---|"]
+    for run, label, precision in plan:
+        r = first[run]
+        tflops = r["model_flops_per_s"] / 1e12
+        out.append(
+            f"| {label} | {r['samples_per_s']:,.0f} | {tflops:.1f} | {100 * tflops / peaks[precision]:.1f}% | {ratio.get(run, '')} |"
+        )
+    out.append("")
+    out.append(f"Raw rows: [{name}/results.jsonl](../bench/results/{name}/results.jsonl).")
+    return "\n".join(out) + "\n"
+
+
+GENERATED = re.compile(r"<!-- generated: (?P<kind>[a-z-]+) (?P<dir>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- end generated -->", re.S)
+RENDERERS = {"cores": cores_table, "gpu-step": gpu_step_table}
+
+
+def render_generated(doc):
+    """Every `<!-- generated: KIND DIR -->` block, rendered again from DIR's
+    raw rows."""
+
+    def one(m):
+        kind, name = m["kind"], m["dir"]
+        if kind not in RENDERERS:
+            raise Problem(f"docs/benchmarks.md: unknown generated table {kind!r}")
+        if not (RESULTS / name).is_dir():
+            raise Problem(f"docs/benchmarks.md: no record bench/results/{name}")
+        return f"<!-- generated: {kind} {name} -->\n{RENDERERS[kind](name)}<!-- end generated -->"
+
+    return GENERATED.sub(one, doc)
+
+
 def splice(doc, table, begin=BEGIN, end=END):
     if doc.count(begin) != 1 or doc.count(end) != 1:
         raise Problem(f"docs/benchmarks.md: expected the markers {begin!r} and {end!r} once each")
@@ -197,6 +328,7 @@ def unrecorded(not_measured):
         text = (ROOT / rel).read_text()
         if rel == "docs/benchmarks.md" and BEGIN in text:
             text = splice(splice(text, ""), "", DATED_BEGIN, DATED_END)
+            text = GENERATED.sub("", text)
         for line in prose(text).splitlines():
             for f in FIGURE.findall(line):
                 n = f.replace(",", "")
@@ -204,6 +336,36 @@ def unrecorded(not_measured):
                     continue
                 missing.append(f"{rel}: {f!r} in {line.strip()[:100]!r}")
     return missing
+
+
+def heading_anchor(heading):
+    """GitHub's anchor of a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def broken_links():
+    """Relative links in README.md, docs/ and the records' READMEs whose
+    file or heading does not exist."""
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(RESULTS.glob("*/README.md"))]
+    anchors = {}
+    broken = []
+    for f in files:
+        text = re.sub(r"^```.*?^```", "", f.read_text(), flags=re.S | re.M)
+        for m in re.finditer(r"\]\(([^)\s]+)\)", text):
+            link = m.group(1)
+            if re.match(r"[a-z]+:", link):
+                continue
+            path, _, anchor = link.partition("#")
+            target = (f.parent / path).resolve() if path else f
+            where = f"{f.relative_to(ROOT)}: link {link!r}"
+            if not target.exists():
+                broken.append(f"{where}: no such file")
+            elif anchor and target.suffix == ".md":
+                if target not in anchors:
+                    anchors[target] = {heading_anchor(l.lstrip("#")) for l in target.read_text().splitlines() if l.startswith("#")}
+                if anchor not in anchors[target]:
+                    broken.append(f"{where}: no such heading")
+    return broken
 
 
 def main():
@@ -216,7 +378,7 @@ def main():
         benchmarks, constants = load_benchmarks()
         table = render(benchmarks, load_rows({b["name"] for b in benchmarks}))
         doc = DOC.read_text()
-        fresh = splice(splice(doc, table), render_dated(), DATED_BEGIN, DATED_END)
+        fresh = render_generated(splice(splice(doc, table), render_dated(), DATED_BEGIN, DATED_END))
         if args.write:
             if fresh != doc:
                 DOC.write_text(fresh)
@@ -224,6 +386,7 @@ def main():
         problems = []
         if fresh != doc:
             problems.append("docs/benchmarks.md: the current figures or the dated results are not what bench/results/ gives: run `make docs`")
+        problems += broken_links()
         problems += [
             f"{m}: not written anywhere under bench/results/ (record it there, or list it under [not_measured] in bench/figures.toml if it is not a measurement)"
             for m in unrecorded(constants)

@@ -10,8 +10,9 @@ headline figure). This script
   bench/figures.toml (what each benchmark measures, its target, how to run
   it) and the newest figures.jsonl row of each benchmark on each machine,
   the index of the dated records, and every table marked
-  `<!-- generated: KIND DIR -->` from DIR's raw rows (`--write`, run by
-  `make docs`);
+  `<!-- generated: KIND DIR -->` from DIR's raw rows (`cores`,
+  `gpu-step`) or `<!-- generated: table DIR#HEADING -->` as the record's
+  README writes it (`--write`, run by `make docs`);
 - checks (`--check`, run by the integration tests) that the table is the
   one it renders, and that every figure README.md and docs/*.md state (a
   number with a decimal point or a thousands separator, outside code
@@ -265,8 +266,35 @@ def gpu_step_table(name):
     return "\n".join(out) + "\n"
 
 
-GENERATED = re.compile(r"<!-- generated: (?P<kind>[a-z-]+) (?P<dir>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- end generated -->", re.S)
-RENDERERS = {"cores": cores_table, "gpu-step": gpu_step_table}
+def record_table(name, anchor):
+    """The first table under the heading `anchor` of a record's README,
+    as the record writes it."""
+    readme = RESULTS / name / "README.md"
+    lines = readme.read_text().splitlines()
+    at = next(
+        (i for i, l in enumerate(lines) if l.startswith("#") and heading_anchor(l.lstrip("#")) == anchor),
+        None,
+    )
+    if at is None:
+        raise Problem(f"docs/benchmarks.md: {readme.relative_to(ROOT)} has no heading #{anchor}")
+    table = []
+    for l in lines[at + 1 :]:
+        if l.startswith("#") and not table:
+            break
+        if l.startswith("|"):
+            table.append(l)
+        elif table:
+            break
+    if not table:
+        raise Problem(f"docs/benchmarks.md: {readme.relative_to(ROOT)}#{anchor} has no table")
+    return "\n".join(table) + "\n"
+
+
+GENERATED = re.compile(
+    r"<!-- generated: (?P<kind>[a-z-]+) (?P<dir>[a-z0-9-]+)(?:#(?P<anchor>[^ ]+))? -->\n(?P<body>.*?)<!-- end generated -->",
+    re.S,
+)
+RENDERERS = {"cores": cores_table, "gpu-step": gpu_step_table, "table": record_table}
 
 
 def render_generated(doc):
@@ -274,12 +302,16 @@ def render_generated(doc):
     raw rows."""
 
     def one(m):
-        kind, name = m["kind"], m["dir"]
+        kind, name, anchor = m["kind"], m["dir"], m["anchor"]
         if kind not in RENDERERS:
             raise Problem(f"docs/benchmarks.md: unknown generated table {kind!r}")
         if not (RESULTS / name).is_dir():
             raise Problem(f"docs/benchmarks.md: no record bench/results/{name}")
-        return f"<!-- generated: {kind} {name} -->\n{RENDERERS[kind](name)}<!-- end generated -->"
+        if (kind == "table") != (anchor is not None):
+            raise Problem(f"docs/benchmarks.md: `generated: {kind}` takes {'a' if kind == 'table' else 'no'} #heading")
+        body = RENDERERS[kind](name, anchor) if anchor else RENDERERS[kind](name)
+        mark = f"{name}#{anchor}" if anchor else name
+        return f"<!-- generated: {kind} {mark} -->\n{body}<!-- end generated -->"
 
     return GENERATED.sub(one, doc)
 

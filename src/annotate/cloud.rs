@@ -1,8 +1,8 @@
 //! Streaming the Lichess evaluation database
 //! ([`crate::chess::cloud_eval`]) once, in bounded memory: its JSON lines
 //! (`lichess_db_eval.jsonl`, plain or zstd, a file or standard input) or
-//! its flattened rows (`fen,line,depth,knodes,cp,mate`, CSV, plain or
-//! zstd). Each position is offered by its key (the four FEN fields with en
+//! its flattened rows (`fen,line,depth,knodes,cp,mate`: Parquet, or CSV
+//! plain or zstd). Each position is offered by its key (the four FEN fields with en
 //! passant only when legal, as a run's boards write them) before its
 //! searches are parsed, so a pass over hundreds of millions of positions
 //! parses in full only those a run wants. Malformed lines are counted and
@@ -19,12 +19,11 @@ use std::{
     },
 };
 
-use serde::Serialize;
-use thiserror::Error;
-
 use arrow_array::{StringArray, UInt64Array};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde::Serialize;
 use shakmaty::Chess;
+use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_128;
 
 use crate::{
@@ -319,17 +318,23 @@ where
     }
 
     fn json_lines(&mut self, mut input: Box<dyn BufRead + Send>) -> io::Result<()> {
-        let mut line = String::new();
+        let mut line = Vec::new();
         loop {
             line.clear();
-            let n = input.read_line(&mut line)?;
+            let n = input.read_until(b'\n', &mut line)?;
             if n == 0 {
                 return Ok(());
             }
             self.stats.lines += 1;
             self.stats.bytes += n as u64;
             let number = self.stats.lines;
-            let text = line.trim_end();
+            let text = match std::str::from_utf8(&line) {
+                Ok(t) => t.trim_end(),
+                Err(e) => {
+                    self.reject(number, CloudReject::Json(format!("not UTF-8: {e}")));
+                    continue;
+                }
+            };
             if text.is_empty() {
                 continue;
             }
@@ -634,10 +639,13 @@ mod tests {
             r#"{"fen":"8/8/8/8/8/8/8/8 w - -","evals":[]}"#,
             r#"{"evals":[],"fen":"r3kbnr/pp1qpppp/2p5/5b2/3P4/2N5/PPP1BPPP/R1BQK2R w KQkq -"}"#,
         );
+        // A last line that is not UTF-8.
+        let mut bytes = text.into_bytes();
+        bytes.extend_from_slice(b"{\"fen\":\"\xff\"}\n");
         let plain = dir.path().join("e.jsonl");
-        std::fs::write(&plain, &text).unwrap();
+        std::fs::write(&plain, &bytes).unwrap();
         let packed = dir.path().join("e.jsonl.zst");
-        std::fs::write(&packed, zstd::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
+        std::fs::write(&packed, zstd::encode_all(&bytes[..], 3).unwrap()).unwrap();
         let mut results = Vec::new();
         for path in [&plain, &packed] {
             let mut got = Vec::new();
@@ -651,10 +659,13 @@ mod tests {
             )
             .unwrap();
             assert_eq!(got, vec![(1, "8/8/6K1/8/7p/8/R7/6k1 b - -".to_owned())]);
-            assert_eq!(bad, vec![(2, "bad_json"), (3, "illegal_fen")]);
-            // The empty board is wanted and rejected; the last position
+            assert_eq!(
+                bad,
+                vec![(2, "bad_json"), (3, "illegal_fen"), (6, "bad_json")]
+            );
+            // The empty board is wanted and rejected; the fifth position
             // (its FEN not first) is read and not wanted.
-            assert_eq!((pass.lines, pass.positions, pass.wanted), (5, 3, 2));
+            assert_eq!((pass.lines, pass.positions, pass.wanted), (6, 3, 2));
             results.push(pass);
         }
         assert_eq!(results[0], results[1]);

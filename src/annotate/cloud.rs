@@ -531,7 +531,9 @@ pub struct SplitCoverage {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Coverage {
     pub splits: BTreeMap<String, SplitCoverage>,
-    /// The last pass over the database (every pass reads the same file).
+    /// The last pass over the database (every pass reads the same file),
+    /// its rejects including positions whose searches cannot label them
+    /// (`no_search`, `illegal_move`).
     pub pass: CloudPass,
     /// Passes over the file: one per partition of the boards that fits in
     /// half of `memory_limit`.
@@ -577,17 +579,27 @@ pub fn coverage(
     for part in 0..out.passes {
         let index = BoardIndex::load(run, splits, part, out.passes)?;
         let mut counts = vec![(0u64, 0u64); splits.len()];
+        // A position the file repeats labels its boards once: the first.
+        let mut seen = std::collections::HashSet::new();
+        let mut unusable: BTreeMap<&'static str, u64> = BTreeMap::new();
         out.pass = read(
             path,
             format,
             |key| index.first.contains_key(&key_hash(key)),
             |_, key, pos, e| {
-                let Some(search) = cloud_eval::choose(&e.searches) else {
-                    return;
+                let labels = cloud_eval::choose(&e.searches)
+                    .ok_or(CloudReject::NoSearch)
+                    .and_then(|search| cloud_eval::labels(&pos, search));
+                let labels = match labels {
+                    Ok(l) => l,
+                    Err(r) => {
+                        *unusable.entry(r.code()).or_default() += 1;
+                        return;
+                    }
                 };
-                let Ok(labels) = cloud_eval::labels(&pos, search) else {
+                if !seen.insert(key_hash(key)) {
                     return;
-                };
+                }
                 for (s, _) in index.boards(key) {
                     counts[s as usize].0 += 1;
                     counts[s as usize].1 += labels.actions.len() as u64;
@@ -595,6 +607,9 @@ pub fn coverage(
             },
             |_, _| {},
         )?;
+        for (reason, n) in unusable {
+            *out.pass.rejected.entry(reason).or_default() += n;
+        }
         for (split, (covered, actions)) in splits.iter().zip(counts) {
             let c = out.splits.get_mut(split).expect("inserted above");
             c.covered += covered;

@@ -566,10 +566,11 @@ fn changed_settings_and_bad_engines_are_clear_errors() {
 /// The evaluation database's coverage of a run: an evaluation file made
 /// from real Stockfish searches of some of the run's boards (in the
 /// database's form: four FEN fields, White's scores, castling as king takes
-/// rook), plus the ten real rows of the published sample as JSON lines and
-/// a malformed line. Every board sharing a searched board's four FEN fields
-/// is covered, nothing else is, and a small memory limit (several passes
-/// over the file) gives the same counts.
+/// rook), a repeated position, a variation with an illegal move, the ten
+/// real rows of the published sample as JSON lines and a malformed line.
+/// Every board sharing a searched board's four FEN fields is covered once,
+/// nothing else is, and a small memory limit (several passes over the file)
+/// gives the same counts.
 #[test]
 fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
     use chessbench::{
@@ -648,6 +649,19 @@ fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
         file.push('\n');
     }
     engine.quit();
+    // A position the file repeats counts once; one whose variation plays
+    // an illegal move is a reject.
+    let first_line = file.lines().next().unwrap().to_owned();
+    file.push_str(&first_line);
+    file.push('\n');
+    file.push_str(
+        &serde_json::json!({
+            "fen": key(&shared),
+            "evals": [{ "pvs": [{ "cp": 0, "line": "a1a1" }], "knodes": 1, "depth": 99 }],
+        })
+        .to_string(),
+    );
+    file.push('\n');
     // The published sample's ten positions, which this run does not hold.
     let mut csv = csv::Reader::from_path(util::data_file("lichess_evals_sample10.csv")).unwrap();
     for r in csv.records() {
@@ -686,7 +700,11 @@ fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
     assert_eq!(c.covered, expected, "{full:?}");
     assert_eq!(c.action_values, expected, "one variation a position");
     assert_eq!(full.passes, 1);
-    assert_eq!(full.pass.rejected.values().sum::<u64>(), 1, "{full:?}");
+    assert_eq!(
+        full.pass.rejected,
+        BTreeMap::from([("bad_json", 1), ("illegal_move", 1)]),
+        "{full:?}"
+    );
     // Within a limit that holds a third of the index: three passes, the
     // same counts.
     let small = fens.len() as u64 * INDEX_BYTES_PER_BOARD * 2 / 3 + 1;

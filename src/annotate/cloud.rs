@@ -19,7 +19,7 @@ use std::{
     },
 };
 
-use arrow_array::{StringArray, UInt64Array};
+use arrow_array::{Array, StringArray, UInt8Array, UInt32Array, UInt64Array};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::Serialize;
 use shakmaty::Chess;
@@ -433,10 +433,40 @@ pub const INDEX_BYTES_PER_BOARD: u64 = 64;
 /// The boards of a run by key: every board whose FEN starts with a key's
 /// four fields, so that one evaluation labels all of them.
 struct BoardIndex {
-    /// (key hash, split, board id), sorted.
-    entries: Vec<(u128, u32, u64)>,
+    /// (key hash, board id, split, phase), sorted.
+    entries: Vec<(u128, u64, u16, Phase)>,
     /// A key hash's first entry.
     first: HashMap<u128, u32>,
+    /// Per split and phase: the indexed boards and their legal moves.
+    totals: Vec<BTreeMap<Phase, Counts>>,
+}
+
+/// A board's game phase, for coverage by phase: the opening before ply 20
+/// of the game it first occurred in, the endgame once at most six pieces
+/// besides kings and pawns are left, the middlegame between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Opening,
+    Middlegame,
+    Endgame,
+}
+
+impl Phase {
+    fn of(fen: &str, first_ply: Option<u32>) -> Phase {
+        let placement = fen.split(' ').next().unwrap_or("");
+        let pieces = placement
+            .bytes()
+            .filter(|b| matches!(b, b'n' | b'b' | b'r' | b'q' | b'N' | b'B' | b'R' | b'Q'))
+            .count();
+        if pieces <= 6 {
+            Phase::Endgame
+        } else if first_ply.is_some_and(|p| p < 20) {
+            Phase::Opening
+        } else {
+            Phase::Middlegame
+        }
+    }
 }
 
 /// A key's hash, as the index keeps it.
@@ -462,12 +492,14 @@ impl BoardIndex {
     /// `parts`.
     fn load(run: &Path, splits: &[String], part: u64, parts: u64) -> Result<Self, CloudError> {
         let mut entries = Vec::new();
+        let mut totals = vec![BTreeMap::<Phase, Counts>::new(); splits.len()];
         for (s, split) in splits.iter().enumerate() {
             let dir = run.join(partition_dir(Table::Boards, split));
             for file in parquet_files(&dir)? {
-                let reader = open_columns(&file, &["board_id", "fen"])?
-                    .build()
-                    .map_err(|e| StoreError::parquet(&file, e))?;
+                let reader =
+                    open_columns(&file, &["board_id", "fen", "num_legal_moves", "first_ply"])?
+                        .build()
+                        .map_err(|e| StoreError::parquet(&file, e))?;
                 for batch in reader {
                     let batch =
                         batch.map_err(|e| StoreError::Corrupt(file.clone(), e.to_string()))?;
@@ -482,14 +514,29 @@ impl BoardIndex {
                         .column_by_name("fen")
                         .and_then(|c| c.as_any().downcast_ref::<StringArray>())
                         .ok_or_else(bad)?;
-                    for (id, fen) in ids.iter().zip(fens.iter()) {
-                        let (Some(id), Some(fen)) = (id, fen) else {
+                    let moves = batch
+                        .column_by_name("num_legal_moves")
+                        .and_then(|c| c.as_any().downcast_ref::<UInt8Array>())
+                        .ok_or_else(bad)?;
+                    let plies = batch
+                        .column_by_name("first_ply")
+                        .and_then(|c| c.as_any().downcast_ref::<UInt32Array>())
+                        .ok_or_else(bad)?;
+                    for row in 0..batch.num_rows() {
+                        if ids.is_null(row) || fens.is_null(row) {
                             continue;
-                        };
-                        let h = key_hash(board_key(fen));
-                        if (h % u128::from(parts)) as u64 == part {
-                            entries.push((h, s as u32, id));
                         }
+                        let fen = fens.value(row);
+                        let h = key_hash(board_key(fen));
+                        if (h % u128::from(parts)) as u64 != part {
+                            continue;
+                        }
+                        let ply = (!plies.is_null(row)).then(|| plies.value(row));
+                        let phase = Phase::of(fen, ply);
+                        let t = totals[s].entry(phase).or_default();
+                        t.boards += 1;
+                        t.legal_moves += u64::from(moves.value(row));
+                        entries.push((h, ids.value(row), s as u16, phase));
                     }
                 }
             }
@@ -499,11 +546,15 @@ impl BoardIndex {
         for (i, e) in entries.iter().enumerate() {
             first.entry(e.0).or_insert(i as u32);
         }
-        Ok(Self { entries, first })
+        Ok(Self {
+            entries,
+            first,
+            totals,
+        })
     }
 
-    /// The boards with this key: (split, board id).
-    fn boards(&self, key: &str) -> impl Iterator<Item = (u32, u64)> + '_ {
+    /// The boards with this key: (split, phase).
+    fn boards(&self, key: &str) -> impl Iterator<Item = (usize, Phase)> + '_ {
         let h = key_hash(key);
         let start = self
             .first
@@ -512,19 +563,37 @@ impl BoardIndex {
         self.entries[start..]
             .iter()
             .take_while(move |e| e.0 == h)
-            .map(|e| (e.1, e.2))
+            .map(|e| (usize::from(e.2), e.3))
     }
 }
 
-/// How much of one split the database labels.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct SplitCoverage {
-    /// The split's boards.
+/// Boards, their legal moves, and what the database labels of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Counts {
     pub boards: u64,
+    /// Their legal moves: the action-value records they hold.
+    pub legal_moves: u64,
     /// Boards a position of the database matches.
     pub covered: u64,
     /// Action values those boards get: a variation's first move each.
     pub action_values: u64,
+}
+
+impl Counts {
+    fn add(&mut self, other: &Counts) {
+        self.boards += other.boards;
+        self.legal_moves += other.legal_moves;
+        self.covered += other.covered;
+        self.action_values += other.action_values;
+    }
+}
+
+/// How much of one split the database labels, in all and by game phase.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SplitCoverage {
+    #[serde(flatten)]
+    pub all: Counts,
+    pub phases: BTreeMap<Phase, Counts>,
 }
 
 /// What the database covers of a run.
@@ -540,7 +609,8 @@ pub struct Coverage {
     pub passes: u64,
 }
 
-/// How much of `splits` of the run the database at `path` labels, within
+/// How much of `splits` of the run the database at `path` labels, in all
+/// and by game phase ([`Phase`]), within
 /// `memory_limit` bytes: the boards' index takes [`INDEX_BYTES_PER_BOARD`]
 /// a board, and when the boards do not fit in half the limit they are
 /// indexed a hash partition at a time, with a pass over the file each
@@ -555,18 +625,11 @@ pub fn coverage(
     let mut out = Coverage::default();
     let mut boards = 0u64;
     for split in splits {
-        let n: u64 = parquet_files(&run.join(partition_dir(Table::Boards, split)))?
+        boards += parquet_files(&run.join(partition_dir(Table::Boards, split)))?
             .iter()
             .map(|f| open_parquet(f).map(|b| b.metadata().file_metadata().num_rows().max(0) as u64))
             .sum::<Result<u64, StoreError>>()?;
-        boards += n;
-        out.splits.insert(
-            split.clone(),
-            SplitCoverage {
-                boards: n,
-                ..SplitCoverage::default()
-            },
-        );
+        out.splits.insert(split.clone(), SplitCoverage::default());
     }
     let room = (memory_limit / 2).max(1);
     out.passes = (boards * INDEX_BYTES_PER_BOARD).div_ceil(room).max(1);
@@ -578,7 +641,7 @@ pub fn coverage(
     }
     for part in 0..out.passes {
         let index = BoardIndex::load(run, splits, part, out.passes)?;
-        let mut counts = vec![(0u64, 0u64); splits.len()];
+        let mut counts = index.totals.clone();
         // A position the file repeats labels its boards once: the first.
         let mut seen = std::collections::HashSet::new();
         let mut unusable: BTreeMap<&'static str, u64> = BTreeMap::new();
@@ -600,9 +663,10 @@ pub fn coverage(
                 if !seen.insert(key_hash(key)) {
                     return;
                 }
-                for (s, _) in index.boards(key) {
-                    counts[s as usize].0 += 1;
-                    counts[s as usize].1 += labels.actions.len() as u64;
+                for (s, phase) in index.boards(key) {
+                    let c = counts[s].entry(phase).or_default();
+                    c.covered += 1;
+                    c.action_values += labels.actions.len() as u64;
                 }
             },
             |_, _| {},
@@ -610,10 +674,12 @@ pub fn coverage(
         for (reason, n) in unusable {
             *out.pass.rejected.entry(reason).or_default() += n;
         }
-        for (split, (covered, actions)) in splits.iter().zip(counts) {
+        for (split, phases) in splits.iter().zip(counts) {
             let c = out.splits.get_mut(split).expect("inserted above");
-            c.covered += covered;
-            c.action_values += actions;
+            for (phase, n) in phases {
+                c.all.add(&n);
+                c.phases.entry(phase).or_default().add(&n);
+            }
         }
     }
     Ok(out)
@@ -746,6 +812,19 @@ mod tests {
         let parquet = collect(&path);
         assert_eq!(parquet.0, 10);
         assert_eq!(parquet, collect(Path::new(SAMPLE)));
+    }
+
+    #[test]
+    fn phases_by_first_ply_and_pieces_left() {
+        let start = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1";
+        assert_eq!(Phase::of(start, Some(0)), Phase::Opening);
+        assert_eq!(Phase::of(start, Some(40)), Phase::Middlegame);
+        assert_eq!(Phase::of(start, None), Phase::Middlegame);
+        // Six pieces besides kings and pawns: an endgame at any ply.
+        let six = "r1b1k3/pp3ppp/8/8/8/8/PPP2PPP/R1B1K1N1 w - - 0 30";
+        assert_eq!(Phase::of(six, Some(5)), Phase::Endgame);
+        let seven = "r1bqkn2/pp3ppp/8/8/8/8/PPP2PPP/R1B1K1N1 w - - 0 30";
+        assert_eq!(Phase::of(seven, Some(50)), Phase::Middlegame);
     }
 
     #[test]

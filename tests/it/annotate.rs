@@ -695,10 +695,29 @@ fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
     );
     let splits = ["train".to_owned()];
     let full = coverage(run, &splits, &path, CloudFormat::JsonLines, 1 << 30).unwrap();
-    let c = &full.splits["train"];
+    let c = &full.splits["train"].all;
     assert_eq!(c.boards, fens.len() as u64);
+    assert_eq!(
+        c.legal_moves,
+        util::u8s(&batches, "num_legal_moves")
+            .iter()
+            .map(|&n| u64::from(n))
+            .sum::<u64>()
+    );
     assert_eq!(c.covered, expected, "{full:?}");
     assert_eq!(c.action_values, expected, "one variation a position");
+    // The phases partition the split: their counts add up to it, and the
+    // every-997th sample reaches more than one phase.
+    let phases = &full.splits["train"].phases;
+    type Field = fn(&chessbench::annotate::cloud::Counts) -> u64;
+    let fields: [Field; 2] = [|c| c.boards, |c| c.covered];
+    for f in fields {
+        assert_eq!(phases.values().map(f).sum::<u64>(), f(c), "{phases:?}");
+    }
+    assert!(
+        phases.values().filter(|p| p.covered > 0).count() > 1,
+        "{phases:?}"
+    );
     assert_eq!(full.passes, 1);
     assert_eq!(
         full.pass.rejected,

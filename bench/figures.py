@@ -176,15 +176,12 @@ def cores_table(name):
         rss = f"{rss:,.0f} MB" if rss is not None else ""
         out.append(f"| {label} | {one:.2f} s | {top:.2f} s | {ratio} | {rss} | {target} |")
 
-    ingest1, ingestn = by[("ingest", 1)], by[("ingest", most)]
-    line(
-        f"ingest, {ingest1['games']:,} games",
-        ingest1["wall_s"],
-        ingestn["wall_s"],
-        ">= 8x" if many else "",
-        ingestn["peak_rss_mb"],
-        bold=True,
-    )
+    def stage(name, label, target="", bold=False):
+        one, top = by[(name, 1)], by[(name, most)]
+        line(label(one), one["wall_s"], top["wall_s"], target, top["peak_rss_mb"], bold)
+        return one, top
+
+    ingest1, ingestn = stage("ingest", lambda r: f"ingest, {r['games']:,} games", ">= 8x" if many else "", True)
     for phase, note in [("boards", "its boards phase"), ("stream", "its stream phase"), ("dedup", "its dedup phase")]:
         line(
             note,
@@ -192,17 +189,8 @@ def cores_table(name):
             ingestn["phases"][phase],
             "" if many or phase == "dedup" else ">= 1.7x",
         )
-    imp1, impn = by[("bag_import", 1)], by[("bag_import", most)]
-    line(
-        f"bag import, {imp1['records'] / 1e6:.1f}M records",
-        imp1["wall_s"],
-        impn["wall_s"],
-        ">= 8x" if many else "",
-        impn["peak_rss_mb"],
-        bold=True,
-    )
-    z1, zn = by[("bag_export_bagz", 1)], by[("bag_export_bagz", most)]
-    line("bag export, `.bagz` state values", z1["wall_s"], zn["wall_s"], "", zn["peak_rss_mb"])
+    stage("bag_import", lambda r: f"bag import, {r['records'] / 1e6:.1f}M records", ">= 8x" if many else "", True)
+    stage("bag_export_bagz", lambda r: "bag export, `.bagz` state values")
     b1, bn = by[("bag_export", 1)], by[("bag_export", most)]
     disk = by[("disk_write", 1)]
     rate = disk["bytes"] / disk["wall_s"]

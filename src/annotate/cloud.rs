@@ -9,6 +9,7 @@
 //! handed to the caller with their reason; none stops the pass.
 
 use std::{
+    borrow::Cow,
     collections::{BTreeMap, HashMap},
     fs::File,
     io::{self, BufRead, BufReader, Read},
@@ -122,16 +123,14 @@ fn leading_fen(line: &str) -> Option<&str> {
     Some(&rest[..end])
 }
 
-/// The key a raw FEN matches boards by. Most database FENs have no en
-/// passant square and are their own key; one with a square is parsed, and
-/// the square dropped unless a capture exists.
-fn key_of(fen: &str) -> Result<String, CloudReject> {
-    let mut fields = fen.split_ascii_whitespace();
-    let four: Vec<&str> = fields.by_ref().take(4).collect();
-    if four.len() == 4 && four[3] == "-" {
-        return Ok(four.join(" "));
+/// The key a raw FEN matches boards by. Most database FENs are four
+/// fields without an en passant square and are their own key, borrowed;
+/// any other is parsed, and the square dropped unless a capture exists.
+fn key_of(fen: &str) -> Result<Cow<'_, str>, CloudReject> {
+    if fen.bytes().filter(|&b| b == b' ').count() == 3 && fen.ends_with(" -") {
+        return Ok(Cow::Borrowed(fen));
     }
-    cloud_eval::position(fen).map(|(_, key)| key)
+    cloud_eval::position(fen).map(|(_, key)| Cow::Owned(key))
 }
 
 /// The rows of a flattened CSV file (its header skipped).
@@ -158,7 +157,7 @@ fn csv_rows(input: impl Read) -> impl Iterator<Item = io::Result<Result<FlatRow,
 fn parquet_rows(
     path: &Path,
 ) -> io::Result<impl Iterator<Item = io::Result<Result<FlatRow, CloudReject>>>> {
-    use arrow_array::{Array, Float64Array, RecordBatch};
+    use arrow_array::{Array, Float64Array, RecordBatch, cast::AsArray, types::Float64Type};
     use arrow_schema::DataType;
 
     let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
@@ -178,21 +177,13 @@ fn parquet_rows(
         };
         let strings = ["fen", "line"]
             .iter()
-            .map(|n| {
-                let a = column(n, &DataType::Utf8)?;
-                Ok(a.as_any()
-                    .downcast_ref::<StringArray>()
-                    .expect("cast")
-                    .clone())
-            })
+            .map(|n| Ok(column(n, &DataType::Utf8)?.as_string::<i32>().clone()))
             .collect::<io::Result<_>>()?;
         let numbers = ["depth", "knodes", "cp", "mate"]
             .iter()
             .map(|n| {
-                let a = column(n, &DataType::Float64)?;
-                Ok(a.as_any()
-                    .downcast_ref::<Float64Array>()
-                    .expect("cast")
+                Ok(column(n, &DataType::Float64)?
+                    .as_primitive::<Float64Type>()
                     .clone())
             })
             .collect::<io::Result<_>>()?;
@@ -343,7 +334,7 @@ where
             let (key, parsed) = match leading_fen(text) {
                 Some(fen) => (key_of(fen), None),
                 None => match cloud_eval::parse_json_line(text) {
-                    Ok(e) => (key_of(&e.fen), Some(e)),
+                    Ok(e) => (key_of(&e.fen).map(Cow::into_owned).map(Cow::Owned), Some(e)),
                     Err(r) => (Err(r), None),
                 },
             };
@@ -388,7 +379,7 @@ where
                 if let Some(g) = group.take() {
                     self.finish_group(g);
                 }
-                let key = key_of(&row.fen);
+                let key = key_of(&row.fen).map(Cow::into_owned);
                 let wanted = match &key {
                     Ok(k) => {
                         self.stats.positions += 1;

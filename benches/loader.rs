@@ -37,6 +37,7 @@ fn main() {
             window: 4,
             workers,
             memory_limit: chessbench::options::MEMORY_LIMIT_BYTES,
+            label_source: Default::default(),
         };
         let mut loader = Loader::new(config, Position::default()).expect("open the run");
         loader.next_batch().expect("first batch"); // board tokens loaded, workers started

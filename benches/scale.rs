@@ -496,6 +496,7 @@ fn loader_child(run: &Path, memory: u64) {
         window: 16,
         workers: 2,
         memory_limit: memory,
+        label_source: Default::default(),
     };
     let mut loader = Loader::new(config, Position::default()).expect("open the run");
     let batches = loader.records().div_ceil(1024);

@@ -39,6 +39,7 @@ fn loader_rate(run: &Path, batch: usize) -> Option<f64> {
         window: 4,
         workers: 1,
         memory_limit: chessbench::options::MEMORY_LIMIT_BYTES,
+        label_source: Default::default(),
     };
     let mut loader = match Loader::new(config, Position::default()) {
         Ok(l) => l,

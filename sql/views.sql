@@ -14,7 +14,21 @@
 -- (ingest), state_values, action_values, failures (annotate). Columns are
 -- documented in schemas/v1/*.json.
 --
--- ChessBench's three record sets (Ruoss et al. 2024, Table A1), as views:
+-- state_values and action_values have a `source` column: 'stockfish'
+-- (chessbench annotate), 'lichess_evals' (chessbench annotate --evals, the
+-- Lichess evaluation database) or 'bag' (imported .bag files); files
+-- written before the column existed read as 'stockfish'. A board may have
+-- a row of each source.
+--
+-- The values consumers use, one source per board, chosen by the variable
+-- label_source (unset: 'stockfish'):
+--   'stockfish'      every source but the evaluation database
+--   'lichess_evals'  the evaluation database only
+--   'both'           the evaluation database where it labels a board, Stockfish elsewhere
+--   sv_chosen, av_chosen                                      state_values, action_values rows so chosen
+--
+-- ChessBench's three record sets (Ruoss et al. 2024, Table A1), as views of
+-- the chosen values:
 --   sv_records(split, board_id, fen, win_prob)                state-value records
 --   bc_records(split, board_id, fen, move)                    behavioural cloning: the best action
 --   av_records(split, board_id, action, fen, move, win_prob)  action-value records
@@ -79,15 +93,24 @@ CREATE OR REPLACE VIEW legal_moves AS SELECT * FROM query(cb_view_sql('legal_mov
     'NULL::UBIGINT AS board_id, NULL::USMALLINT AS action, NULL::VARCHAR AS uci',
     'not ingested: run `chessbench ingest RUN INPUT` first'));
 
-CREATE OR REPLACE VIEW state_values AS SELECT * FROM query(cb_view_sql('state_values', getvariable('cb_n_state_values'),
+-- The value tables' files are read by column name (files from before the
+-- `source` column lack it), and a missing source is Stockfish's.
+CREATE OR REPLACE TEMP MACRO cb_values_sql(tbl, n_files, columns, hint) AS
+    'SELECT * REPLACE (coalesce(source, ''stockfish'') AS source) FROM ('
+    || replace(cb_view_sql(tbl, n_files, columns, hint), 'hive_partitioning = true',
+               'hive_partitioning = true, union_by_name = true')
+    || ' UNION ALL BY NAME SELECT NULL::VARCHAR AS source FROM range(0))';
+
+CREATE OR REPLACE VIEW state_values AS SELECT * FROM query(cb_values_sql('state_values', getvariable('cb_n_state_values'),
     'NULL::UBIGINT AS board_id, NULL::VARCHAR AS kind, NULL::DOUBLE AS win_prob, NULL::INTEGER AS cp, '
     || 'NULL::INTEGER AS mate, NULL::USMALLINT AS depth, NULL::UBIGINT AS nodes, NULL::UINTEGER AS time_ms, '
-    || 'NULL::USMALLINT AS best_action',
+    || 'NULL::USMALLINT AS best_action, NULL::VARCHAR AS source',
     'not annotated: run `chessbench annotate RUN` first'));
 
-CREATE OR REPLACE VIEW action_values AS SELECT * FROM query(cb_view_sql('action_values', getvariable('cb_n_action_values'),
+CREATE OR REPLACE VIEW action_values AS SELECT * FROM query(cb_values_sql('action_values', getvariable('cb_n_action_values'),
     'NULL::UBIGINT AS board_id, NULL::USMALLINT AS action, NULL::DOUBLE AS win_prob, NULL::INTEGER AS cp, '
-    || 'NULL::INTEGER AS mate, NULL::USMALLINT AS depth, NULL::UBIGINT AS nodes, NULL::UINTEGER AS time_ms',
+    || 'NULL::INTEGER AS mate, NULL::USMALLINT AS depth, NULL::UBIGINT AS nodes, NULL::UINTEGER AS time_ms, '
+    || 'NULL::VARCHAR AS source',
     'not annotated: run `chessbench annotate RUN` first'));
 
 CREATE OR REPLACE VIEW failures AS SELECT * FROM query(cb_view_sql('failures', getvariable('cb_n_failures'),
@@ -115,19 +138,61 @@ CREATE OR REPLACE VIEW ablations AS SELECT * FROM query(
 -- side to move's win probability (state values) or the mover's after the
 -- move (action values), both from Stockfish's score (Ruoss et al. 2024, §2).
 
+-- The chosen label source (see above); any other value is an error.
+CREATE OR REPLACE TEMP MACRO cb_label_source() AS coalesce(getvariable('label_source'), 'stockfish');
+
+-- Boards the evaluation database labels.
+CREATE OR REPLACE VIEW cb_evals_boards AS
+SELECT split, board_id FROM state_values WHERE source = 'lichess_evals';
+
+CREATE OR REPLACE VIEW sv_chosen AS
+SELECT * FROM state_values
+WHERE (cb_label_source() = 'stockfish' AND source <> 'lichess_evals')
+   OR (cb_label_source() IN ('lichess_evals', 'both') AND source = 'lichess_evals')
+UNION ALL
+SELECT s.* FROM state_values AS s ANTI JOIN cb_evals_boards AS e USING (split, board_id)
+WHERE cb_label_source() = 'both' AND s.source <> 'lichess_evals'
+UNION ALL
+SELECT * FROM state_values
+WHERE cb_label_source() NOT IN ('stockfish', 'lichess_evals', 'both')
+  AND error('label_source must be stockfish, lichess_evals or both, not ' || cb_label_source());
+
+CREATE OR REPLACE VIEW av_chosen AS
+SELECT * FROM action_values
+WHERE (cb_label_source() = 'stockfish' AND source <> 'lichess_evals')
+   OR (cb_label_source() IN ('lichess_evals', 'both') AND source = 'lichess_evals')
+UNION ALL
+SELECT a.* FROM action_values AS a ANTI JOIN cb_evals_boards AS e USING (split, board_id)
+WHERE cb_label_source() = 'both' AND a.source <> 'lichess_evals'
+UNION ALL
+SELECT * FROM action_values
+WHERE cb_label_source() NOT IN ('stockfish', 'lichess_evals', 'both')
+  AND error('label_source must be stockfish, lichess_evals or both, not ' || cb_label_source());
+
+-- A board's game phase: the endgame once at most six pieces besides kings
+-- and pawns are left, else the opening before ply 20 of the game it first
+-- occurred in, else the middlegame (`chessbench annotate --evals --plan`
+-- uses the same rule).
+CREATE OR REPLACE VIEW board_phases AS
+SELECT split, board_id,
+       CASE WHEN length(regexp_replace(split_part(fen, ' ', 1), '[^nbrqNBRQ]', '', 'g')) <= 6 THEN 'endgame'
+            WHEN first_ply < 20 THEN 'opening'
+            ELSE 'middlegame' END AS phase
+FROM boards;
+
 CREATE OR REPLACE VIEW sv_records AS
 SELECT s.split, s.board_id, b.fen, s.win_prob
-FROM state_values AS s
+FROM sv_chosen AS s
 JOIN boards AS b USING (split, board_id);
 
 CREATE OR REPLACE VIEW bc_records AS
 SELECT s.split, s.board_id, b.fen, m.uci AS move
-FROM state_values AS s
+FROM sv_chosen AS s
 JOIN boards AS b USING (split, board_id)
 JOIN legal_moves AS m ON m.split = s.split AND m.board_id = s.board_id AND m.action = s.best_action;
 
 CREATE OR REPLACE VIEW av_records AS
 SELECT a.split, a.board_id, a.action, b.fen, m.uci AS move, a.win_prob
-FROM action_values AS a
+FROM av_chosen AS a
 JOIN boards AS b USING (split, board_id)
 JOIN legal_moves AS m USING (split, board_id, action);

@@ -73,7 +73,11 @@ Work is committed per chunk of boards, so a killed run resumes where it stopped 
 again with the same settings. For a cluster, --shard I/N (or a Slurm job array, or a Kubernetes \
 Indexed Job with CHESSBENCH_SHARD_COUNT) annotates a deterministic slice of the chunks; any number \
 of shards can run on one run directory at once.\n\n\
-Cost first: `chessbench annotate RUN --plan` counts the searches and CPU-days."
+Cost first: `chessbench annotate RUN --plan` counts the searches and CPU-days.\n\n\
+Without an engine: `--evals lichess_db_eval.jsonl.zst` labels the boards the Lichess evaluation \
+database holds (source lichess_evals, in its own chunk files; `--plan` prints its coverage by split \
+and phase), and a later `--only-missing true` searches only the boards it left. \
+`chessbench sql RUN label_sources` compares the two sources."
     )]
     Annotate(Box<AnnotateArgs>),
     /// Print Table A1 (record counts per split, bytes on disk, test-in-train overlap).
@@ -82,11 +86,15 @@ Cost first: `chessbench annotate RUN --plan` counts the searches and CPU-days."
     #[command(
         long_about = "Run DuckDB SQL against a run directory. The views of sql/views.sql are \
 preloaded: games, rejects, boards, legal_moves, state_values, action_values, failures (all splits, \
-with a `split` column) and ChessBench's record sets sv_records, bc_records and av_records.\n\n\
+with a `split` column), board_phases, and ChessBench's record sets sv_records, bc_records and \
+av_records (of the values the variable label_source chooses: stockfish, the default; \
+lichess_evals; both).\n\n\
 QUERY is a SQL file or one of the built-in files of sql/ by name: table_a1 (Table A1 per split, \
 the numbers `chessbench stats` prints), dataset_stats (Figure A1 histograms, phases, Elo and time \
 controls, mate scores, failures), overlap (test boards also in train), sampling (uniform vs \
-weighted sampler weights), ablations (`chessbench ablate` results in the paper's table shape). Each query in a file prints as its own result, named by a \
+weighted sampler weights), ablations (`chessbench ablate` results in the paper's table shape), \
+label_sources (coverage of Stockfish and the Lichess evaluation database by split and phase, and \
+their agreement). Each query in a file prints as its own result, named by a \
 `-- @name NAME` comment.\n\n\
 Examples:\n\
   chessbench sql runs/demo table_a1\n\

@@ -57,10 +57,19 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             let mut config = options.resolve(|k| std::env::var(k).ok(), a.overwrite)?;
             config.progress = progress;
             let run = config.run.clone();
-            if a.plan {
+            if a.plan && config.evals.is_some() {
+                let coverage = annotate::evals::plan(&config)
+                    .with_context(|| format!("measuring the coverage of {}", run.display()))?;
+                emit(&coverage, json)?;
+            } else if a.plan {
                 let p = annotate::plan(&config)
                     .with_context(|| format!("planning the annotation of {}", run.display()))?;
                 emit(&p, json)?;
+            } else if config.evals.is_some() {
+                let summary = annotate::evals::run(&config).with_context(|| {
+                    format!("labelling {} from the evaluation database", run.display())
+                })?;
+                emit(&summary, json)?;
             } else {
                 let summary = annotate::run(&config)
                     .with_context(|| format!("annotating {}", run.display()))?;

@@ -17,7 +17,7 @@ pub struct SqlOptions {
     #[arg(value_name = "RUN_DIR", value_hint = clap::ValueHint::DirPath)]
     pub run: PathBuf,
     /// A SQL file, or a built-in query: table_a1, dataset_stats, overlap,
-    /// sampling, views.
+    /// sampling, training, ablations, label_sources, views.
     #[arg(
         value_name = "QUERY",
         required_unless_present = "execute",

@@ -650,6 +650,38 @@ mod tests {
         );
     }
 
+    /// The label source is an axis like any train option: a variant per
+    /// source, over the same run's tables.
+    #[test]
+    fn the_label_source_is_an_axis() {
+        use crate::store::LabelSource;
+        let g = load(&format!(
+            "{BASE}[ablate.axes]\nlabel_source = [\"lichess_evals\", \"both\"]\n"
+        ))
+        .unwrap();
+        let sources: Vec<(String, LabelSource)> = g
+            .variants
+            .iter()
+            .map(|v| (v.id.clone(), v.train.label_source))
+            .collect();
+        assert_eq!(
+            sources,
+            [
+                ("base".to_owned(), LabelSource::Stockfish),
+                (
+                    "label_source=lichess_evals".to_owned(),
+                    LabelSource::LichessEvals
+                ),
+                ("label_source=both".to_owned(), LabelSource::Both),
+            ]
+        );
+        assert!(
+            g.variants
+                .iter()
+                .all(|v| v.train.run == g.variants[0].train.run)
+        );
+    }
+
     #[test]
     fn bad_grids_name_the_file_line_and_key() {
         let err = |t: &str| load(t).unwrap_err().to_string();

@@ -423,7 +423,7 @@ pub const INDEX_BYTES_PER_BOARD: u64 = 64;
 
 /// The boards of a run by key: every board whose FEN starts with a key's
 /// four fields, so that one evaluation labels all of them.
-struct BoardIndex {
+pub(crate) struct BoardIndex {
     /// (key hash, board id, split, phase), sorted.
     entries: Vec<(u128, u64, u16, Phase)>,
     /// A key hash's first entry.
@@ -479,9 +479,13 @@ fn board_key(fen: &str) -> &str {
 }
 
 impl BoardIndex {
-    /// The boards of `splits` whose key hash falls in partition `part` of
-    /// `parts`.
-    fn load(run: &Path, splits: &[String], part: u64, parts: u64) -> Result<Self, CloudError> {
+    /// The boards of `splits` that `keep(split index, board id, key hash)`
+    /// keeps.
+    pub(crate) fn load(
+        run: &Path,
+        splits: &[String],
+        keep: impl Fn(usize, u64, u128) -> bool,
+    ) -> Result<Self, CloudError> {
         let mut entries = Vec::new();
         let mut totals = vec![BTreeMap::<Phase, Counts>::new(); splits.len()];
         for (s, split) in splits.iter().enumerate() {
@@ -519,7 +523,7 @@ impl BoardIndex {
                         }
                         let fen = fens.value(row);
                         let h = key_hash(board_key(fen));
-                        if (h % u128::from(parts)) as u64 != part {
+                        if !keep(s, ids.value(row), h) {
                             continue;
                         }
                         let ply = (!plies.is_null(row)).then(|| plies.value(row));
@@ -544,8 +548,18 @@ impl BoardIndex {
         })
     }
 
-    /// The boards with this key: (split, phase).
-    fn boards(&self, key: &str) -> impl Iterator<Item = (usize, Phase)> + '_ {
+    /// Whether a board has this key.
+    pub(crate) fn wants(&self, key: &str) -> bool {
+        self.first.contains_key(&key_hash(key))
+    }
+
+    /// Boards indexed.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The boards with this key: (split index, board id, phase).
+    pub(crate) fn boards(&self, key: &str) -> impl Iterator<Item = (usize, u64, Phase)> + '_ {
         let h = key_hash(key);
         let start = self
             .first
@@ -554,7 +568,7 @@ impl BoardIndex {
         self.entries[start..]
             .iter()
             .take_while(move |e| e.0 == h)
-            .map(|e| (usize::from(e.2), e.3))
+            .map(|e| (usize::from(e.2), e.1, e.3))
     }
 }
 
@@ -631,7 +645,8 @@ pub fn coverage(
         });
     }
     for part in 0..out.passes {
-        let index = BoardIndex::load(run, splits, part, out.passes)?;
+        let parts = u128::from(out.passes);
+        let index = BoardIndex::load(run, splits, |_, _, h| (h % parts) as u64 == part)?;
         let mut counts = index.totals.clone();
         // A position the file repeats labels its boards once: the first.
         let mut seen = std::collections::HashSet::new();
@@ -639,7 +654,7 @@ pub fn coverage(
         out.pass = read(
             path,
             format,
-            |key| index.first.contains_key(&key_hash(key)),
+            |key| index.wants(key),
             |_, key, pos, e| {
                 let labels = cloud_eval::choose(&e.searches)
                     .ok_or(CloudReject::NoSearch)
@@ -654,7 +669,7 @@ pub fn coverage(
                 if !seen.insert(key_hash(key)) {
                     return;
                 }
-                for (s, phase) in index.boards(key) {
+                for (s, _, phase) in index.boards(key) {
                     let c = counts[s].entry(phase).or_default();
                     c.covered += 1;
                     c.action_values += labels.actions.len() as u64;

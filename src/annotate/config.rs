@@ -8,7 +8,7 @@ use clap::{ArgAction, Args, ValueHint};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::options::{Jobs, RunArg, Shard, ShardError};
+use crate::options::{Budget, Jobs, RunArg, Shard, ShardError};
 use crate::uci_client::{EngineConfig, Limit, oracle::Mode};
 
 /// Configuration problems, naming the option at fault.
@@ -106,6 +106,19 @@ pub struct AnnotateOptions {
     /// per 100 nodes for a nodes limit; 120 s for a depth limit].
     #[arg(long, value_name = "MS", help_heading = "Faults")]
     pub search_timeout_ms: Option<u64>,
+    /// Label the boards from the Lichess evaluation database FILE instead
+    /// of searching: `lichess_db_eval.jsonl` (plain or .zst; - for standard
+    /// input) or its flattened rows (.csv, .parquet). Rows get source
+    /// `lichess_evals`; with --plan, prints the file's coverage of the run.
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath, help_heading = "Evaluation database")]
+    pub evals: Option<PathBuf>,
+    /// Search only the boards the evaluation database did not label (run
+    /// `annotate --evals` first), so Stockfish fills what it misses.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set, help_heading = "Evaluation database")]
+    pub only_missing: bool,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub budget: Budget,
 }
 
 crate::options::stage!(AnnotateOptions, "annotate");
@@ -244,6 +257,9 @@ impl AnnotateOptions {
             shard_source: shard.1,
             progress: true,
             overwrite,
+            evals: self.evals.clone(),
+            only_missing: self.only_missing,
+            memory_limit: self.budget.bytes(),
         })
     }
 }
@@ -288,8 +304,16 @@ pub struct AnnotateConfig {
     /// Where the shard came from (`--shard`, Slurm, Kubernetes, unsharded).
     pub shard_source: &'static str,
     pub progress: bool,
-    /// Delete the splits' existing annotations first.
+    /// Delete the splits' existing annotations first (with `evals`, only
+    /// those from the evaluation database).
     pub overwrite: bool,
+    /// Label from this evaluation database file instead of searching.
+    pub evals: Option<PathBuf>,
+    /// Search only boards the evaluation database did not label.
+    pub only_missing: bool,
+    /// Bytes the stage may hold (the evaluation database's board index and
+    /// labels; engines hold their own hash).
+    pub memory_limit: u64,
 }
 
 impl AnnotateConfig {
@@ -304,6 +328,7 @@ impl AnnotateConfig {
             "new_game_per_board": self.new_game_per_board,
             "hash_mb": self.engine.hash_mb,
             "engine_options": self.engine.options,
+            "only_missing": self.only_missing,
         })
     }
 }

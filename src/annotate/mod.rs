@@ -10,6 +10,7 @@
 
 pub mod cloud;
 pub mod config;
+pub mod evals;
 pub mod plan;
 mod pool;
 pub(crate) mod rows;
@@ -37,7 +38,7 @@ use crate::{
     chess::legal::PrepareError,
     store::{
         Manifest, StoreError, Table,
-        chunks::{self as store_chunks, chunk_shard},
+        chunks::{self as store_chunks, Stem, chunk_shard},
         commit::{MANIFEST, RunDir, partition_dir, update_manifest, write_atomic},
         manifest::{AnnotateRecord, EngineRecord, ShardRecord},
         unix_now,
@@ -96,6 +97,12 @@ pub enum AnnotateError {
         "split {0} was imported from ChessBench .bag files and already has its values; re-ingest it from PGN to annotate it here"
     )]
     Imported(String),
+    #[error(
+        "annotate --evals reads the whole evaluation database for every board at once; run it unsharded, not as shard {0}"
+    )]
+    EvalsSharded(String),
+    #[error(transparent)]
+    Cloud(#[from] cloud::CloudError),
 }
 
 /// Per-split result of a run.
@@ -228,6 +235,11 @@ fn check_settings(
             if existing["settings"]["mode"] == "per-move" {
                 existing["settings"]["mode"] = "per_move".into();
             }
+            // Runs annotated before Stockfish could leave boards to the
+            // evaluation database searched every board.
+            if let Some(settings) = existing["settings"].as_object_mut() {
+                settings.entry("only_missing").or_insert(false.into());
+            }
             if existing["boards"] != now["boards"] {
                 return Err(AnnotateError::BoardsChanged {
                     split: split.to_owned(),
@@ -242,28 +254,43 @@ fn check_settings(
             }
             Ok(())
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-            let bytes = serde_json::to_vec_pretty(&now)
-                .map_err(|e| StoreError::Corrupt(path.clone(), e.to_string()))?;
-            write_atomic(&path, &bytes)?;
-            Ok(())
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_settings(&path, &now),
         Err(e) => Err(StoreError::io(&path, e).into()),
     }
 }
 
+/// Records a split's settings at `path` (the first run of that split).
+fn write_settings(
+    path: &std::path::Path,
+    settings: &serde_json::Value,
+) -> Result<(), AnnotateError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+    }
+    let bytes = serde_json::to_vec_pretty(settings)
+        .map_err(|e| StoreError::Corrupt(path.to_owned(), e.to_string()))?;
+    write_atomic(path, &bytes)?;
+    Ok(())
+}
+
 fn shard_lock(config: &AnnotateConfig) -> Result<File, AnnotateError> {
+    let shard = config.shard;
+    let name = format!(".shard-{}-of-{}.lock", shard.index, shard.count);
+    lock(config, &name, shard.to_string())
+}
+
+/// Takes the lock `RUN/annotate/NAME` (held while the file stays open), or
+/// says that another process (`holder`) has it.
+fn lock(config: &AnnotateConfig, name: &str, holder: String) -> Result<File, AnnotateError> {
     let dir = config.run.join(store_chunks::ENTRIES);
     std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-    let shard = config.shard;
-    let path = dir.join(format!(".shard-{}-of-{}.lock", shard.index, shard.count));
+    let path = dir.join(name);
     let file = File::create(&path).map_err(|e| StoreError::io(&path, e))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(AnnotateError::ShardBusy {
             path,
-            shard: shard.to_string(),
+            shard: holder,
         }),
         Err(std::fs::TryLockError::Error(e)) => Err(StoreError::io(&path, e).into()),
     }
@@ -288,7 +315,7 @@ pub fn missing_chunks(config: &AnnotateConfig) -> Result<u64, AnnotateError> {
     let mut missing = 0;
     for (name, n) in scope(config, &manifest)? {
         let expected = n.div_ceil(config.chunk_boards);
-        let done = store_chunks::committed(&config.run, &name)?
+        let done = store_chunks::committed(&config.run, &name, Stem::Search)?
             .iter()
             .filter(|&&c| c < expected)
             .count() as u64;
@@ -316,7 +343,8 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
             store_chunks::remove_split(&config.run, name)?;
         }
         check_settings(config, &manifest, name)?;
-        let done = store_chunks::recover(&config.run, name, (shard.index, shard.count))?;
+        let done =
+            store_chunks::recover(&config.run, name, Stem::Search, (shard.index, shard.count))?;
         let total = n.div_ceil(config.chunk_boards);
         let mine: Vec<u64> = (0..total)
             .filter(|&c| chunk_shard(c, shard.count) == shard.index)
@@ -337,6 +365,11 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
             boards_dir: config.run.join(partition_dir(Table::Boards, name)),
             boards: *n,
             chunks: todo,
+            skip: if config.only_missing {
+                store_chunks::labelled_boards(&config.run, name)?
+            } else {
+                Vec::new()
+            },
         });
     }
     let pending_boards: u64 = work
@@ -346,7 +379,7 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
                 .iter()
                 .map(|&c| {
                     let (a, b) = pool::chunk_range(c, config.chunk_boards, w.boards);
-                    b - a
+                    b - a - pool::skipped(&w.skip, a, b)
                 })
                 .sum::<u64>()
         })

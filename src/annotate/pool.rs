@@ -45,6 +45,14 @@ pub(super) struct SplitWork {
     pub boards: u64,
     /// Chunks to annotate, ascending.
     pub chunks: Vec<u64>,
+    /// Board ids not to search (labelled by the evaluation database),
+    /// sorted.
+    pub skip: Vec<u64>,
+}
+
+/// How many of the sorted ids `skip` fall in `[start, end)`.
+pub(super) fn skipped(skip: &[u64], start: u64, end: u64) -> u64 {
+    (skip.partition_point(|&id| id < end) - skip.partition_point(|&id| id < start)) as u64
 }
 
 pub(super) struct Job {
@@ -168,7 +176,7 @@ pub(super) fn read_boards(
                             split: si,
                             chunk: c,
                             first_board: start,
-                            boards: (end - start) as usize,
+                            boards: (end - start - skipped(&split.skip, start, end)) as usize,
                         });
                         current = Some((c, start, end));
                     }
@@ -183,6 +191,10 @@ pub(super) fn read_boards(
                                 "expected board_id {next} at this row, found {id}: board ids must be dense (written by chessbench ingest)"
                             ),
                         ));
+                    }
+                    if split.skip.binary_search(&id).is_ok() {
+                        current = Some((c, next + 1, end));
+                        continue;
                     }
                     let job = Job {
                         split: si,
@@ -379,16 +391,28 @@ pub(super) fn run(
                 first_board,
                 boards,
             } => {
-                pending.insert(
-                    (split, chunk),
-                    Pending {
+                if boards == 0 {
+                    // Every board of the chunk was left to another source:
+                    // it commits empty, so a resume does not read it again.
+                    on_chunk(FinishedChunk {
+                        split,
+                        chunk,
                         first_board,
-                        expected: boards,
-                        boards: Vec::with_capacity(boards),
+                        boards: Vec::new(),
                         work: ChunkWork::default(),
-                    },
-                );
-                Ok(())
+                    })
+                } else {
+                    pending.insert(
+                        (split, chunk),
+                        Pending {
+                            first_board,
+                            expected: boards,
+                            boards: Vec::with_capacity(boards),
+                            work: ChunkWork::default(),
+                        },
+                    );
+                    Ok(())
+                }
             }
             Msg::Board {
                 split,

@@ -12,7 +12,12 @@ use arrow_array::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    store::{StoreError, Table, chunks, commit::partition_dir, unix_now},
+    store::{
+        StoreError, Table, ValueSource,
+        chunks::{self, Stem},
+        commit::partition_dir,
+        unix_now,
+    },
     uci_client::oracle::{Annotated, Eval},
 };
 
@@ -104,14 +109,14 @@ pub(crate) fn commit_chunk(
         let batch = RecordBatch::try_new(table.schema(), columns).map_err(|e| {
             StoreError::Corrupt(run.join(partition_dir(table, split)), e.to_string())
         })?;
-        chunks::write_table(run, split, chunk, table, &batch)?;
+        chunks::write_table(run, split, Stem::Search, chunk, table, &batch)?;
         tables.push(table);
         Ok(())
     });
     if let Err(e) = written {
         // Before the commit point: nothing of this chunk stays (on a full
         // disk its files' room is freed; a resume annotates it again).
-        chunks::discard(run, split, chunk);
+        chunks::discard(run, split, Stem::Search, chunk);
         return Err(e);
     }
     let entry = ChunkEntry {
@@ -129,7 +134,7 @@ pub(crate) fn commit_chunk(
         shard: by.shard.to_owned(),
         finished_at: unix_now(),
     };
-    chunks::commit(run, split, chunk, &entry, &tables)?;
+    chunks::commit(run, split, Stem::Search, chunk, &entry, &tables)?;
     Ok(entry)
 }
 
@@ -179,6 +184,7 @@ impl SvColumns {
         self.best_action.push(a.best_action);
     }
     fn finish(self) -> Vec<ArrayRef> {
+        let n = self.board_id.len();
         vec![
             Arc::new(UInt64Array::from(self.board_id)),
             Arc::new(StringArray::from(self.kind)),
@@ -189,6 +195,7 @@ impl SvColumns {
             Arc::new(UInt64Array::from(self.nodes)),
             Arc::new(UInt32Array::from(self.time_ms)),
             Arc::new(UInt16Array::from(self.best_action)),
+            ValueSource::Stockfish.column(n),
         ]
     }
 }
@@ -221,6 +228,7 @@ impl AvColumns {
         self.time_ms.push(ms32(e.time_ms));
     }
     fn finish(self) -> Vec<ArrayRef> {
+        let n = self.board_id.len();
         vec![
             Arc::new(UInt64Array::from(self.board_id)),
             Arc::new(UInt16Array::from(self.action)),
@@ -230,6 +238,7 @@ impl AvColumns {
             Arc::new(UInt16Array::from(self.depth)),
             Arc::new(UInt64Array::from(self.nodes)),
             Arc::new(UInt32Array::from(self.time_ms)),
+            ValueSource::Stockfish.column(n),
         ]
     }
 }
@@ -295,7 +304,7 @@ mod tests {
         assert_eq!(entry.failures, 1);
         assert_eq!(entry.tables, [Table::StateValues, Table::Failures]);
         assert_eq!(
-            chunks::committed(run, "train").unwrap(),
+            chunks::committed(run, "train", Stem::Search).unwrap(),
             std::collections::BTreeSet::from([7])
         );
         assert!(

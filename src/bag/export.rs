@@ -33,7 +33,7 @@ use crate::{
     chess::{ActionVocabulary, RecordSet, vocabulary},
     duckdb_session::{Session, SqlError, literal},
     store::{
-        StoreError, Table,
+        LabelSource, StoreError, Table,
         commit::partition_dir,
         open_columns,
         parallel::{Encoders, InOrder},
@@ -67,6 +67,11 @@ pub struct BagExportOptions {
     /// Replace existing files.
     #[arg(long)]
     pub overwrite: bool,
+    /// Values to export where a board has more than one source: stockfish
+    /// (the paper's), lichess_evals (the Lichess evaluation database's only),
+    /// both (the database's where it labels a board, Stockfish's elsewhere).
+    #[arg(long, value_enum, default_value_t = LabelSource::Stockfish)]
+    pub label_source: LabelSource,
     #[command(flatten)]
     pub budget: crate::options::Budget,
     #[command(flatten)]
@@ -91,6 +96,7 @@ impl BagExportOptions {
             records_per_shard: self.records_per_shard,
             compress: self.compress,
             overwrite: self.overwrite,
+            label_source: self.label_source,
             memory_limit: self.budget.bytes(),
             threads: self.jobs.or_cores(),
             progress,
@@ -111,6 +117,7 @@ pub struct ExportConfig {
     /// Zstd-compress each record (`.bagz`).
     pub compress: bool,
     pub overwrite: bool,
+    pub label_source: LabelSource,
     /// DuckDB's memory budget, bytes.
     pub memory_limit: u64,
     /// Threads writing the files (`-j`): compressing `.bagz` records and
@@ -159,18 +166,18 @@ fn query(set: RecordSet, split: &str, order: RowOrder) -> String {
     let split = literal(split);
     let (select, key) = match set {
         RecordSet::StateValue => (
-            format!("SELECT board_id, win_prob FROM state_values WHERE split = {split}"),
+            format!("SELECT board_id, win_prob FROM sv_chosen WHERE split = {split}"),
             "board_id",
         ),
         RecordSet::BehavioralCloning => (
             format!(
-                "SELECT board_id, best_action FROM state_values \
+                "SELECT board_id, best_action FROM sv_chosen \
                  WHERE split = {split} AND best_action IS NOT NULL"
             ),
             "board_id",
         ),
         RecordSet::ActionValue => (
-            format!("SELECT board_id, action, win_prob FROM action_values WHERE split = {split}"),
+            format!("SELECT board_id, action, win_prob FROM av_chosen WHERE split = {split}"),
             "board_id, action",
         ),
     };
@@ -183,12 +190,12 @@ fn query(set: RecordSet, split: &str, order: RowOrder) -> String {
 fn count(session: &Session, set: RecordSet, split: &str) -> Result<u64, SqlError> {
     let split = literal(split);
     let sql = match set {
-        RecordSet::StateValue => format!("SELECT count(*) FROM state_values WHERE split = {split}"),
+        RecordSet::StateValue => format!("SELECT count(*) FROM sv_chosen WHERE split = {split}"),
         RecordSet::BehavioralCloning => format!(
-            "SELECT count(*) FROM state_values WHERE split = {split} AND best_action IS NOT NULL"
+            "SELECT count(*) FROM sv_chosen WHERE split = {split} AND best_action IS NOT NULL"
         ),
         RecordSet::ActionValue => {
-            format!("SELECT count(*) FROM action_values WHERE split = {split}")
+            format!("SELECT count(*) FROM av_chosen WHERE split = {split}")
         }
     };
     session
@@ -400,7 +407,14 @@ impl Report for ExportSummary {
 /// and renamed when complete; if any set fails (a full disk, say), the files
 /// this call completed are removed too, so an export is all or nothing.
 pub fn run(config: &ExportConfig) -> Result<ExportSummary, BagSetError> {
-    let session = Session::open(&config.run, &[], config.memory_limit)?;
+    let session = Session::open(
+        &config.run,
+        &[(
+            "label_source".to_owned(),
+            config.label_source.name().to_owned(),
+        )],
+        config.memory_limit,
+    )?;
     fs::create_dir_all(&config.out).map_err(|source| BagSetError::Io {
         path: config.out.clone(),
         source,

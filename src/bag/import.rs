@@ -46,7 +46,7 @@ use super::{
 use crate::{
     chess::{RecordSet, legal::ValueKind},
     store::{
-        RunDir, StoreError, Table, chunks,
+        RunDir, StoreError, Table, ValueSource, chunks,
         commit::Transaction,
         manifest::{ImportRecord, IngestRecord, InputRecord, SplitCounts, SplitManifest},
         parallel::{Encoders, ParallelMovesWriter, ParallelPartWriter},
@@ -1032,6 +1032,7 @@ fn flush_av(
         Arc::new(UInt16Array::new_null(n)),
         Arc::new(UInt64Array::new_null(n)),
         Arc::new(UInt32Array::new_null(n)),
+        ValueSource::Bag.column(n),
     ];
     write_batch(writer, Table::ActionValues, columns, dir)
 }
@@ -1057,6 +1058,7 @@ impl SvColumns {
             Arc::new(UInt64Array::new_null(n)),
             Arc::new(UInt32Array::new_null(n)),
             Arc::new(UInt16Array::from(self.best)),
+            ValueSource::Bag.column(n),
         ]
     }
 }

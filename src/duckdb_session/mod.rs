@@ -32,7 +32,7 @@ pub(crate) use script::Statement;
 pub(crate) const VIEWS_SQL: &str = include_str!("../../sql/views.sql");
 
 /// The SQL files shipped in `sql/`, by name.
-pub const BUILTIN: [(&str, &str); 7] = [
+pub const BUILTIN: [(&str, &str); 8] = [
     ("views", VIEWS_SQL),
     ("table_a1", include_str!("../../sql/table_a1.sql")),
     ("dataset_stats", include_str!("../../sql/dataset_stats.sql")),
@@ -40,6 +40,7 @@ pub const BUILTIN: [(&str, &str); 7] = [
     ("sampling", include_str!("../../sql/sampling.sql")),
     ("training", include_str!("../../sql/training.sql")),
     ("ablations", include_str!("../../sql/ablations.sql")),
+    ("label_sources", include_str!("../../sql/label_sources.sql")),
 ];
 
 /// Failures of the SQL layer.

@@ -1,6 +1,7 @@
 //! Static metrics on a split's annotated boards (Ruoss et al. 2024, §3 and
 //! Table 1): the predictor ranks every legal move of a board and is scored
-//! against Stockfish's action values (`action_values`).
+//! against Stockfish's action values (`av_chosen`: the evaluation database's
+//! values of a board, `annotate --evals`, are never the reference).
 //!
 //! - action accuracy: the share of boards where the predictor's move has
 //!   Stockfish's highest win probability (a tie with the best counts);
@@ -58,13 +59,13 @@ pub(crate) fn read_labelled_boards(
     limit: usize,
 ) -> Result<Vec<LabelledBoard>, EvalError> {
     let sql = "WITH picked AS (
-            SELECT board_id FROM state_values
+            SELECT board_id FROM sv_chosen
             WHERE split = ? AND kind = 'search'
             ORDER BY board_id LIMIT ?)
         SELECT b.board_id, b.fen, a.action, a.win_prob
         FROM picked p
         JOIN boards b ON b.board_id = p.board_id AND b.split = ?
-        JOIN action_values a ON a.board_id = p.board_id AND a.split = ?
+        JOIN av_chosen a ON a.board_id = p.board_id AND a.split = ?
         ORDER BY b.board_id, a.action";
     let conn = session.connection();
     let err = |e: duckdb::Error| session.error("(evaluation boards)", 1, e);

@@ -7,10 +7,13 @@
 //! file). Chunk `c` belongs to shard `xxh3(c) mod N`, a deterministic,
 //! balanced slice that any number of processes compute independently.
 //!
-//! A chunk commits in three steps:
-//! 1. its rows are written to `TABLE/split=S/chunk-NNNNNNNN.parquet.tmp`
+//! Each source of values has its own files over the same chunks, named by
+//! its [`Stem`]: `chunk-NNNNNNNN` for Stockfish's searches, `evals-NNNNNNNN`
+//! for the Lichess evaluation database. A chunk of one stem commits in three
+//! steps:
+//! 1. its rows are written to `TABLE/split=S/STEM-NNNNNNNN.parquet.tmp`
 //!    ([`write_table`]), fsynced;
-//! 2. its entry `annotate/split=S/chunk-NNNNNNNN.json` is written atomically
+//! 2. its entry `annotate/split=S/STEM-NNNNNNNN.json` is written atomically
 //!    ([`commit`]): this is the commit point;
 //! 3. the `.tmp` files are renamed to their final names.
 //!
@@ -26,13 +29,14 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use arrow_array::RecordBatch;
+use arrow_array::{Array, RecordBatch, UInt64Array};
 use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::{
     StoreError, Table,
     commit::{partition_dir, remove_dir_if_exists, write_atomic},
+    open_columns, parquet_files,
     writer::PartWriter,
 };
 
@@ -49,9 +53,30 @@ pub(crate) fn chunk_shard(chunk: u64, count: u32) -> u32 {
     (xxh3_64_with_seed(&chunk.to_le_bytes(), SHARD_SEED) % u64::from(count)) as u32
 }
 
-/// `chunk-00000012`.
-pub(crate) fn chunk_stem(chunk: u64) -> String {
-    format!("chunk-{chunk:08}")
+/// Which source's files a chunk's are: each commits on its own, so one
+/// source's chunks never stand for another's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Stem {
+    /// Stockfish's searches (`chessbench annotate`).
+    Search,
+    /// The Lichess evaluation database (`chessbench annotate --evals`).
+    Evals,
+}
+
+impl Stem {
+    pub(crate) const ALL: [Stem; 2] = [Stem::Search, Stem::Evals];
+
+    fn prefix(self) -> &'static str {
+        match self {
+            Stem::Search => "chunk-",
+            Stem::Evals => "evals-",
+        }
+    }
+
+    /// `chunk-00000012`.
+    pub(crate) fn name(self, chunk: u64) -> String {
+        format!("{}{chunk:08}", self.prefix())
+    }
 }
 
 /// `RUN/annotate/split=S`: the split's chunk entries (and its
@@ -60,23 +85,23 @@ pub(crate) fn entries_dir(run: &Path, split: &str) -> PathBuf {
     run.join(ENTRIES).join(format!("split={split}"))
 }
 
-fn entry_path(run: &Path, split: &str, chunk: u64) -> PathBuf {
-    entries_dir(run, split).join(format!("{}.json", chunk_stem(chunk)))
+fn entry_path(run: &Path, split: &str, stem: Stem, chunk: u64) -> PathBuf {
+    entries_dir(run, split).join(format!("{}.json", stem.name(chunk)))
 }
 
-fn data_path(run: &Path, table: Table, split: &str, chunk: u64, tmp: bool) -> PathBuf {
+fn data_path(run: &Path, table: Table, split: &str, stem: Stem, chunk: u64, tmp: bool) -> PathBuf {
     let name = format!(
         "{}.parquet{}",
-        chunk_stem(chunk),
+        stem.name(chunk),
         if tmp { ".tmp" } else { "" }
     );
     run.join(partition_dir(table, split)).join(name)
 }
 
-/// The chunk number of a file name `chunk-N.parquet` (`tmp` false) or
-/// `chunk-N.parquet.tmp` (`tmp` true).
-fn chunk_of(name: &str) -> Option<(u64, bool)> {
-    let rest = name.strip_prefix("chunk-")?;
+/// The chunk number of a file name `STEM-N.parquet` (`tmp` false) or
+/// `STEM-N.parquet.tmp` (`tmp` true).
+fn chunk_of(stem: Stem, name: &str) -> Option<(u64, bool)> {
+    let rest = name.strip_prefix(stem.prefix())?;
     let (num, tmp) = match rest.strip_suffix(".parquet.tmp") {
         Some(n) => (n, true),
         None => (rest.strip_suffix(".parquet")?, false),
@@ -84,8 +109,8 @@ fn chunk_of(name: &str) -> Option<(u64, bool)> {
     Some((num.parse().ok()?, tmp))
 }
 
-/// Committed chunks of a split (from the entries directory).
-pub(crate) fn committed(run: &Path, split: &str) -> Result<BTreeSet<u64>, StoreError> {
+/// Committed chunks of a split and stem (from the entries directory).
+pub(crate) fn committed(run: &Path, split: &str, stem: Stem) -> Result<BTreeSet<u64>, StoreError> {
     let dir = entries_dir(run, split);
     let mut done = BTreeSet::new();
     let entries = match fs::read_dir(&dir) {
@@ -98,7 +123,7 @@ pub(crate) fn committed(run: &Path, split: &str) -> Result<BTreeSet<u64>, StoreE
         let name = entry.file_name();
         if let Some(n) = name
             .to_str()
-            .and_then(|n| n.strip_prefix("chunk-"))
+            .and_then(|n| n.strip_prefix(stem.prefix()))
             .and_then(|n| n.strip_suffix(".json"))
             .and_then(|n| n.parse::<u64>().ok())
         {
@@ -108,8 +133,13 @@ pub(crate) fn committed(run: &Path, split: &str) -> Result<BTreeSet<u64>, StoreE
     Ok(done)
 }
 
-/// The `.tmp` files of a split's value tables, as (table, chunk, path).
-fn tmp_files(run: &Path, split: &str) -> Result<Vec<(Table, u64, PathBuf)>, StoreError> {
+/// The `.tmp` files of a split's value tables of one stem, as (table,
+/// chunk, path).
+fn tmp_files(
+    run: &Path,
+    split: &str,
+    stem: Stem,
+) -> Result<Vec<(Table, u64, PathBuf)>, StoreError> {
     let mut found = Vec::new();
     for table in Table::ANNOTATE {
         let dir = run.join(partition_dir(table, split));
@@ -120,7 +150,11 @@ fn tmp_files(run: &Path, split: &str) -> Result<Vec<(Table, u64, PathBuf)>, Stor
         };
         for entry in entries {
             let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
-            if let Some((chunk, true)) = entry.file_name().to_str().and_then(chunk_of) {
+            if let Some((chunk, true)) = entry
+                .file_name()
+                .to_str()
+                .and_then(|name| chunk_of(stem, name))
+            {
                 found.push((table, chunk, entry.path()));
             }
         }
@@ -128,21 +162,22 @@ fn tmp_files(run: &Path, split: &str) -> Result<Vec<(Table, u64, PathBuf)>, Stor
     Ok(found)
 }
 
-/// Repairs the chunks of one shard (index, count) after a crash: rolls
-/// committed chunks forward, deletes uncommitted files. Returns the
+/// Repairs the chunks of one stem and shard (index, count) after a crash:
+/// rolls committed chunks forward, deletes uncommitted files. Returns the
 /// committed chunks.
 pub(crate) fn recover(
     run: &Path,
     split: &str,
+    stem: Stem,
     shard: (u32, u32),
 ) -> Result<BTreeSet<u64>, StoreError> {
-    let done = committed(run, split)?;
-    for (table, chunk, path) in tmp_files(run, split)? {
+    let done = committed(run, split, stem)?;
+    for (table, chunk, path) in tmp_files(run, split, stem)? {
         if chunk_shard(chunk, shard.1) != shard.0 {
             continue; // another shard's, maybe being written right now
         }
         if done.contains(&chunk) {
-            let to = data_path(run, table, split, chunk, false);
+            let to = data_path(run, table, split, stem, chunk, false);
             fs::rename(&path, &to).map_err(|e| StoreError::io(&to, e))?;
         } else {
             fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
@@ -172,17 +207,19 @@ pub(crate) fn interrupted_commit(run: &Path) -> Result<Option<InterruptedCommit>
         let Some(split) = name.to_str().and_then(|n| n.strip_prefix("split=")) else {
             continue;
         };
-        let done = committed(run, split)?;
-        if let Some((table, chunk, path)) = tmp_files(run, split)?
-            .into_iter()
-            .find(|(_, chunk, _)| done.contains(chunk))
-        {
-            return Ok(Some(InterruptedCommit {
-                table,
-                split: split.to_owned(),
-                chunk,
-                path,
-            }));
+        for stem in Stem::ALL {
+            let done = committed(run, split, stem)?;
+            if let Some((table, chunk, path)) = tmp_files(run, split, stem)?
+                .into_iter()
+                .find(|(_, chunk, _)| done.contains(chunk))
+            {
+                return Ok(Some(InterruptedCommit {
+                    table,
+                    split: split.to_owned(),
+                    chunk,
+                    path,
+                }));
+            }
         }
     }
     Ok(None)
@@ -199,13 +236,38 @@ pub(crate) fn remove_split(run: &Path, split: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Deletes the committed chunks of one stem of a split, files and entries
+/// (the chunks of the other stem stay).
+pub(crate) fn remove_stem(run: &Path, split: &str, stem: Stem) -> Result<(), StoreError> {
+    for table in Table::ANNOTATE {
+        let dir = run.join(partition_dir(table, split));
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry
+                .file_name()
+                .to_str()
+                .is_some_and(|name| chunk_of(stem, name).is_some())
+            {
+                fs::remove_file(entry.path()).map_err(|e| StoreError::io(&entry.path(), e))?;
+            }
+        }
+    }
+    for chunk in committed(run, split, stem)? {
+        let path = entry_path(run, split, stem, chunk);
+        fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
+    }
+    Ok(())
+}
+
 /// Deletes the temporary files of a chunk that failed before its commit
 /// point (a full disk, say), so that nothing of it is left taking room; the
 /// next annotate would delete them too ([`recover`]). Best effort: a file
 /// that cannot be removed is left for that.
-pub(crate) fn discard(run: &Path, split: &str, chunk: u64) {
+pub(crate) fn discard(run: &Path, split: &str, stem: Stem, chunk: u64) {
     for table in Table::ANNOTATE {
-        let _ = fs::remove_file(data_path(run, table, split, chunk, true));
+        let _ = fs::remove_file(data_path(run, table, split, stem, chunk, true));
     }
 }
 
@@ -214,13 +276,14 @@ pub(crate) fn discard(run: &Path, split: &str, chunk: u64) {
 pub(crate) fn write_table(
     run: &Path,
     split: &str,
+    stem: Stem,
     chunk: u64,
     table: Table,
     batch: &RecordBatch,
 ) -> Result<(), StoreError> {
     let dir = run.join(partition_dir(table, split));
     fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-    let path = data_path(run, table, split, chunk, true);
+    let path = data_path(run, table, split, stem, chunk, true);
     let mut w = PartWriter::create(&path, table)?;
     w.write(batch)?;
     w.finish().map(drop)
@@ -232,6 +295,7 @@ pub(crate) fn write_table(
 pub(crate) fn commit(
     run: &Path,
     split: &str,
+    stem: Stem,
     chunk: u64,
     entry: &impl Serialize,
     tables: &[Table],
@@ -240,21 +304,56 @@ pub(crate) fn commit(
     fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
     let bytes = serde_json::to_vec_pretty(entry)
         .map_err(|e| StoreError::Corrupt(dir.clone(), e.to_string()))?;
-    if let Err(e) = write_atomic(&entry_path(run, split, chunk), &bytes) {
-        discard(run, split, chunk);
+    if let Err(e) = write_atomic(&entry_path(run, split, stem, chunk), &bytes) {
+        discard(run, split, stem, chunk);
         return Err(e);
     }
     for &table in tables {
-        let to = data_path(run, table, split, chunk, false);
-        fs::rename(data_path(run, table, split, chunk, true), &to)
+        let to = data_path(run, table, split, stem, chunk, false);
+        fs::rename(data_path(run, table, split, stem, chunk, true), &to)
             .map_err(|e| StoreError::io(&to, e))?;
     }
     Ok(())
 }
 
+/// The board ids of a split that the evaluation database labels (its
+/// committed `evals-*` state values), sorted: the boards `--only-missing`
+/// leaves to it. 8 bytes a labelled board.
+pub(crate) fn labelled_boards(run: &Path, split: &str) -> Result<Vec<u64>, StoreError> {
+    let mut ids = Vec::new();
+    for path in parquet_files(&run.join(partition_dir(Table::StateValues, split)))? {
+        let is_evals = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(Stem::Evals.prefix()));
+        if !is_evals {
+            continue;
+        }
+        let reader = open_columns(&path, &["board_id"])?
+            .build()
+            .map_err(|e| StoreError::parquet(&path, e))?;
+        for batch in reader {
+            let batch = batch.map_err(|e| StoreError::Corrupt(path.clone(), e.to_string()))?;
+            let col = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<UInt64Array>()
+                .ok_or_else(|| {
+                    StoreError::Corrupt(path.clone(), "board_id is not uint64".into())
+                })?;
+            ids.extend(col.values().iter().copied());
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const S: Stem = Stem::Search;
 
     #[test]
     fn shards_partition_the_chunks_evenly() {
@@ -272,10 +371,56 @@ mod tests {
 
     #[test]
     fn file_names() {
-        assert_eq!(chunk_of("chunk-00000007.parquet"), Some((7, false)));
-        assert_eq!(chunk_of("chunk-00000007.parquet.tmp"), Some((7, true)));
-        assert_eq!(chunk_of("part-00000.parquet"), None);
-        assert_eq!(chunk_of("chunk-x.parquet"), None);
+        let s = Stem::Search;
+        assert_eq!(chunk_of(s, "chunk-00000007.parquet"), Some((7, false)));
+        assert_eq!(chunk_of(s, "chunk-00000007.parquet.tmp"), Some((7, true)));
+        assert_eq!(chunk_of(s, "part-00000.parquet"), None);
+        assert_eq!(chunk_of(s, "chunk-x.parquet"), None);
+        assert_eq!(chunk_of(s, "evals-00000007.parquet"), None);
+        assert_eq!(
+            chunk_of(Stem::Evals, "evals-00000007.parquet"),
+            Some((7, false))
+        );
+    }
+
+    /// Each stem's chunks commit, list and go on their own.
+    #[test]
+    fn stems_keep_their_own_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        let batch = RecordBatch::new_empty(Table::StateValues.schema());
+        for stem in Stem::ALL {
+            write_table(run, "train", stem, 3, Table::StateValues, &batch).unwrap();
+            commit(
+                run,
+                "train",
+                stem,
+                3,
+                &serde_json::json!({}),
+                &[Table::StateValues],
+            )
+            .unwrap();
+        }
+        write_table(run, "train", Stem::Evals, 4, Table::StateValues, &batch).unwrap();
+        assert_eq!(
+            recover(run, "train", Stem::Search, (0, 1)).unwrap(),
+            BTreeSet::from([3])
+        );
+        // The Search stem's recovery leaves the other stem's files alone.
+        assert!(data_path(run, Table::StateValues, "train", Stem::Evals, 4, true).exists());
+        assert_eq!(
+            recover(run, "train", Stem::Evals, (0, 1)).unwrap(),
+            BTreeSet::from([3])
+        );
+        assert!(!data_path(run, Table::StateValues, "train", Stem::Evals, 4, true).exists());
+        remove_stem(run, "train", Stem::Evals).unwrap();
+        assert!(committed(run, "train", Stem::Evals).unwrap().is_empty());
+        assert!(!data_path(run, Table::StateValues, "train", Stem::Evals, 3, false).exists());
+        assert_eq!(
+            committed(run, "train", Stem::Search).unwrap(),
+            BTreeSet::from([3])
+        );
+        assert!(data_path(run, Table::StateValues, "train", Stem::Search, 3, false).exists());
     }
 
     #[test]
@@ -284,37 +429,38 @@ mod tests {
         let run = dir.path();
         let batch = RecordBatch::new_empty(Table::StateValues.schema());
         for chunk in [7, 8] {
-            write_table(run, "train", chunk, Table::StateValues, &batch).unwrap();
+            write_table(run, "train", S, chunk, Table::StateValues, &batch).unwrap();
         }
         // Chunk 7: the entry is written, a crash comes before the rename.
         let entries = entries_dir(run, "train");
         fs::create_dir_all(&entries).unwrap();
-        fs::write(entry_path(run, "train", 7), b"{}").unwrap();
+        fs::write(entry_path(run, "train", S, 7), b"{}").unwrap();
         let interrupted = interrupted_commit(run).unwrap().unwrap();
         assert_eq!(
             (interrupted.split.as_str(), interrupted.chunk),
             ("train", 7)
         );
         // Chunk 8: a crash before the entry.
-        let done = recover(run, "train", (0, 1)).unwrap();
+        let done = recover(run, "train", S, (0, 1)).unwrap();
         assert_eq!(done, BTreeSet::from([7]));
-        assert!(data_path(run, Table::StateValues, "train", 7, false).exists());
-        assert!(!data_path(run, Table::StateValues, "train", 8, true).exists());
+        assert!(data_path(run, Table::StateValues, "train", S, 7, false).exists());
+        assert!(!data_path(run, Table::StateValues, "train", S, 8, true).exists());
         assert_eq!(interrupted_commit(run).unwrap(), None);
         // A clean commit renames its file.
-        write_table(run, "train", 9, Table::StateValues, &batch).unwrap();
+        write_table(run, "train", S, 9, Table::StateValues, &batch).unwrap();
         commit(
             run,
             "train",
+            S,
             9,
             &serde_json::json!({"chunk": 9}),
             &[Table::StateValues],
         )
         .unwrap();
-        assert_eq!(committed(run, "train").unwrap(), BTreeSet::from([7, 9]));
-        assert!(data_path(run, Table::StateValues, "train", 9, false).exists());
+        assert_eq!(committed(run, "train", S).unwrap(), BTreeSet::from([7, 9]));
+        assert!(data_path(run, Table::StateValues, "train", S, 9, false).exists());
         remove_split(run, "train").unwrap();
-        assert!(committed(run, "train").unwrap().is_empty());
+        assert!(committed(run, "train", S).unwrap().is_empty());
         assert!(
             !run.join(partition_dir(Table::StateValues, "train"))
                 .exists()

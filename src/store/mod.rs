@@ -20,7 +20,7 @@ use thiserror::Error;
 
 pub(crate) use commit::RunDir;
 pub(crate) use manifest::Manifest;
-pub use schema::Table;
+pub use schema::{LabelSource, Table, ValueSource};
 
 /// Storage failures, each naming the file involved.
 #[derive(Debug, Error)]

@@ -447,6 +447,7 @@ mod tests {
             Arc::new(UInt16Array::new_null(n)),
             Arc::new(UInt64Array::new_null(n)),
             Arc::new(UInt32Array::new_null(n)),
+            crate::store::ValueSource::Bag.column(n),
         ];
         RecordBatch::try_new(Table::ActionValues.schema(), cols).unwrap()
     }

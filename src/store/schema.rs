@@ -130,6 +130,7 @@ impl Table {
                 Field::new("nodes", DataType::UInt64, true),
                 Field::new("time_ms", DataType::UInt32, true),
                 Field::new("best_action", DataType::UInt16, true),
+                Field::new("source", utf8(), false),
             ],
             Table::ActionValues => vec![
                 Field::new("board_id", DataType::UInt64, false),
@@ -140,6 +141,7 @@ impl Table {
                 Field::new("depth", DataType::UInt16, true),
                 Field::new("nodes", DataType::UInt64, true),
                 Field::new("time_ms", DataType::UInt32, true),
+                Field::new("source", utf8(), false),
             ],
             Table::Failures => vec![
                 Field::new("board_id", DataType::UInt64, false),
@@ -150,6 +152,84 @@ impl Table {
             ],
         };
         Arc::new(Schema::new(fields))
+    }
+}
+
+/// Where a value row came from: the `source` column of `state_values` and
+/// `action_values`. Files written before the column existed hold Stockfish
+/// values; readers take a missing column as [`ValueSource::Stockfish`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueSource {
+    /// `chessbench annotate`'s own Stockfish searches.
+    Stockfish,
+    /// The Lichess evaluation database (`chessbench annotate --evals`).
+    LichessEvals,
+    /// ChessBench `.bag` files (`chessbench import`): Stockfish 16 at 50 ms
+    /// a move, as the paper annotated them.
+    Bag,
+}
+
+impl ValueSource {
+    /// The column's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueSource::Stockfish => "stockfish",
+            ValueSource::LichessEvals => "lichess_evals",
+            ValueSource::Bag => "bag",
+        }
+    }
+
+    /// A `source` column of `rows` rows, all this source.
+    pub(crate) fn column(self, rows: usize) -> arrow_array::ArrayRef {
+        Arc::new(arrow_array::StringArray::from_iter_values(
+            std::iter::repeat_n(self.name(), rows),
+        ))
+    }
+}
+
+/// Which values a consumer (the training loader, `.bag` export, the
+/// evaluator's static metrics) uses when a board has values from more than
+/// one source.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum LabelSource {
+    /// Stockfish's values (`chessbench annotate`, or imported `.bag`
+    /// files): the paper's labels.
+    #[default]
+    Stockfish,
+    /// The Lichess evaluation database's only (`annotate --evals`): the
+    /// boards it labels, with the moves of its principal variations.
+    LichessEvals,
+    /// The evaluation database's values where it labels a board, Stockfish's
+    /// elsewhere.
+    Both,
+}
+
+impl LabelSource {
+    /// The spelling of options and of SQL's `label_source` variable.
+    pub fn name(self) -> &'static str {
+        match self {
+            LabelSource::Stockfish => "stockfish",
+            LabelSource::LichessEvals => "lichess_evals",
+            LabelSource::Both => "both",
+        }
+    }
+
+    /// Whether rows of a value-table file named `file` may be used: the
+    /// evaluation database's files are `evals-*`. With [`LabelSource::Both`]
+    /// every file may, and Stockfish's rows of boards the database labels
+    /// are skipped.
+    pub(crate) fn reads_file(self, file: &str) -> bool {
+        let evals = file.starts_with("evals-");
+        match self {
+            LabelSource::Stockfish => !evals,
+            LabelSource::LichessEvals => evals,
+            LabelSource::Both => true,
+        }
     }
 }
 

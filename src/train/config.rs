@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::{loss::Loss, sampler::Sampling};
+use crate::store::LabelSource;
 use crate::{
     chess::RecordSet,
     model::{Architecture, DeviceKind, ModelShape, Precision, Preset},
@@ -112,6 +113,13 @@ pub struct TrainOptions {
     /// Record sampler.
     #[arg(long, value_enum, default_value_t = Sampling::Uniform, help_heading = "Recipe")]
     pub sampling: Sampling,
+    /// Values to learn from where a board has more than one source:
+    /// stockfish (the paper's), lichess_evals (the Lichess evaluation
+    /// database's only), both (the database's where it labels a board,
+    /// Stockfish's elsewhere).
+    #[arg(long, value_enum, default_value_t = LabelSource::Stockfish, help_heading = "Recipe")]
+    #[serde(default)]
+    pub label_source: LabelSource,
     /// Seed of the initialisation and the sampler.
     #[arg(long, default_value_t = 0, help_heading = "Recipe")]
     pub seed: u64,
@@ -209,6 +217,7 @@ pub struct TrainConfig {
     /// Optimiser steps in total (a resumed run continues to this step).
     pub steps: u64,
     pub sampling: Sampling,
+    pub label_source: LabelSource,
     pub seed: u64,
     /// Row groups shuffled together by the sampler.
     pub window: usize,
@@ -397,6 +406,7 @@ impl TrainOptions {
             ema_decay: unit("ema_decay", recipe.ema_decay)?,
             steps: positive("steps", self.steps)?,
             sampling: self.sampling,
+            label_source: self.label_source,
             seed: self.seed,
             window: positive("window", self.window as u64)? as usize,
             workers: positive("jobs", self.resources.jobs.jobs.unwrap_or(1) as u64)? as usize,

@@ -26,7 +26,10 @@ use crate::{
         tokens::{SEQUENCE_LENGTH, tokenize},
         value::ValueBuckets,
     },
-    store::{StoreError, Table, commit::partition_dir, open_columns, open_parquet, parquet_files},
+    store::{
+        LabelSource, StoreError, Table, chunks, commit::partition_dir, open_columns, open_parquet,
+        parquet_files,
+    },
 };
 
 fn value_table(set: RecordSet) -> Table {
@@ -43,11 +46,15 @@ pub enum DataError {
     Store(#[from] StoreError),
     #[error("{}: {message}", path.display())]
     Table { path: PathBuf, message: String },
-    #[error("split {split:?} of run {} has no {table} records (annotate it first)", run.display())]
+    #[error(
+        "split {split:?} of run {} has no {table} records from label source {label_source} (annotate it first: `chessbench annotate`, or `--evals FILE` for lichess_evals)",
+        run.display()
+    )]
     Empty {
         run: PathBuf,
         split: String,
         table: &'static str,
+        label_source: &'static str,
     },
     #[error("invalid K = {0} value buckets: expected 2..={NUM_ACTIONS}")]
     Buckets(usize),
@@ -80,6 +87,8 @@ pub struct DataConfig {
     /// Windows are reserved in serving order, so the budget bounds the
     /// prefetch depth and never changes what is served.
     pub memory_limit: u64,
+    /// Which values to learn from when a board has more than one source.
+    pub label_source: LabelSource,
 }
 
 /// A batch of sequences, row-major `[len, seq_len]`.
@@ -111,6 +120,9 @@ struct Unit {
     /// Distinct boards the row group can refer to at most (its board id
     /// span, from the footer's statistics; else its rows).
     boards: u64,
+    /// Its rows of boards the evaluation database labels are skipped
+    /// (Stockfish's file under [`LabelSource::Both`]).
+    skip_labelled: bool,
 }
 
 /// Bytes per record while a window is built (its records as read, their
@@ -366,9 +378,11 @@ fn read_unit(
     unit: &Unit,
     policy: RecordSet,
     buckets: &ValueBuckets,
+    labelled: &[u64],
     out: &mut UnitRecords,
 ) -> Result<(), DataError> {
     let path = &unit.path;
+    let skip = |id: u64| unit.skip_labelled && labelled.binary_search(&id).is_ok();
     let columns: &[&str] = match policy {
         RecordSet::ActionValue => &["board_id", "action", "win_prob"],
         RecordSet::StateValue => &["board_id", "win_prob"],
@@ -380,8 +394,8 @@ fn read_unit(
             RecordSet::BehavioralCloning => {
                 let best = column::<UInt16Array>(&batch, "best_action", path)?;
                 for i in 0..batch.num_rows() {
-                    if best.is_null(i) {
-                        continue; // terminal board: no move to imitate
+                    if best.is_null(i) || skip(ids.value(i)) {
+                        continue; // terminal board (no move to imitate), or another source's
                     }
                     out.board.push(ids.value(i));
                     out.action.push(0);
@@ -395,6 +409,9 @@ fn read_unit(
                     .column_by_name("action")
                     .map(|c| c.as_primitive::<arrow_array::types::UInt16Type>());
                 for i in 0..batch.num_rows() {
+                    if skip(ids.value(i)) {
+                        continue;
+                    }
                     out.board.push(ids.value(i));
                     out.action.push(actions.map_or(0, |a| a.value(i)));
                     out.target.push(buckets.bucket(wp.value(i)) as u16);
@@ -420,8 +437,13 @@ pub struct Loader {
 struct Shared {
     units: Vec<Unit>,
     /// Rows of all units (records of one uniform epoch; for behavioural
-    /// cloning this counts terminal boards, which are skipped).
+    /// cloning this counts terminal boards, and under [`LabelSource::Both`]
+    /// Stockfish's rows of boards the evaluation database labels, which are
+    /// skipped).
     rows: u64,
+    /// Boards the evaluation database labels, sorted (only under
+    /// [`LabelSource::Both`]).
+    labelled: Vec<u64>,
     boards: BoardIndex,
     buckets: ValueBuckets,
     budget: Arc<Budget>,
@@ -457,7 +479,16 @@ impl Loader {
         let table = value_table(config.policy);
         let mut units = Vec::new();
         let mut rows = 0u64;
+        let labelled = match config.label_source {
+            LabelSource::Both => chunks::labelled_boards(&config.run, &config.split)?,
+            _ => Vec::new(),
+        };
         for path in parquet_files(&config.run.join(partition_dir(table, &config.split)))? {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if !config.label_source.reads_file(name) {
+                continue;
+            }
+            let skip_labelled = !labelled.is_empty() && !LabelSource::LichessEvals.reads_file(name);
             let b = open_parquet(&path)?;
             let board_id = b
                 .parquet_schema()
@@ -483,6 +514,7 @@ impl Loader {
                     row_group: rg,
                     rows: n,
                     boards: span.map_or(n, |s| s.min(n)),
+                    skip_labelled,
                 });
             }
         }
@@ -494,6 +526,7 @@ impl Loader {
                 run: config.run.clone(),
                 split: config.split.clone(),
                 table: table.name(),
+                label_source: config.label_source.name(),
             });
         }
         let boards = BoardIndex::open(&config.run, &config.split)?;
@@ -509,6 +542,7 @@ impl Loader {
         let shared = Arc::new(Shared {
             units,
             rows,
+            labelled,
             boards,
             buckets,
             budget,
@@ -662,6 +696,7 @@ fn build_window(
             &shared.units[u],
             config.policy,
             &shared.buckets,
+            &shared.labelled,
             &mut records,
         )?;
     }

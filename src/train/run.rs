@@ -278,6 +278,7 @@ fn data_config(config: &TrainConfig, split: &str, batch_size: usize, seed: u64) 
         workers: 1,
         // The model, its activations and the optimiser get the other half.
         memory_limit: config.memory_limit / 2,
+        label_source: config.label_source,
     }
 }
 

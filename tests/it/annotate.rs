@@ -571,18 +571,18 @@ fn changed_settings_and_bad_engines_are_clear_errors() {
 /// Every board sharing a searched board's four FEN fields is covered once,
 /// nothing else is, and a small memory limit (several passes over the file)
 /// gives the same counts.
-#[test]
-fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
-    use chessbench::{
-        annotate::cloud::{CloudError, CloudFormat, INDEX_BYTES_PER_BOARD, coverage},
-        uci_client::{Engine, Limit, Position, Score},
-    };
+/// The evaluation file, in `dir`, with the boards' FENs and the searched
+/// ones: see [`the_evaluation_database_covers_the_boards_that_share_its_positions`].
+struct EvalsFile {
+    path: PathBuf,
+    fens: Vec<String>,
+    searched: Vec<String>,
+}
+
+fn evals_file(run: &Path, dir: &Path) -> EvalsFile {
+    use chessbench::uci_client::{Engine, Limit, Position, Score};
     use shakmaty::{CastlingMode, Chess, Color, Position as _, fen::Fen};
 
-    if !have_stockfish() {
-        return;
-    }
-    let run = base_run();
     let batches = read_table(run, "boards", "train");
     let fens: Vec<String> = util::strings(&batches, "fen")
         .into_iter()
@@ -680,9 +680,31 @@ fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
         file.push('\n');
     }
     file.push_str("{\"fen\": \"not a fen\"\n");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("evals.jsonl.zst");
+    let path = dir.join("evals.jsonl.zst");
     std::fs::write(&path, util::zstd(file.as_bytes())).unwrap();
+    EvalsFile {
+        path,
+        fens,
+        searched,
+    }
+}
+
+#[test]
+fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
+    use chessbench::annotate::cloud::{CloudError, CloudFormat, INDEX_BYTES_PER_BOARD, coverage};
+
+    if !have_stockfish() {
+        return;
+    }
+    let run = base_run();
+    let batches = read_table(run, "boards", "train");
+    let dir = tempfile::tempdir().unwrap();
+    let EvalsFile {
+        path,
+        fens,
+        searched,
+    } = evals_file(run, dir.path());
+    let key = |fen: &str| fen.split(' ').take(4).collect::<Vec<_>>().join(" ");
 
     let searched_keys: BTreeSet<String> = searched.iter().map(|f| key(f)).collect();
     let expected = fens
@@ -741,4 +763,161 @@ fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
         ),
         Err(CloudError::OnePass { .. })
     ));
+}
+
+/// `annotate --evals`: the boards the file covers (those sharing a searched
+/// board's four FEN fields) get a state value and one action value per
+/// variation's first move, with source `lichess_evals` and the search's
+/// depth and nodes, in their own chunk files; `--plan` predicts the counts;
+/// a rerun adds nothing; Stockfish with `--only-missing` then searches
+/// exactly the boards left, so each board has one source; and SQL's label
+/// sources, and a `.bag` export of both, see the two.
+#[test]
+fn evals_label_the_covered_boards_and_stockfish_fills_the_rest() {
+    if !have_stockfish() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = fresh_run(&dir, "evals");
+    let EvalsFile {
+        path,
+        fens,
+        searched,
+    } = evals_file(&run, dir.path());
+    let file = path.to_str().unwrap();
+    let key = |fen: &str| fen.split(' ').take(4).collect::<Vec<_>>().join(" ");
+    let keys: BTreeSet<String> = searched.iter().map(|f| key(f)).collect();
+    let covered: BTreeSet<u64> = fens
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| keys.contains(&key(f)))
+        .map(|(id, _)| id as u64)
+        .collect();
+
+    let plan = annotate(&run, &["--evals", file, "--plan"]);
+    assert_eq!(
+        plan["splits"]["train"]["covered"],
+        covered.len() as u64,
+        "{plan}"
+    );
+    let first = annotate(&run, &["--evals", file, "--chunk-boards", "32"]);
+    assert_eq!(
+        first["splits"][0][1]["boards_labelled"],
+        covered.len() as u64,
+        "{first}"
+    );
+    assert_eq!(
+        first["read"]["rejected"],
+        serde_json::json!({"bad_json": 1, "illegal_move": 1})
+    );
+    let values = state_values(&run);
+    assert_eq!(values.keys().copied().collect::<BTreeSet<_>>(), covered);
+    let batches = read_table(&run, "state_values", "train");
+    for b in &batches {
+        let source = col::<StringArray>(b, "source");
+        let depth = col::<UInt16Array>(b, "depth");
+        for i in 0..b.num_rows() {
+            assert_eq!(source.value(i), "lichess_evals");
+            assert!(!depth.is_null(i) && depth.value(i) > 0);
+        }
+    }
+    // One action value per variation (one each in this file), and it is
+    // the best action.
+    let actions = action_values(&run);
+    assert_eq!(actions.len(), covered.len());
+    for (id, action) in actions.keys() {
+        assert_eq!(values[id].2, Some(*action));
+    }
+    assert!(
+        std::fs::read_dir(run.join("state_values/split=train"))
+            .unwrap()
+            .all(|e| e
+                .unwrap()
+                .file_name()
+                .to_str()
+                .unwrap()
+                .starts_with("evals-"))
+    );
+
+    // A rerun finds every chunk committed and writes nothing.
+    let again = annotate(&run, &["--evals", file, "--chunk-boards", "32"]);
+    assert_eq!(again["splits"][0][1]["chunks_committed"], 0, "{again}");
+    assert_eq!(state_values(&run).len(), covered.len());
+
+    // Stockfish fills the boards the database left, and only those.
+    let mut args = SMALL.to_vec();
+    args.extend(["--only-missing", "true"]);
+    let sf = annotate(&run, &args);
+    let below = covered.iter().filter(|&&id| id < 192).count() as u64;
+    assert_eq!(sf["splits"][0][1]["boards_annotated"], 192 - below, "{sf}");
+    let mut sources: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for b in read_table(&run, "state_values", "train") {
+        let ids = col::<UInt64Array>(&b, "board_id");
+        let source = col::<StringArray>(&b, "source");
+        for i in 0..b.num_rows() {
+            sources
+                .entry(ids.value(i))
+                .or_default()
+                .push(source.value(i).to_owned());
+        }
+    }
+    for id in 0..192 {
+        let want = if covered.contains(&id) {
+            "lichess_evals"
+        } else {
+            "stockfish"
+        };
+        assert_eq!(sources[&id], [want], "board {id}");
+    }
+
+    // SQL: each source's coverage, and the `both` choice of the records.
+    let o = util::run(&[
+        "sql",
+        run.to_str().unwrap(),
+        "label_sources",
+        "--only",
+        "label_source_coverage",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let rows: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let all = |source: &str| {
+        rows.as_array()
+            .into_iter()
+            .flatten()
+            .chain(
+                rows["label_source_coverage"]
+                    .as_array()
+                    .into_iter()
+                    .flatten(),
+            )
+            .find(|r| r["phase"] == "all" && r["source"] == source)
+            .map(|r| r["boards_labelled"].as_u64().unwrap())
+    };
+    assert_eq!(all("lichess_evals"), Some(covered.len() as u64), "{text}");
+    assert_eq!(all("stockfish"), Some(192 - below), "{text}");
+    let out = dir.path().join("bag");
+    let o = util::run(&[
+        "bag",
+        "export",
+        run.to_str().unwrap(),
+        "--split",
+        "train",
+        "--set",
+        "state_value",
+        "--label-source",
+        "both",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let exported: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        exported[0]["records"],
+        (192 - below) + covered.len() as u64,
+        "{exported}"
+    );
 }

@@ -30,6 +30,7 @@ fn config(policy: RecordSet, sampling: Sampling, batch_size: usize) -> DataConfi
         window: 2,
         workers: 2,
         memory_limit: chessbench::options::MEMORY_LIMIT_BYTES,
+        label_source: Default::default(),
     }
 }
 

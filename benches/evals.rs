@@ -15,10 +15,21 @@
 //! position skipped by its key (a run that wants none), 10% wanted, every
 //! position wanted; a wanted position is parsed in full and labelled as
 //! annotating it would (its search chosen, every variation replayed).
+//!
+//! Then end to end, `chessbench annotate RUN --evals FILE` as a child
+//! process: RUN holds the 2,500 real Lichess games of
+//! `data/lichess_2022-06_head2500.pgn.zst`, FILE every other board of
+//! theirs with synthetic searches (as above), between four synthetic
+//! positions no board has for each (most of the real file is positions a
+//! run lacks). Printed: wall time, lines/s, boards labelled/s, the ratio
+//! against a keys-only pass over the same file in this process (the same
+//! run's floor for reading it), and the child's peak RSS (`wait4`), at the
+//! default memory limit (one pass) and at one that takes four passes.
 
 use std::{
     io::{Read, Write},
     path::Path,
+    process::{Command, Stdio},
     time::Instant,
 };
 
@@ -224,4 +235,228 @@ fn main() {
         row(name, median(times[i + 1].clone()));
     }
     println!("peak RSS of this process: {:.0} MB", peak_rss_mb());
+    end_to_end(dir.path(), rounds);
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_chessbench");
+
+/// Runs `args`, returning (wall seconds, peak RSS in MB, stdout).
+fn child(args: &[&str]) -> (f64, f64, String) {
+    let t = Instant::now();
+    let out = std::env::temp_dir().join(format!("cb-evals-bench-{}.out", std::process::id()));
+    let c = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("run chessbench");
+    let pid = c.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain data, filled in by wait4 for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for the child spawned above, which nothing else reaps
+    // (it is forgotten below).
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    std::mem::forget(c);
+    let secs = t.elapsed().as_secs_f64();
+    assert!(
+        r == pid && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "chessbench {args:?} failed"
+    );
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    (secs, usage.ru_maxrss as f64 / 1024.0, text)
+}
+
+/// The evaluation file for `run`'s boards: every other board with legal
+/// moves, four synthetic positions no board has before each. Returns its
+/// lines and the boards it labels.
+fn write_run_input(run: &Path, path: &Path) -> (u64, u64) {
+    use arrow_array::{Array, StringArray, UInt8Array};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    let mut rng = Rng(0xc0ff_ee00_d15e_a5e5);
+    let file = std::fs::File::create(path).expect("create the input");
+    let mut out = zstd::stream::write::Encoder::new(file, 3).expect("zstd");
+    let (mut lines, mut labelled) = (0u64, 0u64);
+    let dir = run.join("boards/split=train");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the run's boards")
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut n = 0u64;
+    for f in files {
+        let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&f).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        for batch in reader {
+            let batch = batch.unwrap();
+            let fens = batch
+                .column_by_name("fen")
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+                .expect("fen")
+                .clone();
+            let moves = batch
+                .column_by_name("num_legal_moves")
+                .and_then(|c| c.as_any().downcast_ref::<UInt8Array>())
+                .expect("num_legal_moves")
+                .clone();
+            for i in 0..batch.num_rows() {
+                n += 1;
+                if moves.value(i) == 0 || n.is_multiple_of(2) {
+                    continue;
+                }
+                for _ in 0..4 {
+                    let pos = position(&mut rng);
+                    let fen = Fen::from_position(&pos, EnPassantMode::Legal).to_string();
+                    out.write_all(evals_line(&fen, &pos, &mut rng).as_bytes())
+                        .unwrap();
+                    lines += 1;
+                }
+                let fen = fens.value(i);
+                let pos: Chess = Fen::from_ascii(fen.as_bytes())
+                    .unwrap()
+                    .into_position(CastlingMode::Standard)
+                    .unwrap();
+                out.write_all(evals_line(fen, &pos, &mut rng).as_bytes())
+                    .unwrap();
+                lines += 1;
+                labelled += 1;
+            }
+        }
+    }
+    out.finish().expect("finish");
+    (lines, labelled)
+}
+
+/// One line of the database's form for `pos` (FEN `fen`, of which its
+/// four fields are kept): one search of one to five variations.
+fn evals_line(fen: &str, pos: &Chess, rng: &mut Rng) -> String {
+    let four: Vec<&str> = fen.split(' ').take(4).collect();
+    let pvs: Vec<String> = (0..1 + rng.below(5))
+        .map(|_| {
+            format!(
+                "{{\"cp\":{},\"line\":\"{}\"}}",
+                rng.below(1001) as i64 - 500,
+                line(pos, rng)
+            )
+        })
+        .collect();
+    format!(
+        "{{\"fen\":\"{}\",\"evals\":[{{\"pvs\":[{}],\"knodes\":{},\"depth\":{}}}]}}\n",
+        four.join(" "),
+        pvs.join(","),
+        rng.below(300_000),
+        10 + rng.below(40)
+    )
+}
+
+fn end_to_end(dir: &Path, rounds: usize) {
+    let run = dir.join("run");
+    let games = chessbench::testing::data_file("lichess_2022-06_head2500.pgn.zst");
+    let run_s = run.to_str().unwrap();
+    child(&[
+        "ingest",
+        run_s,
+        games.to_str().unwrap(),
+        "--split",
+        "train",
+        "--no-progress",
+    ]);
+    let path = dir.join("run-evals.jsonl.zst");
+    let (lines, labelled) = write_run_input(&run, &path);
+    let file = path.to_str().unwrap();
+    let boards: u64 = {
+        let (_, _, text) = child(&["stats", run_s, "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["splits"]["train"]["state_value"].as_u64().unwrap()
+    };
+    println!(
+        "\nend to end: `chessbench annotate RUN --evals FILE`, RUN = 2,500 real Lichess games ({boards} boards), FILE = {lines} synthetic lines labelling {labelled} of them"
+    );
+    // Four passes: the boards' index and labels in four parts.
+    let four = format!(
+        "{}B",
+        2 * boards * chessbench::annotate::evals::BYTES_PER_BOARD / 4
+    );
+    let settings: [(&str, Vec<&str>); 2] = [
+        ("default memory limit", vec![]),
+        (
+            "a quarter of one pass's room",
+            vec!["--memory-limit", &four],
+        ),
+    ];
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut floor = Vec::new();
+    let mut results = vec![(Vec::new(), 0f64, 0u64, Vec::new()); settings.len()];
+    for _ in 0..rounds {
+        let t = Instant::now();
+        read(
+            &path,
+            CloudFormat::JsonLines,
+            |_| false,
+            |_, _, _, _| {},
+            |line, r| panic!("line {line}: {r}"),
+        )
+        .expect("read");
+        floor.push(t.elapsed().as_secs_f64());
+        for (i, (_, extra)) in settings.iter().enumerate() {
+            let mut args = vec![
+                "annotate",
+                run_s,
+                "--evals",
+                file,
+                "--overwrite",
+                "--no-progress",
+                "--json",
+            ];
+            args.extend(extra.iter().copied());
+            let (secs, rss, text) = child(&args);
+            let v: serde_json::Value = serde_json::from_str(&text).expect("the summary");
+            let got = v["splits"][0][1]["boards_labelled"].as_u64().unwrap();
+            assert!(
+                got >= labelled,
+                "{got} boards labelled, {labelled} at least"
+            );
+            results[i].0.push(secs);
+            results[i].1 = results[i].1.max(rss);
+            results[i].2 = v["passes"].as_u64().unwrap();
+            results[i].3.push((
+                v["read_seconds"].as_f64().unwrap(),
+                v["commit_seconds"].as_f64().unwrap(),
+            ));
+        }
+    }
+    let floor = median(floor);
+    println!(
+        "{:<28} {:>7} {:>8} {:>10} {:>10} {:>12} {:>16} {:>20} {:>14}",
+        "annotate --evals (median)",
+        "passes",
+        "seconds",
+        "reading s",
+        "commits s",
+        "lines/s",
+        "boards labelled/s",
+        "vs keys-only passes",
+        "peak RSS"
+    );
+    for ((name, _), (times, rss, passes, phases)) in settings.iter().zip(results) {
+        let secs = median(times.clone());
+        let at = times.iter().position(|&t| t == secs).unwrap_or(0);
+        println!(
+            "{name:<28} {passes:>7} {secs:>8.2} {:>10.2} {:>10.2} {:>12.0} {:>16.0} {:>19.2}x {:>11.0} MB",
+            phases[at].0,
+            phases[at].1,
+            (lines * passes) as f64 / secs,
+            labelled as f64 / secs,
+            floor * passes as f64 / secs,
+            rss,
+        );
+    }
+    println!("keys-only pass over FILE in this process (the floor): {floor:.2} s");
 }

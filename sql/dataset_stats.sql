@@ -1,6 +1,8 @@
 -- Dataset statistics: the paper's Figure A1 (Ruoss et al. 2024: histograms
 -- of action-value and state-value win% and the distribution of legal-move
--- counts) and what an analyst asks next. Needs views.sql.
+-- counts) and what an analyst asks next, of the values the variable
+-- label_source chooses (sv_chosen, av_chosen; unset: Stockfish's). Needs
+-- views.sql.
 
 -- @name figure_a1_action_values
 -- Action-value win% in 50 equal buckets of [0, 1] (bucket i holds
@@ -10,7 +12,7 @@ SELECT split,
        round(bucket / 50, 2) AS win_prob_from,
        count(*) AS records,
        round(count(*) / sum(count(*)) OVER (PARTITION BY split), 5) AS share
-FROM action_values
+FROM av_chosen
 GROUP BY 1, 2 ORDER BY 1, 2;
 
 -- @name figure_a1_state_values
@@ -19,7 +21,7 @@ SELECT split,
        round(bucket / 50, 2) AS win_prob_from,
        count(*) AS records,
        round(count(*) / sum(count(*)) OVER (PARTITION BY split), 5) AS share
-FROM state_values
+FROM sv_chosen
 GROUP BY 1, 2 ORDER BY 1, 2;
 
 -- @name figure_a1_legal_moves
@@ -97,10 +99,10 @@ WITH s AS (
            count(*) AS state_values,
            count(*) FILTER (WHERE mate IS NOT NULL) AS sv_mates,
            count(*) FILTER (WHERE kind <> 'search') AS terminal_boards
-    FROM state_values GROUP BY split
+    FROM sv_chosen GROUP BY split
 ), a AS (
     SELECT split, count(*) AS action_values, count(*) FILTER (WHERE mate IS NOT NULL) AS av_mates
-    FROM action_values GROUP BY split
+    FROM av_chosen GROUP BY split
 )
 SELECT s.split,
        s.state_values,
@@ -112,14 +114,15 @@ FROM s LEFT JOIN a USING (split)
 ORDER BY 1;
 
 -- @name annotation_coverage
--- Annotated boards of each split, engine effort, and failures by reason.
+-- Annotated boards of each split, engine effort, and failures by reason
+-- (Stockfish's; sql/label_sources.sql counts the evaluation database's).
 -- (Every state value belongs to a board of its split, so the counts need
 -- no join of boards with state_values.)
 WITH b AS (
     SELECT split, count(*) AS boards FROM boards GROUP BY split
 ), s AS (
     SELECT split, count(*) AS annotated, avg(depth) AS depth, avg(nodes) AS nodes
-    FROM state_values GROUP BY split
+    FROM state_values WHERE source <> 'lichess_evals' GROUP BY split
 ), f AS (
     SELECT split, count(*) AS failures FROM failures GROUP BY split
 )

@@ -5,7 +5,10 @@
 --   state_value        = distinct boards
 --   behavioral_cloning = distinct boards with at least one legal move
 --   action_value       = the legal moves of those boards (rows of legal_moves)
---   state_values, action_values, failures = rows annotated so far
+--   state_values, action_values, failures = rows annotated so far (Stockfish's,
+--                        or imported .bag files')
+--   evals_state_values, evals_action_values = rows from the Lichess evaluation
+--                        database (chessbench annotate --evals: evals-*.parquet)
 --   *_bytes            = Parquet bytes on disk of the table's split
 --
 -- Row counts and sizes come from the Parquet footers (no data is scanned but
@@ -16,6 +19,7 @@
 WITH files AS (
     -- Every committed Parquet file of the run: TABLE/split=NAME/FILE.parquet.
     SELECT regexp_extract(file_name, '([^/]+)/split=([^/]+)/[^/]+$', ['tbl', 'split']) AS p,
+           parse_filename(file_name) LIKE 'evals-%' AS evals,
            num_rows, file_size_bytes
     FROM parquet_file_metadata(getvariable('cb_run') || '/*/split=*/*.parquet')
 ), per_split AS (
@@ -24,8 +28,10 @@ WITH files AS (
            sum(num_rows) FILTER (WHERE p.tbl = 'boards') AS state_value,
            sum(num_rows) FILTER (WHERE p.tbl = 'legal_moves') AS action_value,
            sum(num_rows) FILTER (WHERE p.tbl = 'rejects') AS rejected,
-           sum(num_rows) FILTER (WHERE p.tbl = 'state_values') AS state_values,
-           sum(num_rows) FILTER (WHERE p.tbl = 'action_values') AS action_values,
+           sum(num_rows) FILTER (WHERE p.tbl = 'state_values' AND NOT evals) AS state_values,
+           sum(num_rows) FILTER (WHERE p.tbl = 'action_values' AND NOT evals) AS action_values,
+           sum(num_rows) FILTER (WHERE p.tbl = 'state_values' AND evals) AS evals_state_values,
+           sum(num_rows) FILTER (WHERE p.tbl = 'action_values' AND evals) AS evals_action_values,
            sum(num_rows) FILTER (WHERE p.tbl = 'failures') AS failures,
            sum(file_size_bytes) FILTER (WHERE p.tbl = 'games') AS games_bytes,
            sum(file_size_bytes) FILTER (WHERE p.tbl = 'boards') AS boards_bytes,
@@ -46,6 +52,8 @@ SELECT split,
        coalesce(state_values, 0)::UBIGINT AS state_values,
        coalesce(action_values, 0)::UBIGINT AS action_values,
        coalesce(failures, 0)::UBIGINT AS failures,
+       coalesce(evals_state_values, 0)::UBIGINT AS evals_state_values,
+       coalesce(evals_action_values, 0)::UBIGINT AS evals_action_values,
        coalesce(games_bytes, 0)::UBIGINT AS games_bytes,
        coalesce(boards_bytes, 0)::UBIGINT AS boards_bytes,
        coalesce(legal_moves_bytes, 0)::UBIGINT AS legal_moves_bytes,

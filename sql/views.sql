@@ -93,13 +93,21 @@ CREATE OR REPLACE VIEW legal_moves AS SELECT * FROM query(cb_view_sql('legal_mov
     'NULL::UBIGINT AS board_id, NULL::USMALLINT AS action, NULL::VARCHAR AS uci',
     'not ingested: run `chessbench ingest RUN INPUT` first'));
 
--- The value tables' files are read by column name (files from before the
--- `source` column lack it), and a missing source is Stockfish's.
+-- The value tables' `source` comes from each file's name, which the writers
+-- keep in step with the stored column: `evals-*` the evaluation database,
+-- `part-*` imported .bag files, `chunk-*` Stockfish. Files from before the
+-- stored column existed lack it, so it is never read: a run mixing old and
+-- new files reads as one table, at the cost of a plain scan.
 CREATE OR REPLACE TEMP MACRO cb_values_sql(tbl, n_files, columns, hint) AS
-    'SELECT * REPLACE (coalesce(source, ''stockfish'') AS source) FROM ('
-    || replace(cb_view_sql(tbl, n_files, columns, hint), 'hive_partitioning = true',
-               'hive_partitioning = true, union_by_name = true')
-    || ' UNION ALL BY NAME SELECT NULL::VARCHAR AS source FROM range(0))';
+    CASE
+        WHEN n_files > 0 THEN
+            'SELECT COLUMNS(c -> c NOT IN (''source'', ''filename'')), '
+            || 'CASE WHEN parse_filename(filename) LIKE ''evals-%'' THEN ''lichess_evals'' '
+            || 'WHEN parse_filename(filename) LIKE ''part-%'' THEN ''bag'' ELSE ''stockfish'' END AS source '
+            || 'FROM read_parquet(''' || replace(getvariable('cb_run'), '''', '''''') || '/' || tbl
+            || '/split=*/*.parquet'', hive_partitioning = true, hive_types = {''split'': VARCHAR}, filename = true)'
+        ELSE cb_view_sql(tbl, n_files, columns, hint)
+    END;
 
 CREATE OR REPLACE VIEW state_values AS SELECT * FROM query(cb_values_sql('state_values', getvariable('cb_n_state_values'),
     'NULL::UBIGINT AS board_id, NULL::VARCHAR AS kind, NULL::DOUBLE AS win_prob, NULL::INTEGER AS cp, '

@@ -241,7 +241,8 @@ pub struct AnnotateArgs {
     /// Print the number of searches and the CPU-days they cost, then exit.
     #[arg(long)]
     pub plan: bool,
-    /// Delete the splits' existing annotations and start over.
+    /// Delete the splits' existing annotations and start over: Stockfish's,
+    /// or with --evals the evaluation database's (the other source's stay).
     #[arg(long)]
     pub overwrite: bool,
 }

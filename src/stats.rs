@@ -19,7 +19,8 @@ use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_128;
 
 use crate::store::{
-    RunDir, StoreError, Table, cache::prefetch, commit::RunReader, open_parquet, parquet_files,
+    LabelSource, RunDir, StoreError, Table, cache::prefetch, commit::RunReader, open_parquet,
+    parquet_files,
 };
 
 /// `chessbench stats`'s options (command line only).
@@ -72,10 +73,16 @@ pub struct SplitStats {
     pub behavioral_cloning: u64,
     pub action_value: u64,
     pub rejected: u64,
-    /// Annotated boards (rows of `state_values`; 0 before `annotate`).
+    /// Annotated boards (rows of `state_values` from Stockfish or imported
+    /// `.bag` files; 0 before `annotate`).
     pub state_values: u64,
-    /// Rows of `action_values`.
+    /// Rows of `action_values` from Stockfish or imported `.bag` files.
     pub action_values: u64,
+    /// Boards labelled from the Lichess evaluation database (`annotate
+    /// --evals`: rows of its `evals-*` files of `state_values`).
+    pub evals_state_values: u64,
+    /// Action values from the evaluation database.
+    pub evals_action_values: u64,
     /// Boards the engine could not annotate (rows of `failures`).
     pub failures: u64,
     /// Bytes on disk per table.
@@ -94,17 +101,25 @@ pub struct RunStats {
     pub overlap_passes: Option<u64>,
 }
 
-/// Rows and bytes of a table partition.
-fn rows_and_bytes(dir: &Path) -> Result<(u64, u64), StatsError> {
-    let (mut rows, mut bytes) = (0u64, 0u64);
+/// Rows and bytes of a table partition: rows of the files from the
+/// evaluation database (`evals-*`) apart from the others.
+fn rows_and_bytes(dir: &Path) -> Result<(u64, u64, u64), StatsError> {
+    let (mut rows, mut evals_rows, mut bytes) = (0u64, 0u64, 0u64);
     for path in parquet_files(dir)? {
         let b = open_parquet(&path)?;
-        rows += b.metadata().file_metadata().num_rows() as u64;
+        let n = b.metadata().file_metadata().num_rows() as u64;
+        if LabelSource::LichessEvals
+            .reads_file(path.file_name().and_then(|n| n.to_str()).unwrap_or(""))
+        {
+            evals_rows += n;
+        } else {
+            rows += n;
+        }
         bytes += std::fs::metadata(&path)
             .map_err(|e| StoreError::io(&path, e))?
             .len();
     }
-    Ok((rows, bytes))
+    Ok((rows, evals_rows, bytes))
 }
 
 /// Calls `f` on every batch of one column of a partition.
@@ -455,7 +470,7 @@ pub(crate) fn overlap(
     memory_limit: u64,
 ) -> Result<(Option<f64>, u64), StatsError> {
     let test_dir = partition(run, Table::Boards, test);
-    let (rows, _) = rows_and_bytes(&test_dir)?;
+    let (rows, _, _) = rows_and_bytes(&test_dir)?;
     let test_files = parquet_files(&test_dir)?;
     // Train's files are probed by one thread per core.
     let files = parquet_files(&partition(run, Table::Boards, train))?;
@@ -522,15 +537,15 @@ pub fn run(config: &StatsConfig) -> Result<RunStats, StatsError> {
     for split in splits(run)? {
         let mut s = SplitStats::default();
         for table in Table::ALL {
-            let (rows, bytes) = rows_and_bytes(&partition(run, table, &split))?;
+            let (rows, evals, bytes) = rows_and_bytes(&partition(run, table, &split))?;
             s.bytes.insert(table.name(), bytes);
             match table {
                 Table::Games => s.games = rows,
                 Table::Boards => s.state_value = rows,
                 Table::LegalMoves => s.action_value = rows,
                 Table::Rejects => s.rejected = rows,
-                Table::StateValues => s.state_values = rows,
-                Table::ActionValues => s.action_values = rows,
+                Table::StateValues => (s.state_values, s.evals_state_values) = (rows, evals),
+                Table::ActionValues => (s.action_values, s.evals_action_values) = (rows, evals),
                 Table::Failures => s.failures = rows,
             }
         }
@@ -627,7 +642,7 @@ fn render(stats: &RunStats) -> String {
     if stats
         .splits
         .values()
-        .any(|s| s.state_values + s.failures > 0)
+        .any(|s| s.state_values + s.failures + s.evals_state_values > 0)
     {
         out.push_str(&format!(
             "\n{:<12} {:>14} {:>16} {:>10} {:>10}\n",
@@ -640,7 +655,21 @@ fn render(stats: &RunStats) -> String {
                 format!("{}/{}", group(s.state_values), group(s.state_value)),
                 group(s.action_values),
                 group(s.failures),
-                per_record(s, "action_values", s.action_values),
+                per_record(s, "action_values", s.action_values + s.evals_action_values),
+            ));
+        }
+    }
+    if stats.splits.values().any(|s| s.evals_state_values > 0) {
+        out.push_str(&format!(
+            "\n{:<12} {:>14} {:>16}   (chessbench sql RUN label_sources)\n",
+            "evals db", "state_values", "action_values"
+        ));
+        for (name, s) in &stats.splits {
+            out.push_str(&format!(
+                "{:<12} {:>14} {:>16}\n",
+                name,
+                format!("{}/{}", group(s.evals_state_values), group(s.state_value)),
+                group(s.evals_action_values),
             ));
         }
     }

@@ -461,7 +461,7 @@ impl Phase {
 }
 
 /// A key's hash, as the index keeps it.
-fn key_hash(key: &str) -> u128 {
+pub(crate) fn key_hash(key: &str) -> u128 {
     xxh3_128(key.as_bytes())
 }
 

@@ -304,8 +304,8 @@ pub struct AnnotateConfig {
     /// Where the shard came from (`--shard`, Slurm, Kubernetes, unsharded).
     pub shard_source: &'static str,
     pub progress: bool,
-    /// Delete the splits' existing annotations first (with `evals`, only
-    /// those from the evaluation database).
+    /// Delete the splits' existing annotations from this source first
+    /// (Stockfish's, or with `evals` the evaluation database's).
     pub overwrite: bool,
     /// Label from this evaluation database file instead of searching.
     pub evals: Option<PathBuf>,

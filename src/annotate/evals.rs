@@ -90,6 +90,10 @@ pub struct EvalsSummary {
     /// The first line rejected for each reason, with why.
     pub first_rejects: BTreeMap<&'static str, (u64, String)>,
     pub seconds: f64,
+    /// Of which reading the file (index built, lines read and labelled).
+    pub read_seconds: f64,
+    /// And writing and committing the chunks.
+    pub commit_seconds: f64,
     pub splits: Vec<(String, EvalsSplit)>,
 }
 
@@ -227,6 +231,7 @@ pub fn run(config: &AnnotateConfig) -> Result<EvalsSummary, AnnotateError> {
     );
     bar.enable_steady_tick(Duration::from_millis(250));
     for (number, chunks_of_pass) in plan.iter().enumerate() {
+        let reading = Instant::now();
         let pass = read_pass(
             config,
             &file,
@@ -244,6 +249,8 @@ pub fn run(config: &AnnotateConfig) -> Result<EvalsSummary, AnnotateError> {
                 ));
             },
         )?;
+        summary.read_seconds += reading.elapsed().as_secs_f64();
+        let committing = Instant::now();
         for &(s, chunk) in chunks_of_pass {
             let (first, end) =
                 super::pool::chunk_range(chunk, config.chunk_boards, pending[s].boards);
@@ -269,6 +276,7 @@ pub fn run(config: &AnnotateConfig) -> Result<EvalsSummary, AnnotateError> {
             split.boards_labelled += entry.state_values;
             split.action_values += entry.action_values;
         }
+        summary.commit_seconds += committing.elapsed().as_secs_f64();
     }
     bar.finish_and_clear();
     summary.passes = plan.len() as u64;
@@ -349,7 +357,7 @@ fn read_pass(
                 }
             };
             // A position the file repeats labels its boards once: the first.
-            if !seen.insert(key.to_owned()) {
+            if !seen.insert(cloud::key_hash(key)) {
                 return;
             }
             let at = out.labels.len() as u32;
@@ -594,11 +602,13 @@ impl Report for EvalsSummary {
         let actions: u64 = self.splits.iter().map(|s| s.1.action_values).sum();
         writeln!(
             out,
-            "labelled {} boards with {} action values from {} in {:.1} s ({} pass{}: {} lines, {} positions, {} wanted, {} rejected)",
+            "labelled {} boards with {} action values from {} in {:.1} s (reading {:.1} s, committing {:.1} s; {} pass{}: {} lines, {} positions, {} wanted, {} rejected)",
             group(labelled),
             group(actions),
             self.file.display(),
             self.seconds,
+            self.read_seconds,
+            self.commit_seconds,
             self.passes,
             if self.passes == 1 { "" } else { "es" },
             group(r.lines),

@@ -116,6 +116,9 @@ pub struct SplitSummary {
     pub boards_annotated: u64,
     pub action_values: u64,
     pub failures: u64,
+    /// Boards of this shard's pending chunks not searched because the
+    /// evaluation database labels them (`--only-missing`).
+    pub left_to_evals: u64,
 }
 
 /// What a run did.
@@ -340,7 +343,14 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
     let mut summaries = Vec::new();
     for (name, n) in &scope {
         if config.overwrite {
-            store_chunks::remove_split(&config.run, name)?;
+            // Stockfish's chunks and settings only: the evaluation
+            // database's labels stay (`annotate --evals --overwrite` redoes
+            // those).
+            store_chunks::remove_stem(&config.run, name, Stem::Search)?;
+            let settings = store_chunks::entries_dir(&config.run, name).join("settings.json");
+            if settings.exists() {
+                std::fs::remove_file(&settings).map_err(|e| StoreError::io(&settings, e))?;
+            }
         }
         check_settings(config, &manifest, name)?;
         let done =
@@ -360,16 +370,26 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
                 ..SplitSummary::default()
             },
         ));
+        let skip = if config.only_missing {
+            store_chunks::labelled_boards(&config.run, name)?
+        } else {
+            Vec::new()
+        };
+        if let Some(last) = summaries.last_mut() {
+            last.1.left_to_evals = todo
+                .iter()
+                .map(|&c| {
+                    let (a, b) = pool::chunk_range(c, config.chunk_boards, *n);
+                    pool::skipped(&skip, a, b)
+                })
+                .sum();
+        }
         work.push(SplitWork {
             name: name.clone(),
             boards_dir: config.run.join(partition_dir(Table::Boards, name)),
             boards: *n,
             chunks: todo,
-            skip: if config.only_missing {
-                store_chunks::labelled_boards(&config.run, name)?
-            } else {
-                Vec::new()
-            },
+            skip,
         });
     }
     let pending_boards: u64 = work
@@ -552,7 +572,7 @@ impl Report for Summary {
         for (name, s) in &summary.splits {
             writeln!(
                 out,
-                "  {name}: {} boards in scope, {} chunks ({} of this shard: {} done before, {} now); {} state values, {} action values, {} failures written now",
+                "  {name}: {} boards in scope, {} chunks ({} of this shard: {} done before, {} now); {} state values, {} action values, {} failures written now{}",
                 group(s.boards_in_scope),
                 group(s.chunks_total),
                 group(s.chunks_of_shard),
@@ -561,6 +581,14 @@ impl Report for Summary {
                 group(s.boards_annotated),
                 group(s.action_values),
                 group(s.failures),
+                if s.left_to_evals > 0 {
+                    format!(
+                        "; {} boards left to the evaluation database",
+                        group(s.left_to_evals)
+                    )
+                } else {
+                    String::new()
+                },
             )?;
         }
         writeln!(

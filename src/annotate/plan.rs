@@ -40,6 +40,9 @@ pub struct SplitPlan {
     pub boards: u64,
     pub terminal_boards: u64,
     pub legal_moves: u64,
+    /// Boards left out because the evaluation database labels them
+    /// (`--only-missing`); the other counts leave them out too.
+    pub left_to_evals: u64,
     pub searches: u64,
 }
 
@@ -68,10 +71,12 @@ pub struct Plan {
 /// Terminal boards, legal moves, and a calibration sample of (FEN, moves).
 type BoardsStats = (u64, u64, Vec<(String, u8)>);
 
+/// The boards `0..n` of a split, but those in the sorted `skip`.
 fn boards_stats(
     config: &AnnotateConfig,
     split: &str,
     n: u64,
+    skip: &[u64],
 ) -> Result<BoardsStats, AnnotateError> {
     let dir = config.run.join(partition_dir(Table::Boards, split));
     let (mut terminal, mut moves) = (0u64, 0u64);
@@ -108,6 +113,9 @@ fn boards_stats(
                     break;
                 }
                 seen += 1;
+                if skip.binary_search(&(seen - 1)).is_ok() {
+                    continue;
+                }
                 let c = counts.value(i);
                 if c == 0 {
                     terminal += 1;
@@ -133,11 +141,17 @@ pub fn plan(config: &AnnotateConfig) -> Result<Plan, AnnotateError> {
     let mut splits = Vec::new();
     let mut sample = Vec::new();
     for (name, n) in scope {
-        let (terminal, legal_moves, s) = boards_stats(config, &name, n)?;
+        let skip = if config.only_missing {
+            crate::store::chunks::labelled_boards(&config.run, &name)?
+        } else {
+            Vec::new()
+        };
+        let left_to_evals = super::pool::skipped(&skip, 0, n);
+        let (terminal, legal_moves, s) = boards_stats(config, &name, n, &skip)?;
         if sample.is_empty() {
             sample = s;
         }
-        let nonterminal = n - terminal;
+        let nonterminal = n - left_to_evals - terminal;
         let searches = match config.mode {
             Mode::PerMove => nonterminal + legal_moves,
             Mode::Multipv => nonterminal,
@@ -147,6 +161,7 @@ pub fn plan(config: &AnnotateConfig) -> Result<Plan, AnnotateError> {
             boards: n,
             terminal_boards: terminal,
             legal_moves,
+            left_to_evals,
             searches,
         });
     }
@@ -231,11 +246,19 @@ impl Report for Plan {
             p.shards
         )?;
         for s in &p.splits {
+            let left = if s.left_to_evals > 0 {
+                format!(
+                    " ({} more labelled by the evaluation database, not searched)",
+                    group(s.left_to_evals)
+                )
+            } else {
+                String::new()
+            };
             writeln!(
                 out,
-                "  {}: {} boards ({} terminal), {} legal moves -> {} searches",
+                "  {}: {} boards ({} terminal), {} legal moves -> {} searches{left}",
                 s.split,
-                group(s.boards),
+                group(s.boards - s.left_to_evals),
                 group(s.terminal_boards),
                 group(s.legal_moves),
                 group(s.searches)

@@ -380,7 +380,7 @@ impl Session {
     /// splits with some but not all boards annotated.
     pub(crate) fn partial_annotation(&self) -> Result<Vec<(String, u64, u64, u64)>, SqlError> {
         let sql = "WITH b AS (SELECT split, count(*) AS n FROM boards GROUP BY split), \
-                   s AS (SELECT split, count(*) AS n FROM state_values GROUP BY split), \
+                   s AS (SELECT split, count(*) AS n FROM sv_chosen GROUP BY split), \
                    f AS (SELECT split, count(*) AS n FROM failures GROUP BY split) \
                    SELECT b.split, b.n, coalesce(s.n, 0), coalesce(f.n, 0) FROM b \
                    LEFT JOIN s USING (split) LEFT JOIN f USING (split) \

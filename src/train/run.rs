@@ -46,6 +46,7 @@ use crate::{
         checkpoint::{latest, load_module, read_state},
         tokens_tensor, tune_allocator,
     },
+    store::LabelSource,
     ui::{Report, group},
 };
 
@@ -309,10 +310,21 @@ fn eval_set(config: &TrainConfig, split: &str) -> Result<EvalSet, TrainError> {
         seen += batch.len();
     }
     drop(marginal);
-    let mut loader = Loader::new(
-        data_config(config, split, 1, EVAL_SEED),
-        Position::default(),
-    )?;
+    // Held-out records carry Stockfish's values whatever the training
+    // labels are, so every label source is scored against the same
+    // reference; a split only the evaluation database labels is scored on
+    // its labels.
+    let reference = DataConfig {
+        label_source: LabelSource::Stockfish,
+        ..data_config(config, split, 1, EVAL_SEED)
+    };
+    let mut loader = match Loader::new(reference, Position::default()) {
+        Err(DataError::Empty { .. }) => Loader::new(
+            data_config(config, split, 1, EVAL_SEED),
+            Position::default(),
+        )?,
+        other => other?,
+    };
     let n = config.eval_records.min(loader.records() as usize).max(1);
     let mut set = EvalSet {
         split: split.to_owned(),

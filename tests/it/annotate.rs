@@ -843,12 +843,58 @@ fn evals_label_the_covered_boards_and_stockfish_fills_the_rest() {
     let again = annotate(&run, &["--evals", file, "--chunk-boards", "32"]);
     assert_eq!(again["splits"][0][1]["chunks_committed"], 0, "{again}");
     assert_eq!(state_values(&run).len(), covered.len());
+    let stats = util::stats_json(&run);
+    assert_eq!(
+        stats["splits"]["train"]["evals_state_values"],
+        covered.len() as u64
+    );
+    assert_eq!(stats["splits"]["train"]["state_values"], 0);
 
-    // Stockfish fills the boards the database left, and only those.
+    // Within a memory limit that holds a few chunks a pass: many passes
+    // over the file, the same rows.
+    let passes_run = fresh_run(&dir, "evals-passes");
+    let many = annotate(
+        &passes_run,
+        &[
+            "--evals",
+            file,
+            "--chunk-boards",
+            "32",
+            "--memory-limit",
+            "256KiB",
+        ],
+    );
+    assert!(many["passes"].as_u64().unwrap() > 10, "{many}");
+    assert_eq!(state_values(&passes_run), values);
+    assert_eq!(action_values(&passes_run), actions);
+    // Another file is refused until --overwrite.
+    let other = dir.path().join("other.jsonl.zst");
+    std::fs::copy(&path, &other).unwrap();
+    let o = util::run(&[
+        "annotate",
+        passes_run.to_str().unwrap(),
+        "--evals",
+        other.to_str().unwrap(),
+        "--chunk-boards",
+        "32",
+    ]);
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--overwrite"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    // Stockfish fills the boards the database left, and only those; its
+    // plan counts only those.
     let mut args = SMALL.to_vec();
     args.extend(["--only-missing", "true"]);
-    let sf = annotate(&run, &args);
     let below = covered.iter().filter(|&&id| id < 192).count() as u64;
+    let mut plan_args = args.clone();
+    plan_args.push("--plan");
+    let plan = annotate(&run, &plan_args);
+    assert_eq!(plan["splits"][0]["left_to_evals"], below, "{plan}");
+    let sf = annotate(&run, &args);
+    assert_eq!(sf["splits"][0][1]["left_to_evals"], below, "{sf}");
     assert_eq!(sf["splits"][0][1]["boards_annotated"], 192 - below, "{sf}");
     let mut sources: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     for b in read_table(&run, "state_values", "train") {
@@ -869,6 +915,15 @@ fn evals_label_the_covered_boards_and_stockfish_fills_the_rest() {
         };
         assert_eq!(sources[&id], [want], "board {id}");
     }
+
+    // Starting Stockfish's annotation over keeps the database's labels.
+    let mut over = args.clone();
+    over.push("--overwrite");
+    annotate(&run, &over);
+    assert_eq!(
+        util::stats_json(&run)["splits"]["train"]["evals_state_values"],
+        covered.len() as u64
+    );
 
     // SQL: each source's coverage, and the `both` choice of the records.
     let o = util::run(&[
@@ -920,4 +975,99 @@ fn evals_label_the_covered_boards_and_stockfish_fills_the_rest() {
         (192 - below) + covered.len() as u64,
         "{exported}"
     );
+}
+
+/// Value files written before the `source` column existed read as
+/// Stockfish's beside new files that have it, in every view: a run
+/// annotated by an older chessbench can take the evaluation database's
+/// labels.
+#[test]
+fn value_files_without_a_source_column_read_as_stockfish() {
+    use std::sync::Arc;
+
+    use parquet::arrow::{ArrowWriter, arrow_reader::ParquetRecordBatchReaderBuilder};
+
+    if !have_stockfish() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = fresh_run(&dir, "old");
+    annotate(&run, &SMALL);
+    // Chunk 0 as an older chessbench wrote it: no `source`.
+    for table in ["state_values", "action_values"] {
+        let path = run.join(table).join("split=train/chunk-00000000.parquet");
+        let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        let batches: Vec<_> = reader.map(Result::unwrap).collect();
+        let keep: Vec<usize> = (0..batches[0].num_columns())
+            .filter(|&i| batches[0].schema().field(i).name() != "source")
+            .collect();
+        let schema = Arc::new(batches[0].schema().project(&keep).unwrap());
+        let mut w =
+            ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, None).unwrap();
+        for b in &batches {
+            w.write(&b.project(&keep).unwrap()).unwrap();
+        }
+        w.close().unwrap();
+    }
+    let evals = dir.path().join("one.jsonl");
+    let fen = util::strings(&read_table(&run, "boards", "train"), "fen")[0]
+        .clone()
+        .unwrap();
+    let key = fen.split(' ').take(4).collect::<Vec<_>>().join(" ");
+    // The first board's best move by the run's own value, as one variation.
+    let best = state_values(&run)[&0].2.unwrap();
+    let uci = util::strings(&read_table(&run, "legal_moves", "train"), "uci");
+    let actions = util::u16s(&read_table(&run, "legal_moves", "train"), "action");
+    let ids = util::u64s(&read_table(&run, "legal_moves", "train"), "board_id");
+    let line = (0..ids.len())
+        .find(|&i| ids[i] == 0 && actions[i] == best)
+        .map(|i| uci[i].clone().unwrap())
+        .unwrap();
+    std::fs::write(
+        &evals,
+        serde_json::json!({"fen": key, "evals": [{"pvs": [{"cp": 20, "line": line}], "knodes": 50, "depth": 30}]})
+            .to_string()
+            + "\n",
+    )
+    .unwrap();
+    annotate(&run, &["--evals", evals.to_str().unwrap()]);
+    let o = util::run(&[
+        "sql",
+        run.to_str().unwrap(),
+        "-e",
+        "SELECT source, count(*) AS n FROM state_values GROUP BY ALL ORDER BY ALL",
+        "--format",
+        "json",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rows[0]["source"], "lichess_evals", "{rows}");
+    assert!(rows[0]["n"].as_u64().unwrap() >= 1, "{rows}");
+    assert_eq!(rows[1]["source"], "stockfish", "{rows}");
+    assert_eq!(rows[1]["n"], 192, "{rows}");
+    let agreement = util::run(&[
+        "sql",
+        run.to_str().unwrap(),
+        "label_sources",
+        "--only",
+        "label_source_agreement",
+        "--format",
+        "json",
+        "--quiet",
+    ]);
+    assert!(agreement.status.success());
+    let rows: serde_json::Value = serde_json::from_slice(&agreement.stdout).unwrap();
+    let all = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["phase"] == "all")
+        .unwrap();
+    assert!(all["boards_both"].as_u64().unwrap() >= 1, "{rows}");
+    // Board 0's variation begins with Stockfish's own best move.
+    assert!(all["same_best_move"].as_f64().unwrap() > 0.0, "{rows}");
 }

@@ -101,9 +101,9 @@ CREATE OR REPLACE VIEW legal_moves AS SELECT * FROM query(cb_view_sql('legal_mov
 CREATE OR REPLACE TEMP MACRO cb_values_sql(tbl, n_files, columns, hint) AS
     CASE
         WHEN n_files > 0 THEN
-            'SELECT COLUMNS(c -> c NOT IN (''source'', ''filename'')), '
+            'SELECT COLUMNS(c -> c NOT IN (''source'', ''filename'', ''split'')), '
             || 'CASE WHEN parse_filename(filename) LIKE ''evals-%'' THEN ''lichess_evals'' '
-            || 'WHEN parse_filename(filename) LIKE ''part-%'' THEN ''bag'' ELSE ''stockfish'' END AS source '
+            || 'WHEN parse_filename(filename) LIKE ''part-%'' THEN ''bag'' ELSE ''stockfish'' END AS source, split '
             || 'FROM read_parquet(''' || replace(getvariable('cb_run'), '''', '''''') || '/' || tbl
             || '/split=*/*.parquet'', hive_partitioning = true, hive_types = {''split'': VARCHAR}, filename = true)'
         ELSE cb_view_sql(tbl, n_files, columns, hint)

@@ -41,7 +41,10 @@ use crate::{
         commit::{MANIFEST, RunDir, partition_dir},
         unix_now,
     },
-    uci_client::{Score, oracle::win_probability},
+    uci_client::{
+        Score,
+        oracle::{self, Eval, win_probability},
+    },
     ui::{Report, group},
 };
 
@@ -123,7 +126,7 @@ fn check_settings(
                 });
             }
             if existing != now {
-                return Err(AnnotateError::SettingsChanged {
+                return Err(AnnotateError::EvalsSettingsChanged {
                     split: split.to_owned(),
                     existing: existing.to_string(),
                     now: now.to_string(),
@@ -179,14 +182,32 @@ pub fn run(config: &AnnotateConfig) -> Result<EvalsSummary, AnnotateError> {
         format: Some(format),
         ..EvalsSummary::default()
     };
+    if config.overwrite {
+        // Checked before anything is deleted: labels that Stockfish relied
+        // on, and a second pass standard input cannot give.
+        for (name, _) in &scope {
+            if left_to_evals(config, name)? {
+                return Err(AnnotateError::EvalsRelied(name.clone()));
+            }
+        }
+        let all: Vec<Pending> = scope
+            .iter()
+            .map(|(name, n)| Pending {
+                name: name.clone(),
+                boards: *n,
+                chunks: (0..n.div_ceil(config.chunk_boards)).collect(),
+            })
+            .collect();
+        one_pass_if_stdin(config, &file, &all)?;
+    }
     let mut pending = Vec::new();
     for (name, n) in &scope {
         if config.overwrite {
-            chunks::remove_stem(&config.run, name, Stem::Evals)?;
             let settings = chunks::entries_dir(&config.run, name).join("evals-settings.json");
             if settings.exists() {
                 std::fs::remove_file(&settings).map_err(|e| StoreError::io(&settings, e))?;
             }
+            chunks::remove_stem(&config.run, name, Stem::Evals)?;
         }
         check_settings(config, &manifest, name, &file)?;
         let done = chunks::recover(&config.run, name, Stem::Evals, (0, 1))?;
@@ -207,22 +228,7 @@ pub fn run(config: &AnnotateConfig) -> Result<EvalsSummary, AnnotateError> {
             chunks: todo,
         });
     }
-    let plan = passes(
-        &pending,
-        config.chunk_boards,
-        (config.memory_limit / 2).max(1),
-    );
-    if plan.len() > 1 && file == Path::new("-") {
-        let boards = pending
-            .iter()
-            .map(|p| p.chunks.len() as u64 * config.chunk_boards)
-            .sum();
-        return Err(CloudError::OnePass {
-            boards,
-            passes: plan.len() as u64,
-        }
-        .into());
-    }
+    let plan = one_pass_if_stdin(config, &file, &pending)?;
     let names: Vec<String> = pending.iter().map(|p| p.name.clone()).collect();
     let bar = crate::ui::bar(
         config.progress,
@@ -282,6 +288,49 @@ pub fn run(config: &AnnotateConfig) -> Result<EvalsSummary, AnnotateError> {
     summary.passes = plan.len() as u64;
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
+}
+
+/// The passes over the file that `pending` takes; more than one is an
+/// error for standard input, which can be read once.
+fn one_pass_if_stdin(
+    config: &AnnotateConfig,
+    file: &Path,
+    pending: &[Pending],
+) -> Result<Vec<Vec<(usize, u64)>>, AnnotateError> {
+    let plan = passes(
+        pending,
+        config.chunk_boards,
+        (config.memory_limit / 2).max(1),
+    );
+    if plan.len() > 1 && file == Path::new("-") {
+        let boards = pending
+            .iter()
+            .map(|p| p.chunks.len() as u64 * config.chunk_boards)
+            .sum();
+        return Err(CloudError::OnePass {
+            boards,
+            passes: plan.len() as u64,
+        }
+        .into());
+    }
+    Ok(plan)
+}
+
+/// Whether Stockfish's annotation of the split left boards to these labels
+/// (`--only-missing`) in chunks it has committed: replacing the labels
+/// would leave those boards without a value.
+fn left_to_evals(config: &AnnotateConfig, split: &str) -> Result<bool, AnnotateError> {
+    let path = chunks::entries_dir(&config.run, split).join("settings.json");
+    let only_missing = match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            serde_json::from_str::<serde_json::Value>(&text)
+                .map_err(|e| StoreError::Corrupt(path.clone(), e.to_string()))?["settings"]["only_missing"]
+                == true
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(StoreError::io(&path, e).into()),
+    };
+    Ok(only_missing && !chunks::committed(&config.run, split, Stem::Search)?.is_empty())
 }
 
 /// One pass's labels: the distinct labels read, and per split the boards
@@ -394,17 +443,30 @@ fn score(s: SideScore) -> (Option<i32>, Option<i32>, f64) {
     }
 }
 
-/// The move a position's labels rank best: the highest win probability,
-/// the first action on ties.
+/// The move a position's labels rank best, as Stockfish's annotation
+/// ranks them ([`oracle::best_action`]): the highest win probability, then
+/// the faster mate, then the lowest action.
 fn best_action(l: &CloudLabels) -> Option<u16> {
-    let mut best: Option<(u16, f64)> = None;
-    for &(action, s) in &l.actions {
-        let p = score(s).2;
-        if best.is_none_or(|(_, b)| p > b) {
-            best = Some((action, p));
-        }
-    }
-    best.map(|b| b.0)
+    let evals: Vec<(u16, Eval)> = l
+        .actions
+        .iter()
+        .map(|&(action, s)| {
+            let score = match s {
+                (Some(cp), _) => Some(Score::Cp(cp)),
+                (None, Some(m)) => Some(Score::Mate(m)),
+                (None, None) => None,
+            };
+            let eval = Eval {
+                score,
+                win_prob: self::score(s).2,
+                depth: None,
+                nodes: None,
+                time_ms: None,
+            };
+            (action, eval)
+        })
+        .collect();
+    oracle::best_action(&evals)
 }
 
 /// A chunk's value columns being gathered (`best_action` for state
@@ -685,5 +747,15 @@ mod tests {
         };
         assert_eq!(best_action(&l), Some(7));
         assert_eq!(score((None, Some(-2))).2, 0.0);
+        // Equal win probabilities: the faster mate, then the lower action.
+        let mates = CloudLabels {
+            actions: vec![
+                (5, (None, Some(5))),
+                (7, (None, Some(1))),
+                (9, (None, Some(1))),
+            ],
+            ..l
+        };
+        assert_eq!(best_action(&mates), Some(7));
     }
 }

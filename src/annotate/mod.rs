@@ -101,6 +101,18 @@ pub enum AnnotateError {
         "annotate --evals reads the whole evaluation database for every board at once; run it unsharded, not as shard {0}"
     )]
     EvalsSharded(String),
+    #[error(
+        "split {split}: its evaluation-database labels came from another file or settings ({existing}); now: {now}. Give the same file and settings to resume, or pass --overwrite to replace those labels (Stockfish's values stay)"
+    )]
+    EvalsSettingsChanged {
+        split: String,
+        existing: String,
+        now: String,
+    },
+    #[error(
+        "split {0}: Stockfish's annotation left the boards these labels cover to them (--only-missing); replacing the labels would leave those boards without values. Start Stockfish's annotation over first, searching every board (`annotate --overwrite` without --only-missing), or give the same file to resume"
+    )]
+    EvalsRelied(String),
     #[error(transparent)]
     Cloud(#[from] cloud::CloudError),
 }
@@ -159,13 +171,16 @@ pub(crate) fn scope(
     if manifest.splits.is_empty() {
         return Err(AnnotateError::NoSplits(config.run.clone()));
     }
+    // Splits imported from ChessBench .bag files already carry their
+    // values: Stockfish does not search them again, while the evaluation
+    // database may label them beside the imported values.
     let imported = |name: &str| {
-        manifest
-            .splits
-            .get(name)
-            .is_some_and(|s| s.import.is_some())
+        config.evals.is_none()
+            && manifest
+                .splits
+                .get(name)
+                .is_some_and(|s| s.import.is_some())
     };
-    // Splits imported from ChessBench .bag files already carry their values.
     let names: Vec<String> = match &config.splits {
         Some(s) => s.clone(),
         None => manifest
@@ -371,6 +386,10 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
             },
         ));
         let skip = if config.only_missing {
+            // Under the evaluation database's lock, with its interrupted
+            // commits completed: the boards it labels, all of them.
+            let _evals = lock(config, ".evals.lock", "--evals".into())?;
+            store_chunks::recover(&config.run, name, Stem::Evals, (0, 1))?;
             store_chunks::labelled_boards(&config.run, name)?
         } else {
             Vec::new()

@@ -236,15 +236,24 @@ pub(crate) fn remove_split(run: &Path, split: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Deletes the committed chunks of one stem of a split, files and entries
-/// (the chunks of the other stem stay).
+/// Deletes the committed chunks of one stem of a split, entries and files
+/// (the chunks of the other stem stay). Entries go first: a crash between
+/// leaves files without entries, which [`recover`] deletes, never entries
+/// without their files.
 pub(crate) fn remove_stem(run: &Path, split: &str, stem: Stem) -> Result<(), StoreError> {
+    for chunk in committed(run, split, stem)? {
+        let path = entry_path(run, split, stem, chunk);
+        fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
+    }
     for table in Table::ANNOTATE {
         let dir = run.join(partition_dir(table, split));
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(StoreError::io(&dir, e)),
         };
-        for entry in entries.flatten() {
+        for entry in entries {
+            let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
             if entry
                 .file_name()
                 .to_str()
@@ -253,10 +262,6 @@ pub(crate) fn remove_stem(run: &Path, split: &str, stem: Stem) -> Result<(), Sto
                 fs::remove_file(entry.path()).map_err(|e| StoreError::io(&entry.path(), e))?;
             }
         }
-    }
-    for chunk in committed(run, split, stem)? {
-        let path = entry_path(run, split, stem, chunk);
-        fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
     }
     Ok(())
 }

@@ -614,6 +614,10 @@ impl Loader {
             win_prob: Vec::with_capacity(n),
             position: Position::default(),
         };
+        // Windows in a row without a record: a whole epoch of them means
+        // no unit has one (every row skipped), and waiting would never end.
+        let mut empty = 0u64;
+        let per_epoch = sampler::windows_per_epoch(self.shared.units.len(), self.config.window);
         while batch.len() < n {
             if self
                 .current
@@ -628,6 +632,19 @@ impl Loader {
                     .recv()
                     .map_err(|_| DataError::Worker("loader thread ended".into()))??;
                 self.next_worker = (self.next_worker + 1) % self.receivers.len();
+                empty = if window.target.is_empty() {
+                    empty + 1
+                } else {
+                    0
+                };
+                if empty > per_epoch {
+                    return Err(DataError::Empty {
+                        run: self.config.run.clone(),
+                        split: self.config.split.clone(),
+                        table: value_table(self.config.policy).name(),
+                        label_source: self.config.label_source.name(),
+                    });
+                }
                 self.current = Some(window);
                 continue;
             }

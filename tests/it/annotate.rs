@@ -925,6 +925,27 @@ fn evals_label_the_covered_boards_and_stockfish_fills_the_rest() {
         covered.len() as u64
     );
 
+    // Replacing the labels Stockfish left those boards to is refused, and
+    // deletes nothing.
+    let o = util::run(&[
+        "annotate",
+        run.to_str().unwrap(),
+        "--evals",
+        file,
+        "--chunk-boards",
+        "32",
+        "--overwrite",
+    ]);
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--only-missing"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        util::stats_json(&run)["splits"]["train"]["evals_state_values"],
+        covered.len() as u64
+    );
+
     // SQL: each source's coverage, and the `both` choice of the records.
     let o = util::run(&[
         "sql",

@@ -22,8 +22,7 @@ use std::{
 };
 
 use arrow_array::{
-    ArrayRef, Float64Array, Int32Array, RecordBatch, StringArray, UInt16Array, UInt32Array,
-    UInt64Array,
+    ArrayRef, Float64Array, Int32Array, StringArray, UInt16Array, UInt32Array, UInt64Array,
 };
 use serde::Serialize;
 
@@ -38,7 +37,7 @@ use crate::{
     store::{
         Manifest, StoreError, Table, ValueSource,
         chunks::{self, Stem},
-        commit::{MANIFEST, RunDir, partition_dir},
+        commit::{MANIFEST, RunDir},
         unix_now,
     },
     uci_client::{
@@ -549,28 +548,11 @@ fn commit_chunk(
         Arc::new(UInt32Array::new_null(m)),
         source.column(m),
     ];
-    let mut tables = Vec::new();
-    let written = [
+    let columns = vec![
         (Table::StateValues, sv_columns),
         (Table::ActionValues, av_columns),
-    ]
-    .into_iter()
-    .try_for_each(|(table, columns)| {
-        let batch = RecordBatch::try_new(table.schema(), columns).map_err(|e| {
-            StoreError::Corrupt(run.join(partition_dir(table, split)), e.to_string())
-        })?;
-        if batch.num_rows() == 0 && table == Table::ActionValues {
-            return Ok(());
-        }
-        chunks::write_table(run, split, Stem::Evals, chunk, table, &batch)?;
-        tables.push(table);
-        Ok(())
-    });
-    if let Err(e) = written {
-        chunks::discard(run, split, Stem::Evals, chunk);
-        return Err(e);
-    }
-    let entry = EvalsEntry {
+    ];
+    chunks::write_chunk(run, split, Stem::Evals, chunk, columns, |_| EvalsEntry {
         chunk,
         first_board,
         boards,
@@ -578,9 +560,7 @@ fn commit_chunk(
         action_values: m as u64,
         file: file.display().to_string(),
         finished_at: unix_now(),
-    };
-    chunks::commit(run, split, Stem::Evals, chunk, &entry, &tables)?;
-    Ok(entry)
+    })
 }
 
 /// `annotate --evals FILE --plan`: how much of the run's splits the file

@@ -6,8 +6,7 @@
 use std::{path::Path, sync::Arc};
 
 use arrow_array::{
-    ArrayRef, Float64Array, Int32Array, RecordBatch, StringArray, UInt16Array, UInt32Array,
-    UInt64Array,
+    ArrayRef, Float64Array, Int32Array, StringArray, UInt16Array, UInt32Array, UInt64Array,
 };
 use serde::{Deserialize, Serialize};
 
@@ -15,7 +14,6 @@ use crate::{
     store::{
         StoreError, Table, ValueSource,
         chunks::{self, Stem},
-        commit::partition_dir,
         unix_now,
     },
     uci_client::oracle::{Annotated, Eval},
@@ -95,47 +93,29 @@ pub(crate) fn commit_chunk(
             Outcome::Failed(f) => fail.push(*board_id, f),
         }
     }
-    let batches = [
-        (Table::StateValues, sv.len(), sv.finish()),
-        (Table::ActionValues, av.len(), av.finish()),
-        (Table::Failures, fail.len(), fail.finish()),
+    let counts = [sv.len(), av.len(), fail.len()];
+    let columns = vec![
+        (Table::StateValues, sv.finish()),
+        (Table::ActionValues, av.finish()),
+        (Table::Failures, fail.finish()),
     ];
-    let counts = [batches[0].1, batches[1].1, batches[2].1];
-    let mut tables = Vec::new();
-    let written = batches.into_iter().try_for_each(|(table, rows, columns)| {
-        if rows == 0 && table != Table::StateValues {
-            return Ok(());
+    chunks::write_chunk(run, split, Stem::Search, chunk, columns, |tables| {
+        ChunkEntry {
+            chunk,
+            first_board,
+            boards: boards.len() as u64,
+            state_values: counts[0] as u64,
+            action_values: counts[1] as u64,
+            failures: counts[2] as u64,
+            searches: work.searches,
+            search_seconds: work.search_seconds,
+            fallbacks: work.fallbacks,
+            tables: tables.to_vec(),
+            engine: by.engine.to_owned(),
+            shard: by.shard.to_owned(),
+            finished_at: unix_now(),
         }
-        let batch = RecordBatch::try_new(table.schema(), columns).map_err(|e| {
-            StoreError::Corrupt(run.join(partition_dir(table, split)), e.to_string())
-        })?;
-        chunks::write_table(run, split, Stem::Search, chunk, table, &batch)?;
-        tables.push(table);
-        Ok(())
-    });
-    if let Err(e) = written {
-        // Before the commit point: nothing of this chunk stays (on a full
-        // disk its files' room is freed; a resume annotates it again).
-        chunks::discard(run, split, Stem::Search, chunk);
-        return Err(e);
-    }
-    let entry = ChunkEntry {
-        chunk,
-        first_board,
-        boards: boards.len() as u64,
-        state_values: counts[0] as u64,
-        action_values: counts[1] as u64,
-        failures: counts[2] as u64,
-        searches: work.searches,
-        search_seconds: work.search_seconds,
-        fallbacks: work.fallbacks,
-        tables: tables.clone(),
-        engine: by.engine.to_owned(),
-        shard: by.shard.to_owned(),
-        finished_at: unix_now(),
-    };
-    chunks::commit(run, split, Stem::Search, chunk, &entry, &tables)?;
-    Ok(entry)
+    })
 }
 
 #[derive(Default)]
@@ -277,6 +257,7 @@ impl FailColumns {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::commit::partition_dir;
 
     #[test]
     fn a_failed_board_commits_its_failure_row() {

@@ -29,7 +29,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use arrow_array::{Array, RecordBatch, UInt64Array};
+use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array};
 use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -133,13 +133,13 @@ pub(crate) fn committed(run: &Path, split: &str, stem: Stem) -> Result<BTreeSet<
     Ok(done)
 }
 
-/// The `.tmp` files of a split's value tables of one stem, as (table,
-/// chunk, path).
-fn tmp_files(
+/// The files of a split's value tables of one stem, as (table, chunk,
+/// whether it is a `.tmp` file, path).
+fn stem_files(
     run: &Path,
     split: &str,
     stem: Stem,
-) -> Result<Vec<(Table, u64, PathBuf)>, StoreError> {
+) -> Result<Vec<(Table, u64, bool, PathBuf)>, StoreError> {
     let mut found = Vec::new();
     for table in Table::ANNOTATE {
         let dir = run.join(partition_dir(table, split));
@@ -150,16 +150,30 @@ fn tmp_files(
         };
         for entry in entries {
             let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
-            if let Some((chunk, true)) = entry
+            if let Some((chunk, tmp)) = entry
                 .file_name()
                 .to_str()
                 .and_then(|name| chunk_of(stem, name))
             {
-                found.push((table, chunk, entry.path()));
+                found.push((table, chunk, tmp, entry.path()));
             }
         }
     }
     Ok(found)
+}
+
+/// The `.tmp` files of a split's value tables of one stem, as (table,
+/// chunk, path).
+fn tmp_files(
+    run: &Path,
+    split: &str,
+    stem: Stem,
+) -> Result<Vec<(Table, u64, PathBuf)>, StoreError> {
+    Ok(stem_files(run, split, stem)?
+        .into_iter()
+        .filter(|f| f.2)
+        .map(|(table, chunk, _, path)| (table, chunk, path))
+        .collect())
 }
 
 /// Repairs the chunks of one stem and shard (index, count) after a crash:
@@ -245,23 +259,8 @@ pub(crate) fn remove_stem(run: &Path, split: &str, stem: Stem) -> Result<(), Sto
         let path = entry_path(run, split, stem, chunk);
         fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
     }
-    for table in Table::ANNOTATE {
-        let dir = run.join(partition_dir(table, split));
-        let entries = match fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(StoreError::io(&dir, e)),
-        };
-        for entry in entries {
-            let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
-            if entry
-                .file_name()
-                .to_str()
-                .is_some_and(|name| chunk_of(stem, name).is_some())
-            {
-                fs::remove_file(entry.path()).map_err(|e| StoreError::io(&entry.path(), e))?;
-            }
-        }
+    for (_, _, _, path) in stem_files(run, split, stem)? {
+        fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
     }
     Ok(())
 }
@@ -292,6 +291,40 @@ pub(crate) fn write_table(
     let mut w = PartWriter::create(&path, table)?;
     w.write(batch)?;
     w.finish().map(drop)
+}
+
+/// Writes a chunk's tables and commits them with the entry
+/// `entry(tables written)`: steps 1 to 3. A table without rows is left out,
+/// but `state_values`, whose file marks the chunk as annotated for readers.
+/// On an error before the commit point nothing of the chunk stays (on a
+/// full disk its files' room is freed; a resume writes it again).
+pub(crate) fn write_chunk<E: Serialize>(
+    run: &Path,
+    split: &str,
+    stem: Stem,
+    chunk: u64,
+    columns: Vec<(Table, Vec<ArrayRef>)>,
+    entry: impl FnOnce(&[Table]) -> E,
+) -> Result<E, StoreError> {
+    let mut tables = Vec::new();
+    let written = columns.into_iter().try_for_each(|(table, columns)| {
+        let batch = RecordBatch::try_new(table.schema(), columns).map_err(|e| {
+            StoreError::Corrupt(run.join(partition_dir(table, split)), e.to_string())
+        })?;
+        if batch.num_rows() == 0 && table != Table::StateValues {
+            return Ok(());
+        }
+        write_table(run, split, stem, chunk, table, &batch)?;
+        tables.push(table);
+        Ok(())
+    });
+    if let Err(e) = written {
+        discard(run, split, stem, chunk);
+        return Err(e);
+    }
+    let entry = entry(&tables);
+    commit(run, split, stem, chunk, &entry, &tables)?;
+    Ok(entry)
 }
 
 /// Steps 2 and 3: writes the chunk's entry atomically (the commit point),

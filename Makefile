@@ -24,7 +24,7 @@ FUZZ_CASES  ?= 20000
 
 .PHONY: all demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-evals bench-scale bench-cores \
-        test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-kernels test-cuda gpu-bundle stockfish doc clean
+        test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu bench-wgpu test-cuda gpu-bundle stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -250,16 +250,47 @@ parity-paired: $(BENCH_READY) | $(DUCKDB_LIB)
 	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) SEARCHLESS_CHESS=$(abspath $(SEARCHLESS_CHESS)) \
 	  CHESSBENCH_JAX_PYTHON=$(JAX_PYTHON) SEEDS="$(SEEDS)" $(CARGO) bench --locked --bench parity_paired
 
-## The CUDA build compiles (no GPU needed; it needs one to run).
-check-cuda: | $(DUCKDB_LIB)
-	$(CARGO) check --locked --features cuda --all-targets
+# The GPU backends, built together once for the checks below (one feature
+# set, one build): CUDA (compiled, its kernels run on the CPU as C++) and
+# wgpu (run on Mesa's lavapipe).
+GPU_FEATURES := cuda,wgpu
 
-## The project's CUDA kernels (fused attention, layer norm, SwiGLU) as
+## The GPU builds compile, every target (no GPU needed; one needs a GPU
+## or a Vulkan driver to run).
+check-cuda: | $(DUCKDB_LIB)
+	$(CARGO) check --locked --features $(GPU_FEATURES) --all-targets
+
+## The project's GPU kernels (fused attention, layer norm, SwiGLU) as
 ## CubeCL compiles them for CUDA, run on the CPU as C++ under a model of
 ## CUDA's memory layouts and launch (no GPU needed; g++, ThreadSanitizer):
 ## src/model/cuda_emulator.rs, docs/gpu.md.
 test-kernels: | $(DUCKDB_LIB)
-	$(CARGO) test --locked --features cuda --lib model::cuda_ -- --nocapture
+	$(CARGO) test --locked --features $(GPU_FEATURES) --lib -- --nocapture \
+	  model::gpu_attention::emulated model::gpu_layers::emulated model::cuda_emulator model::gpu_cache
+
+# Mesa's loader warns on every start without a runtime directory.
+WGPU_ENV    := XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp}
+
+## The GPU code through a real GPU runtime without a GPU: burn's wgpu
+## backend on Mesa's lavapipe (software Vulkan; Debian's
+## mesa-vulkan-drivers, which `.ci/run` installs), or on the machine's GPU.
+## The library's tests (src/model/wgpu.rs): every project kernel variant
+## against its CPU twin (f32, f16; dense and as the blocks' views;
+## sequences 78, 79; head dimensions 16, 32, 64), the tiny model trained
+## 20 steps against the CPU with the fused kernels and with burn's; then
+## the binary (tests/wgpu.rs) on the trained demo run: evaluation and UCI
+## scores against the CPU's, training and the kernel count.
+test-wgpu: $(RUN)/train/$(TRAIN_NAME)/summary.json | $(DUCKDB_LIB)
+	$(WGPU_ENV) $(CARGO) test --locked --features $(GPU_FEATURES) --lib model::wgpu -- --test-threads=2
+	$(WGPU_ENV) CHESSBENCH_DEMO_RUN=$(abspath $(RUN)) $(CARGO) test --locked --features $(GPU_FEATURES) --test wgpu -- --test-threads=1
+
+## The kernels a training step launches after fusion, and those a cold
+## process compiles, on wgpu (lavapipe without a GPU): tiny and 9M, the
+## fused kernels against burn's, f32, beside the operations before fusion
+## (bench/wgpu_kernels.sh); rows in bench-data/wgpu/kernels.jsonl.
+bench-wgpu: | $(DUCKDB_LIB)
+	$(CARGO) build --locked --features $(GPU_FEATURES) --bin chessbench
+	bench/wgpu_kernels.sh $(TARGET_DIR)/debug/chessbench bench-data/wgpu
 
 ## On a machine with an NVIDIA GPU and Rust: the CUDA test (one training
 ## step on CUDA against the CPU, tests/cuda.rs).

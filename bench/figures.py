@@ -254,6 +254,36 @@ def gpu_step_table(name):
     return "\n".join(out) + "\n"
 
 
+def wgpu_kernels_table(name):
+    """The kernels of one training step after fusion on wgpu (a record's
+    kernels.jsonl, bench/wgpu_kernels.sh): per model and kernel choice, the
+    operations before fusion (the CPU's count), the kernels launched per
+    step, how many distinct, what a cold process compiled, and the most
+    launched kernels."""
+    rows = [json.loads(l) for l in (RESULTS / name / "kernels.jsonl").read_text().splitlines() if l.strip()]
+    ops = {(r["tag"]["model"], r["tag"]["kernels"]): r["ops"] for r in rows if r["tag"]["count"] == "count-ops"}
+    out = [
+        "| model, kernels | operations before fusion (element-wise) | kernels launched per step | distinct | compiled by a cold process | most launched |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        tag = r["tag"]
+        if tag["count"] != "count-kernels":
+            continue
+        k = r["kernels"]
+        o = ops.get((tag["model"], tag["kernels"]))
+        before = f"{o['launches']:,.0f} ({o['element_wise']:,.0f})" if o else ""
+        top = ", ".join(f"{n} {c:,.0f}" for n, c in k["by_kernel"][:4])
+        label = {"tiny": "tiny", "9m": "9M"}[tag["model"]]
+        which = "the fused kernels" if tag["kernels"] == "fused" else "burn's operations"
+        out.append(
+            f"| {label}, {which} | {before} | {k['launched_per_step']:,.0f} | {k['distinct']} | {k['compiled_cold']} | {top} |"
+        )
+    out.append("")
+    out.append(f"Raw rows: [{name}/kernels.jsonl](../bench/results/{name}/kernels.jsonl).")
+    return "\n".join(out) + "\n"
+
+
 def record_table(name, anchor):
     """The first table under the heading `anchor` of a record's README,
     as the record writes it."""
@@ -282,7 +312,12 @@ GENERATED = re.compile(
     r"<!-- generated: (?P<kind>[a-z-]+) (?P<dir>[a-z0-9-]+)(?:#(?P<anchor>[^ ]+))? -->\n(?P<body>.*?)<!-- end generated -->",
     re.S,
 )
-RENDERERS = {"cores": cores_table, "gpu-step": gpu_step_table, "table": record_table}
+RENDERERS = {
+    "cores": cores_table,
+    "gpu-step": gpu_step_table,
+    "wgpu-kernels": wgpu_kernels_table,
+    "table": record_table,
+}
 
 
 def render_generated(doc):

@@ -113,6 +113,7 @@ fn main() {
             precision: Precision::F32,
             profile: false,
             count_ops: false,
+            count_kernels: false,
         };
         let t = bench_steps(&bench).expect("burn step");
         println!(

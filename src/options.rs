@@ -246,13 +246,17 @@ impl std::fmt::Display for Shard {
 /// Where a model runs and what it computes in (`--device`, `--precision`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Args, Serialize, Deserialize)]
 pub struct Compute {
-    /// Where the model runs: cpu, or cuda (a binary built with `--features
-    /// cuda`; its linear layers' products run in cuBLASLt when it loads).
+    /// Where the model runs: cpu; cuda (NVIDIA GPUs, a binary built with
+    /// `--features cuda`; its linear layers' products run in cuBLASLt when
+    /// it loads); or wgpu (AMD, Intel, Apple and NVIDIA GPUs through
+    /// Vulkan, Metal or DirectX 12, or Mesa's software Vulkan without a GPU;
+    /// a binary built with `--features wgpu`).
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu, help_heading = "Resources")]
     pub device: DeviceKind,
-    /// Floating-point format of the products and activations: f32, or bf16
-    /// with layer norms and log-softmax in f32 (training keeps f32 master
-    /// weights and optimiser state; evaluating in bf16 needs --device cuda).
+    /// Floating-point format of the products and activations: f32, bf16
+    /// (cuda; training also on the CPU, emulated) or f16 (wgpu devices with
+    /// f16), with layer norms and log-softmax in f32; training keeps f32
+    /// master weights and optimiser state, and scales the loss in f16.
     #[arg(long, value_enum, default_value_t = Precision::F32, help_heading = "Resources")]
     pub precision: Precision,
 }

@@ -38,6 +38,7 @@ use chessbench::{
     model::{ModelShape, Precision, Preset},
     train::{agreement::cuda_against_cpu, loss::Loss},
 };
+use cubecl::cuda::CudaRuntime;
 
 /// Forward pass and loss, f32 (TF32 products).
 const FORWARD_TOLERANCE: f64 = 1e-3;
@@ -59,8 +60,9 @@ fn check(
     let (forward, gradient) = match precision {
         Precision::F32 => (FORWARD_TOLERANCE, GRADIENT_TOLERANCE),
         Precision::Bf16 => (BF16_FORWARD_TOLERANCE, BF16_GRADIENT_TOLERANCE),
+        Precision::F16 => panic!("mixed f16 is wgpu's"),
     };
-    chessbench::model::cuda_cache::configure_kernel_cache();
+    chessbench::model::gpu_cache::configure_kernel_cache();
     let shape = ModelShape::preset(preset, policy, buckets);
     let started = std::time::Instant::now();
     let a = cuda_against_cpu(&shape, loss, batch, 7, precision).expect("one step on CPU and CUDA");
@@ -196,11 +198,37 @@ fn nine_million_boards_scored_together_equal_boards_scored_alone() {
 /// through a model of CUDA's layouts and launch (`make test-kernels`).
 #[test]
 fn fused_attention_kernels_equal_the_reference() {
-    kernels_within_bounds(chessbench::model::cuda_attention::kernel_errors);
+    kernels_within_bounds(chessbench::model::gpu_attention::kernel_errors::<CudaRuntime>);
+    model_variants_pass();
+}
+
+/// Every kernel variant the tiny and 9M models run in f32 and mixed bf16
+/// passes its self-test through the fused backend, as at their first use
+/// in training (the variant's exact sequence, head dimension, format and
+/// layout), and the backend then reports the fused kernels.
+fn model_variants_pass() {
+    use chessbench::model::{ModelBackend, gpu_backend::self_test_model};
+    chessbench::model::gpu_cache::configure_kernel_cache();
+    let device = cubecl::cuda::CudaDevice::default();
+    let mut verdicts = Vec::new();
+    for preset in [Preset::Tiny, Preset::M9] {
+        for precision in [Precision::F32, Precision::Bf16] {
+            let shape = ModelShape::preset(preset, RecordSet::ActionValue, 128);
+            verdicts = self_test_model::<CudaRuntime>(&device, &shape, precision);
+        }
+    }
+    for v in &verdicts {
+        println!("{v:?}");
+    }
+    assert!(verdicts.iter().all(|v| v.passed), "{verdicts:#?}");
+    type Gpu = burn::backend::Cuda<f32, i32>;
     assert_eq!(
-        <burn::backend::Cuda<f32, i32> as chessbench::model::ModelBackend>::attention(),
-        chessbench::model::AttentionKernel::Fused,
-        "the fused attention failed its start-up test"
+        <Gpu as ModelBackend>::attention(),
+        chessbench::model::AttentionKernel::Fused
+    );
+    assert_eq!(
+        <Gpu as ModelBackend>::layers(),
+        chessbench::model::LayerKernels::Fused
     );
 }
 
@@ -215,7 +243,7 @@ type KernelCheck<S> = fn(
 /// both formats, then fails on any above its bound (or NaN).
 fn kernels_within_bounds<S: std::fmt::Debug>(errors: KernelCheck<S>) {
     use burn::tensor::DType;
-    chessbench::model::cuda_cache::configure_kernel_cache();
+    chessbench::model::gpu_cache::configure_kernel_cache();
     let device = cubecl::cuda::CudaDevice::default();
     let mut failures = Vec::new();
     for (dtype, bound) in [(DType::F32, 1e-4f32), (DType::BF16, 2e-2)] {
@@ -238,10 +266,6 @@ fn kernels_within_bounds<S: std::fmt::Debug>(errors: KernelCheck<S>) {
 /// inputs (`make test-kernels`).
 #[test]
 fn fused_layer_kernels_equal_the_reference() {
-    kernels_within_bounds(chessbench::model::cuda_layers::kernel_errors);
-    assert_eq!(
-        <burn::backend::Cuda<f32, i32> as chessbench::model::ModelBackend>::layers(),
-        chessbench::model::LayerKernels::Fused,
-        "the fused layers failed their start-up test"
-    );
+    kernels_within_bounds(chessbench::model::gpu_layers::kernel_errors::<CudaRuntime>);
+    model_variants_pass();
 }

@@ -40,12 +40,8 @@ pub enum EvalError {
     NoCheckpoint(PathBuf),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
-    #[error("--device cuda needs a binary built with `cargo build --release --features cuda`")]
-    NoCuda,
-    #[error(
-        "--precision bf16 runs on --device cuda only: the CPU evaluator computes in f32 (bf16 there is emulated, slower than f32)"
-    )]
-    Bf16OnCpu,
+    #[error(transparent)]
+    Compute(#[from] crate::model::ComputeError),
     #[error("reading the model's output: {0}")]
     Tensor(String),
     #[error("board {fen:?}: {message}")]

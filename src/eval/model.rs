@@ -77,6 +77,18 @@ pub fn sequences_per_pass(shape: &ModelShape) -> usize {
     (PASS_BYTES / per.max(1)).max(1)
 }
 
+/// [`sequences_per_pass`] on a device whose buffers hold at most
+/// `max_buffer` bytes (wgpu's storage buffers: 128 MiB on lavapipe, often
+/// 2-4 GiB on a GPU): the widest activation of a pass must fit one
+/// ([`ModelShape::widest_activation_bytes`]).
+pub fn sequences_per_pass_within(shape: &ModelShape, max_buffer: Option<u64>) -> usize {
+    let pass = sequences_per_pass(shape);
+    match max_buffer {
+        Some(max) => pass.min((max / shape.widest_activation_bytes(1).max(1)).max(1) as usize),
+        None => pass,
+    }
+}
+
 impl<B: ModelBackend> Forward for BurnForward<B> {
     fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, EvalError> {
         let mut out = Vec::new();
@@ -140,10 +152,8 @@ impl Forward for CpuPredictor {
     }
 
     fn set_precision(&mut self, precision: Precision) -> Result<(), EvalError> {
-        match precision {
-            Precision::F32 => Ok(()),
-            Precision::Bf16 => Err(EvalError::Bf16OnCpu),
-        }
+        crate::model::check_compute(DeviceKind::Cpu, precision, crate::model::Use::Evaluate)?;
+        Ok(())
     }
 
     /// The whole batch is one pass on the CPU, in host memory.
@@ -191,19 +201,26 @@ fn load_on<B: ModelBackend>(
         &device,
     )?;
     Ok(Box::new(BurnForward {
-        pass_sequences: sequences_per_pass(&state.shape),
+        pass_sequences: sequences_per_pass_within(&state.shape, B::max_buffer_bytes(&device)),
         model,
         device,
     }))
 }
 
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+#[cfg_attr(not(gpu), allow(dead_code))]
 fn random_on<B: ModelBackend>(shape: &ModelShape, device: B::Device) -> Box<dyn Forward> {
     Box::new(BurnForward {
         model: Predictor::<B>::new(shape, &device),
+        pass_sequences: sequences_per_pass_within(shape, B::max_buffer_bytes(&device)),
         device,
-        pass_sequences: sequences_per_pass(shape),
     })
+}
+
+/// The wgpu device, set up once per process.
+#[cfg(feature = "wgpu")]
+fn wgpu_device() -> Result<cubecl::wgpu::WgpuDevice, EvalError> {
+    crate::model::wgpu::device()
+        .map_err(|e| crate::model::ComputeError::NoAdapter(e.to_string()).into())
 }
 
 /// A checkpoint ready to score sequences.
@@ -215,6 +232,8 @@ pub struct Model {
     /// Bucket centres (value policies).
     pub buckets: Option<ValueBuckets>,
     forward: Box<dyn Forward>,
+    /// Where it runs.
+    device: DeviceKind,
     precision: Precision,
     /// Sequences [`crate::eval::policy::predict_many`] gathers in one batch
     /// ([`Model::with_memory_limit`]).
@@ -247,11 +266,16 @@ impl Model {
             DeviceKind::Cpu => load_cpu(&dir, weights, &state)?,
             #[cfg(feature = "cuda")]
             DeviceKind::Cuda => {
-                crate::model::cuda_cache::configure_kernel_cache();
+                crate::model::gpu_cache::configure_kernel_cache();
                 load_on::<burn::backend::Cuda<f32, i32>>(&dir, weights, &state, Default::default())?
             }
-            #[cfg(not(feature = "cuda"))]
-            DeviceKind::Cuda => return Err(EvalError::NoCuda),
+            #[cfg(feature = "wgpu")]
+            DeviceKind::Wgpu => {
+                crate::model::gpu_cache::configure_kernel_cache();
+                load_on::<burn::backend::Wgpu<f32, i32>>(&dir, weights, &state, wgpu_device()?)?
+            }
+            #[allow(unreachable_patterns)]
+            other => return Err(crate::model::ComputeError::NotBuilt(other).into()),
         };
         let buckets = match state.config.policy {
             RecordSet::BehavioralCloning => None,
@@ -263,6 +287,7 @@ impl Model {
             weights,
             buckets,
             forward,
+            device,
             precision: Precision::F32,
             batch_sequences: BATCH_SEQUENCES,
         })
@@ -283,11 +308,16 @@ impl Model {
             ),
             #[cfg(feature = "cuda")]
             DeviceKind::Cuda => {
-                crate::model::cuda_cache::configure_kernel_cache();
+                crate::model::gpu_cache::configure_kernel_cache();
                 random_on::<burn::backend::Cuda<f32, i32>>(&shape, Default::default())
             }
-            #[cfg(not(feature = "cuda"))]
-            DeviceKind::Cuda => return Err(EvalError::NoCuda),
+            #[cfg(feature = "wgpu")]
+            DeviceKind::Wgpu => {
+                crate::model::gpu_cache::configure_kernel_cache();
+                random_on::<burn::backend::Wgpu<f32, i32>>(&shape, wgpu_device()?)
+            }
+            #[allow(unreachable_patterns)]
+            other => return Err(crate::model::ComputeError::NotBuilt(other).into()),
         };
         let buckets = match policy {
             RecordSet::BehavioralCloning => None,
@@ -306,15 +336,17 @@ impl Model {
             weights: Weights::Raw,
             buckets,
             forward,
+            device,
             precision: Precision::F32,
             batch_sequences: BATCH_SEQUENCES,
         })
     }
 
-    /// The same model computing in `precision`: f32, or (CUDA) bf16
-    /// products and activations with the layer norms and the log-softmax in
-    /// f32, as training's mixed precision.
+    /// The same model computing in `precision`: f32, or (CUDA) bf16 or
+    /// (wgpu) f16 products and activations with the layer norms and the
+    /// log-softmax in f32, as training's mixed precision.
     pub fn with_precision(mut self, precision: Precision) -> Result<Model, EvalError> {
+        crate::model::check_compute(self.device, precision, crate::model::Use::Evaluate)?;
         self.forward.set_precision(precision)?;
         self.precision = precision;
         Ok(self)

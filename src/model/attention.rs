@@ -25,14 +25,14 @@
 //! `module::attention` takes them; `scale = 1 / sqrt(dim)`.
 //!
 //! The backend side: [`FusedAttention`] is what a backend with such a
-//! kernel implements (CUDA: [`super::cuda_attention`]), and
+//! kernel implements (CUDA and wgpu: `super::gpu_attention`), and
 //! [`fused_attention`] the autodiff operation over it, which saves the
 //! inputs, the output and the log-sum-exp and calls the kernel's backward.
 //! On the CPU both are tested through an implementation of
 //! [`FusedAttention`] by the functions above.
 
-// Used by the CUDA backend only; built and tested everywhere.
-#![cfg_attr(not(feature = "cuda"), allow(dead_code))]
+// Used by the GPU backends only; built and tested everywhere.
+#![cfg_attr(not(gpu), allow(dead_code))]
 
 use burn::{
     backend::autodiff::{

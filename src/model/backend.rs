@@ -81,6 +81,18 @@ pub trait ModelBackend: Backend {
     /// ([`super::op_count`]) starts counting. Nothing on the CPU.
     fn profiler_range(_start: bool) {}
 
+    /// The most bytes one buffer may hold on `device`, where the backend
+    /// caps it below what the model's passes need (wgpu); `None` otherwise.
+    fn max_buffer_bytes(_device: &Self::Device) -> Option<u64> {
+        None
+    }
+
+    /// The sum of every element of `t`, as one value: burn's `sum`, unless
+    /// the backend needs another way (wgpu: `gpu_backend::sum_in_rows`).
+    fn sum_all(t: Tensor<Self, 1>) -> Tensor<Self, 1> {
+        t.sum()
+    }
+
     /// The operations issued since the profiler range started, by name,
     /// where the backend counts them ([`super::op_count`]).
     fn op_counts() -> Option<std::collections::BTreeMap<String, u64>> {

@@ -31,7 +31,6 @@ use std::{
 
 use burn::{
     backend::{Autodiff, autodiff::checkpoint::strategy::CheckpointStrategy},
-    nn::LayerNorm,
     tensor::{DType, Shape, Tensor, TensorData, TensorPrimitive, ops::FloatTensor},
 };
 use burn_cubecl::{
@@ -46,12 +45,10 @@ use cudarc::{
 };
 
 use super::{
-    attention,
-    backend::{AttentionKernel, LayerKernels, ModelBackend, Products, burn_swiglu},
-    cuda_attention, cuda_layers,
-    cuda_pass::{KernelPass, operands, panic_message, register_pass},
+    backend::Products,
     gemm::{self, Gemm, LtMatrix, LtPlan, Operand, burn_gemm, lt_plan},
-    layers,
+    gpu_backend::GpuRuntime,
+    gpu_pass::{KernelPass, operands, panic_message, register_pass},
 };
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
@@ -59,17 +56,10 @@ type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 /// The environment variable that picks the products: `burn` or `cublaslt`.
 pub const PRODUCTS_VAR: &str = "CHESSBENCH_PRODUCTS";
 
-impl<F: FloatElement, I: IntElement, BT: BoolElement> ModelBackend for Fusion<Cube<F, I, BT>> {
-    const FEW_KERNELS: bool = true;
-
-    fn project<const D: usize>(x: Tensor<Self, D>, w: Tensor<Self, 2>) -> Tensor<Self, D> {
-        if vendor_products() {
-            gemm::project_inference(x, w)
-        } else {
-            burn::tensor::module::linear(x, w, None)
-        }
-    }
-
+/// CUDA's side of the predictor on the fused backend
+/// ([`super::gpu_backend`]): the products in cuBLASLt where it loads and
+/// passes its self-test, NVIDIA's profiler range.
+impl GpuRuntime for CudaRuntime {
     fn products() -> Products {
         if vendor_products() {
             Products::Cublaslt
@@ -78,56 +68,27 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> ModelBackend for Fusion<Cu
         }
     }
 
-    fn attend(q: Tensor<Self, 4>, k: Tensor<Self, 4>, v: Tensor<Self, 4>) -> Tensor<Self, 4> {
-        if cuda_attention::use_fused(q.dims(), q.dtype()) {
-            attention::fused_attention_inference(q, k, v)
+    fn project<F: FloatElement, I: IntElement, BT: BoolElement, const D: usize>(
+        x: Tensor<Fusion<Cube<F, I, BT>>, D>,
+        w: Tensor<Fusion<Cube<F, I, BT>>, 2>,
+    ) -> Tensor<Fusion<Cube<F, I, BT>>, D> {
+        if vendor_products() {
+            gemm::project_inference(x, w)
         } else {
-            burn::tensor::module::attention(q, k, v, None, None, Default::default())
+            burn::tensor::module::linear(x, w, None)
         }
     }
 
-    fn attention() -> AttentionKernel {
-        cuda_attention::attention_kernel()
-    }
-
-    fn norm(norm: &LayerNorm<Self>, x: Tensor<Self, 3>) -> Tensor<Self, 3> {
-        match fused_norm_parameters(norm, &x) {
-            Some((gamma, beta)) => layers::fused_layer_norm_inference(x, gamma, beta),
-            None => norm.forward(x),
-        }
-    }
-
-    fn swiglu(both: Tensor<Self, 3>) -> Tensor<Self, 3> {
-        if use_fused_swiglu(&both) {
-            layers::fused_swiglu_inference(both)
-        } else {
-            burn_swiglu(both)
-        }
-    }
-
-    fn layers() -> LayerKernels {
-        cuda_layers::layer_kernels()
-    }
-
-    fn profiler_range(start: bool) {
-        profiler_range(start);
-    }
-
-    fn product_fallbacks() -> u64 {
-        product_fallbacks()
-    }
-}
-
-impl<F, I, BT, C> ModelBackend for Autodiff<Fusion<Cube<F, I, BT>>, C>
-where
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-    C: CheckpointStrategy,
-{
-    const FEW_KERNELS: bool = true;
-
-    fn project<const D: usize>(x: Tensor<Self, D>, w: Tensor<Self, 2>) -> Tensor<Self, D> {
+    fn project_autodiff<
+        F: FloatElement,
+        I: IntElement,
+        BT: BoolElement,
+        C: CheckpointStrategy,
+        const D: usize,
+    >(
+        x: Tensor<Autodiff<Fusion<Cube<F, I, BT>>, C>, D>,
+        w: Tensor<Autodiff<Fusion<Cube<F, I, BT>>, C>, 2>,
+    ) -> Tensor<Autodiff<Fusion<Cube<F, I, BT>>, C>, D> {
         if vendor_products() {
             gemm::project(x, w)
         } else {
@@ -135,69 +96,13 @@ where
         }
     }
 
-    fn products() -> Products {
-        <Fusion<Cube<F, I, BT>> as ModelBackend>::products()
-    }
-
-    fn attend(q: Tensor<Self, 4>, k: Tensor<Self, 4>, v: Tensor<Self, 4>) -> Tensor<Self, 4> {
-        if cuda_attention::use_fused(q.dims(), q.dtype()) {
-            attention::fused_attention(q, k, v)
-        } else {
-            burn::tensor::module::attention(q, k, v, None, None, Default::default())
-        }
-    }
-
-    fn attention() -> AttentionKernel {
-        cuda_attention::attention_kernel()
-    }
-
-    fn norm(norm: &LayerNorm<Self>, x: Tensor<Self, 3>) -> Tensor<Self, 3> {
-        match fused_norm_parameters(norm, &x) {
-            Some((gamma, beta)) => layers::fused_layer_norm(x, gamma, beta),
-            None => norm.forward(x),
-        }
-    }
-
-    fn swiglu(both: Tensor<Self, 3>) -> Tensor<Self, 3> {
-        if use_fused_swiglu(&both) {
-            layers::fused_swiglu(both)
-        } else {
-            burn_swiglu(both)
-        }
-    }
-
-    fn layers() -> LayerKernels {
-        cuda_layers::layer_kernels()
+    fn product_fallbacks() -> u64 {
+        product_fallbacks()
     }
 
     fn profiler_range(start: bool) {
-        <Fusion<Cube<F, I, BT>> as ModelBackend>::profiler_range(start);
+        profiler_range(start);
     }
-
-    fn product_fallbacks() -> u64 {
-        <Fusion<Cube<F, I, BT>> as ModelBackend>::product_fallbacks()
-    }
-}
-
-/// A layer norm's `gamma` and `beta` when the fused kernels take it: they
-/// pass their start-up test, the norm has an offset, and `x`'s shape and
-/// format suit them (the parameters in `x`'s format). The model's norms
-/// all use [`layers::LAYER_NORM_EPS`], as burn's and haiku's default.
-fn fused_norm_parameters<B: burn::tensor::backend::Backend>(
-    norm: &LayerNorm<B>,
-    x: &Tensor<B, 3>,
-) -> Option<(Tensor<B, 1>, Tensor<B, 1>)> {
-    let beta = norm.beta.as_ref()?;
-    let (gamma, beta) = (norm.gamma.val(), beta.val());
-    let fits = cuda_layers::norm_supported(x.dims(), x.dtype())
-        && gamma.dtype() == x.dtype()
-        && beta.dtype() == x.dtype();
-    (fits && cuda_layers::fused_enabled()).then_some((gamma, beta))
-}
-
-/// Whether the SwiGLU of `both` runs the fused kernels.
-fn use_fused_swiglu<B: burn::tensor::backend::Backend>(both: &Tensor<B, 3>) -> bool {
-    cuda_layers::swiglu_supported(both.dims(), both.dtype()) && cuda_layers::fused_enabled()
 }
 
 /// `cuProfilerStart` / `cuProfilerStop` on GPU 0's primary context (the
@@ -240,7 +145,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> Gemm for Fusion<Cube<F, I,
         #[derive(Debug, Clone, Copy)]
         struct GemmPass(bool, bool);
 
-        impl KernelPass for GemmPass {
+        impl KernelPass<CudaRuntime> for GemmPass {
             fn name(self) -> &'static str {
                 "chessbench_gemm"
             }
@@ -273,9 +178,12 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> Gemm for Fusion<Cube<F, I,
         );
         assert_eq!(a.dtype, b.dtype, "a product of two formats");
         let out = TensorIr::uninit(a.client.create_empty_handle(), Shape::new([m, n]), a.dtype);
-        let [c] =
-            register_pass::<_, F, I, BT>(GemmPass(transpose_a, transpose_b), vec![a, b], &[out])
-                .outputs();
+        let [c] = register_pass::<CudaRuntime, _, F, I, BT>(
+            GemmPass(transpose_a, transpose_b),
+            vec![a, b],
+            &[out],
+        )
+        .outputs();
         c
     }
 }

@@ -25,7 +25,7 @@
 //!
 //! What it cannot show: warp scheduling, the GPU's memory model, the
 //! device's `__expf`, speed. Used by the attention's and the layers'
-//! kernel tests ([`super::cuda_attention`], [`super::cuda_layers`]).
+//! kernel tests ([`super::gpu_attention`], [`super::gpu_layers`]).
 
 use std::{
     path::{Path, PathBuf},
@@ -88,6 +88,12 @@ pub(crate) fn properties() -> DeviceProperties {
 /// The compiler options cubecl-cuda sets for an sm_90 card with CUDA 13
 /// (`runtime.rs`): fast math, the info struct as a grid constant,
 /// clusters, `elect.sync`, the fast `tanh`.
+/// An H100's launch limits, as the kernels' launch reads them from the
+/// device ([`properties`]).
+pub(crate) fn h100() -> crate::model::gpu_pass::Limits {
+    crate::model::gpu_pass::Limits::from_hardware(&properties().hardware)
+}
+
 pub(crate) fn compilation_options() -> CompilationOptions {
     CompilationOptions {
         warp_size: 32,

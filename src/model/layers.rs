@@ -1,6 +1,6 @@
 //! A block's layer norm and SwiGLU as single operations with their own
 //! backward, as a GPU kernel computes them, in plain Rust: the
-//! specification the CUDA kernels ([`super::cuda_layers`]) follow, proven
+//! specification the GPU kernels ([`super::gpu_layers`]) follow, proven
 //! here against burn's autodiff on the CPU (`make test`).
 //!
 //! Under burn's autodiff both layers are chains of small operations, each
@@ -32,8 +32,8 @@
 //! trainer itself keeps burn's operations (its loss trajectory is
 //! reproducible to the last bit).
 
-// Used by the CUDA backend only; built and tested everywhere.
-#![cfg_attr(not(feature = "cuda"), allow(dead_code))]
+// Used by the GPU backends only; built and tested everywhere.
+#![cfg_attr(not(gpu), allow(dead_code))]
 
 use burn::{
     backend::autodiff::{

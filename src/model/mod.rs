@@ -12,27 +12,35 @@ pub(crate) mod checkpoint;
 pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
-#[cfg(feature = "cuda")]
-pub mod cuda_attention;
-#[cfg(feature = "cuda")]
-pub mod cuda_cache;
 #[cfg(all(test, feature = "cuda"))]
 mod cuda_emulator;
-#[cfg(feature = "cuda")]
-pub mod cuda_layers;
-#[cfg(feature = "cuda")]
-mod cuda_pass;
 pub(crate) mod device;
 pub(crate) mod gemm;
+#[cfg(gpu)]
+pub mod gpu_attention;
+#[cfg(gpu)]
+pub mod gpu_backend;
+#[cfg(gpu)]
+pub mod gpu_cache;
+#[cfg(gpu)]
+pub mod gpu_layers;
+#[cfg(gpu)]
+pub mod gpu_pass;
 pub mod haiku;
+#[cfg(gpu)]
+pub mod kernel_log;
 pub(crate) mod layers;
 pub(crate) mod net;
 pub mod op_count;
 pub(crate) mod shape;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 pub use backend::{AttentionKernel, LayerKernels, ModelBackend, Products, TrainBackend};
 pub use checkpoint::{CheckpointError, InitOptions, InitSummary, init_checkpoint};
 pub(crate) use checkpoint::{CheckpointInfo, Weights};
-pub use device::{DeviceKind, Precision, tune_allocator};
+pub use device::{
+    ComputeError, DeviceKind, F16_LOSS_SCALE, Precision, Use, check_compute, tune_allocator,
+};
 pub(crate) use net::{Predictor, tokens_tensor};
 pub use shape::{Architecture, ModelShape, Preset};

@@ -161,9 +161,10 @@ impl<B: Backend> Block<B> {
 
 /// How a forward pass computes.
 ///
-/// - `precision`: f32, or bf16 products and activations (PyTorch's
-///   autocast): every linear layer's input and weights are cast to bf16 and
-///   its output stays bf16 (attention and SwiGLU run on it), while the
+/// - `precision`: f32, or bf16 (or f16) products and activations
+///   (PyTorch's autocast): every linear layer's input and weights are cast
+///   to that format and its output stays in it (attention and SwiGLU run
+///   on it), while the
 ///   residual stream, the layer norms, the head's bias and the log-softmax
 ///   stay f32. The parameters, their gradients and the optimiser are f32
 ///   either way (master weights).
@@ -190,6 +191,7 @@ impl Compute {
         match self.precision {
             Precision::F32 => t,
             Precision::Bf16 => t.cast(FloatDType::BF16),
+            Precision::F16 => t.cast(FloatDType::F16),
         }
     }
 
@@ -197,7 +199,7 @@ impl Compute {
     fn widen<B: Backend, const D: usize>(self, t: Tensor<B, D>) -> Tensor<B, D> {
         match self.precision {
             Precision::F32 => t,
-            Precision::Bf16 => t.cast(FloatDType::F32),
+            Precision::Bf16 | Precision::F16 => t.cast(FloatDType::F32),
         }
     }
 
@@ -404,6 +406,11 @@ impl<B: ModelBackend> Predictor<B> {
             d_model: d,
             compute: Compute::new::<B>(),
         })
+    }
+
+    /// The format the forward pass computes in ([`Compute`]).
+    pub(crate) fn precision(&self) -> Precision {
+        self.compute.precision
     }
 
     /// The same predictor computing in `precision` (f32 parameters either

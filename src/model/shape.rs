@@ -98,6 +98,21 @@ pub struct ModelShape {
 }
 
 impl ModelShape {
+    /// Bytes of the widest single activation a forward and backward pass
+    /// of `batch` sequences allocates, in f32: a block's gate|up product
+    /// or q|k|v product, or burn's attention scores (`heads x seq x seq`
+    /// a sequence), whichever is widest. A GPU buffer must hold it (wgpu
+    /// caps storage buffers, at 128 MiB on lavapipe).
+    pub fn widest_activation_bytes(&self, batch: usize) -> u64 {
+        let t = self.seq_len as u64;
+        let d = self.d_model as u64;
+        let widest = (2 * self.widening as u64 * d)
+            .max(3 * d)
+            .max(self.heads as u64 * t)
+            .max(self.outputs as u64);
+        batch as u64 * t * widest * 4
+    }
+
     /// A preset for a policy with K value buckets.
     pub fn preset(preset: Preset, policy: RecordSet, buckets: usize) -> ModelShape {
         let (layers, d_model, heads) = match preset {

@@ -238,6 +238,118 @@ pub fn compare_backends<R: TrainBackend, B: TrainBackend>(
     })
 }
 
+/// One step's loss on the reference backend and on the other.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct StepLoss {
+    pub step: usize,
+    pub reference: f32,
+    pub other: f32,
+}
+
+impl StepLoss {
+    /// `|other - reference| / |reference|` (infinite for a NaN).
+    pub fn relative(&self) -> f64 {
+        let d = (f64::from(self.other) - f64::from(self.reference)).abs();
+        if d.is_nan() {
+            f64::INFINITY
+        } else {
+            d / f64::from(self.reference).abs().max(1e-30)
+        }
+    }
+}
+
+/// `steps` training steps of a predictor of `shape` on the reference
+/// backend `R` and on `B` (in `precision`), from the same initial
+/// parameters (drawn on `R` with `seed`, copied to `B` through a burn
+/// record) on the same random batches of `batch` records, each side with
+/// its own optimiser ([`super::run::step`]: Adam, global-norm clipping,
+/// the average): each step's loss on both. The trainer's own step, so the
+/// fused kernels, burn's operations and the flat optimiser on `B` all run
+/// as `chessbench train` runs them.
+#[allow(clippy::too_many_arguments)]
+pub fn train_both<R: TrainBackend, B: TrainBackend>(
+    shape: &ModelShape,
+    loss: Loss,
+    batch: usize,
+    steps: usize,
+    learning_rate: f64,
+    seed: u64,
+    precision: Precision,
+    reference_device: &R::Device,
+    device: &B::Device,
+) -> Result<Vec<StepLoss>, TrainError> {
+    use super::{
+        optim::{AdamSettings, Optimiser},
+        run,
+    };
+    R::seed(reference_device, seed);
+    let mut reference = Predictor::<R>::new(shape, reference_device);
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let record_error = |e: burn::record::RecorderError| TrainError::Backend(e.to_string());
+    let bytes = recorder
+        .record(reference.clone().into_record(), ())
+        .map_err(record_error)?;
+    let record = recorder.load(bytes, device).map_err(record_error)?;
+    let mut model = Predictor::<B>::new(shape, device)
+        .load_record(record)
+        .with_precision(precision);
+    let buckets = ValueBuckets::new(shape.outputs.max(2))
+        .map_err(|_| super::data::DataError::Buckets(shape.outputs))?;
+    let adam = AdamSettings::new(0.9, 0.999, 1e-8);
+    let mut reference_optimiser = Optimiser::new(&reference, adam, Some(0.99));
+    let mut optimiser = Optimiser::new(&model, adam, Some(0.99));
+    let reference_support = ValueSupport::<R>::new(&buckets, reference_device);
+    let support = ValueSupport::<B>::new(&buckets, device);
+    let mut rng = SplitMix64::new(seed ^ 0x5bd1_e995);
+    let mut losses = Vec::with_capacity(steps);
+    for step in 0..steps {
+        let records = Batch::random(shape, batch.max(1), &mut rng);
+        let n = records.targets.len();
+        let reference_batch = run::Batch::<R> {
+            tokens: tokens_tensor::<R>(&records.tokens, shape.seq_len, reference_device),
+            targets: Tensor::from_data(
+                TensorData::new(records.targets.clone(), [n]),
+                reference_device,
+            ),
+            win_prob: Tensor::from_data(
+                TensorData::new(records.win.clone(), [n]),
+                reference_device,
+            ),
+        };
+        let other_batch = run::Batch::<B> {
+            tokens: tokens_tensor::<B>(&records.tokens, shape.seq_len, device),
+            targets: Tensor::from_data(TensorData::new(records.targets.clone(), [n]), device),
+            win_prob: Tensor::from_data(TensorData::new(records.win.clone(), [n]), device),
+        };
+        let (updated, want, _) = run::step(
+            reference,
+            &mut reference_optimiser,
+            reference_batch,
+            loss,
+            &reference_support,
+            learning_rate,
+            1.0,
+        );
+        reference = updated;
+        let (updated, got, _) = run::step(
+            model,
+            &mut optimiser,
+            other_batch,
+            loss,
+            &support,
+            learning_rate,
+            1.0,
+        );
+        model = updated;
+        losses.push(StepLoss {
+            step: step + 1,
+            reference: values(want)[0],
+            other: values(got)[0],
+        });
+    }
+    Ok(losses)
+}
+
 /// [`compare_backends`] of burn-cuda (GPU 0, in `precision`) against the
 /// CPU in f32.
 #[cfg(feature = "cuda")]
@@ -249,7 +361,7 @@ pub fn cuda_against_cpu(
     precision: Precision,
 ) -> Result<Agreement, TrainError> {
     use burn::backend::{Autodiff, Cuda, Flex};
-    crate::model::cuda_cache::configure_kernel_cache();
+    crate::model::gpu_cache::configure_kernel_cache();
     compare_backends::<Autodiff<Flex>, Autodiff<Cuda<f32, i32>>>(
         shape,
         loss,

@@ -142,6 +142,10 @@ pub(crate) struct Optimiser<B: AutodiffBackend> {
     average: Option<(Tensor<B::InnerBackend, 1>, f64)>,
     adam: AdamSettings,
     norm: NormSum,
+    /// The factor the loss was multiplied by before the backward pass
+    /// (mixed f16: [`crate::model::F16_LOSS_SCALE`]); the gradients are
+    /// divided by it, in f32, before anything else.
+    loss_scale: f32,
 }
 
 /// Collects the parameters' layout and values in the model's order.
@@ -273,7 +277,14 @@ where
             } else {
                 NormSum::PerTensor
             },
+            loss_scale: 1.0,
         }
+    }
+
+    /// Sets the factor the next steps' gradients were scaled by (the loss's
+    /// scale; 1 leaves them untouched, bit for bit).
+    pub(crate) fn set_loss_scale(&mut self, scale: f32) {
+        self.loss_scale = scale;
     }
 
     /// Adam steps taken.
@@ -317,10 +328,15 @@ where
         };
         model.visit(&mut gather);
         let (flat, per_tensor) = (gather.flat, gather.sum_squares);
-        let grad = Tensor::cat(flat, 0);
+        let mut grad = Tensor::cat(flat, 0);
+        let mut per_tensor = per_tensor;
+        if self.loss_scale != 1.0 {
+            grad = grad.div_scalar(self.loss_scale);
+            per_tensor = per_tensor.map(|s| s.div_scalar(self.loss_scale * self.loss_scale));
+        }
         let sum_squares = match per_tensor {
             Some(s) => s,
-            None => grad.clone().square().sum(),
+            None => <B::InnerBackend as ModelBackend>::sum_all(grad.clone().square()),
         };
         let norm = sum_squares.sqrt();
         // norm < max: exactly 1, so unclipped gradients are untouched; a

@@ -74,10 +74,12 @@ pub enum TrainError {
     Backend(String),
     #[error("the loss became {value} at step {step}: lower the learning rate or check the data")]
     Diverged { step: u64, value: f64 },
+    #[error(transparent)]
+    Compute(#[from] crate::model::ComputeError),
     #[error(
-        "device = \"cuda\" needs a binary built with `--features cuda` (this one has the CPU backend only)"
+        "--count-kernels counts a GPU step's kernels from CubeCL's logs: use --device wgpu or cuda, in a process that has not set up the GPU before"
     )]
-    NoCuda,
+    CountKernelsSettings,
     #[error(
         "--count-ops counts the f32 step's operations on the CPU (as built for CUDA): use --device cpu --precision f32"
     )]
@@ -203,17 +205,26 @@ impl Report for Summary {
 /// (f32 parameters on both; the precision is the forward pass's).
 pub fn run(config: &TrainConfig, options: &RunOptions) -> Result<Summary, TrainError> {
     use burn::backend::Autodiff;
+    crate::model::check_compute(config.device, config.precision, crate::model::Use::Train)?;
     match config.device {
         DeviceKind::Cpu => {
             train_on::<Autodiff<burn::backend::Flex>>(config, options, Default::default())
         }
         #[cfg(feature = "cuda")]
         DeviceKind::Cuda => {
-            crate::model::cuda_cache::configure_kernel_cache();
+            crate::model::gpu_cache::configure_kernel_cache();
             train_on::<Autodiff<burn::backend::Cuda<f32, i32>>>(config, options, Default::default())
         }
-        #[cfg(not(feature = "cuda"))]
-        DeviceKind::Cuda => Err(TrainError::NoCuda),
+        #[cfg(feature = "wgpu")]
+        DeviceKind::Wgpu => {
+            crate::model::gpu_cache::configure_kernel_cache();
+            let device = crate::model::wgpu::device()
+                .map_err(|e| crate::model::ComputeError::NoAdapter(e.to_string()))?;
+            crate::model::wgpu::check_batch(&device, &config.shape(), config.batch_size)?;
+            train_on::<Autodiff<burn::backend::Wgpu<f32, i32>>>(config, options, device)
+        }
+        #[allow(unreachable_patterns)]
+        other => Err(crate::model::ComputeError::NotBuilt(other).into()),
     }
 }
 
@@ -809,6 +820,19 @@ pub(crate) type Stepped<B> = (
 /// gradients clipped to a global norm (`optax.clip_by_global_norm`), one
 /// Adam update, the average moved. Returns the updated model, the loss and
 /// the unclipped gradient norm.
+/// The loss's gradients, the loss multiplied by `scale` first unless it
+/// is 1 (mixed f16's loss scaling; the optimiser divides them back).
+pub(crate) fn scaled_backward<B: TrainBackend>(
+    loss: Tensor<B, 1>,
+    scale: f32,
+) -> <B as burn::tensor::backend::AutodiffBackend>::Gradients {
+    if scale == 1.0 {
+        loss.backward()
+    } else {
+        loss.mul_scalar(scale).backward()
+    }
+}
+
 pub(crate) fn step<B: TrainBackend>(
     model: Predictor<B>,
     optimiser: &mut Optimiser<B>,
@@ -821,7 +845,9 @@ pub(crate) fn step<B: TrainBackend>(
     let log_probs = model.forward(batch.tokens);
     let loss = loss::batch_loss(loss, log_probs, batch.targets, batch.win_prob, support);
     let detached = loss.clone().inner();
-    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    let scale = model.precision().loss_scale();
+    optimiser.set_loss_scale(scale);
+    let grads = GradientsParams::from_grads(scaled_backward(loss, scale), &model);
     let (model, norm) = optimiser.step(model, grads, learning_rate, grad_clip);
     (model, detached, norm)
 }

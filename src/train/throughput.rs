@@ -56,6 +56,14 @@ pub struct BenchStepOptions {
     /// follow. f32 only. Any batch size counts the same; use a small one.
     #[arg(long, conflicts_with = "profile")]
     pub count_ops: bool,
+    /// On a GPU (--device wgpu or cuda): count the kernels each timed step
+    /// launches, by kernel, and the kernels the process compiles, from
+    /// CubeCL's own logs (every kernel CubeCL launches, after fusion; a
+    /// vendor library's calls are not counted). Launches are not timed or
+    /// synchronised; the first step's compilation counts as a cold
+    /// process's.
+    #[arg(long, conflicts_with_all = ["profile", "count_ops"])]
+    pub count_kernels: bool,
 }
 
 impl BenchStepOptions {
@@ -81,6 +89,7 @@ impl BenchStepOptions {
             precision: self.compute.precision,
             profile: self.profile,
             count_ops: self.count_ops,
+            count_kernels: self.count_kernels,
         }
     }
 }
@@ -119,6 +128,19 @@ impl Report for StepTiming {
                 writeln!(out, "  {group:<20} {n:>8.0}")?;
             }
         }
+        if let Some(k) = &self.kernels {
+            writeln!(
+                out,
+                "  kernels: {:.0} launched per step ({} distinct), {} compiled by this process ({} during the timed steps)",
+                k.launched_per_step, k.distinct, k.compiled_cold, k.compiled_in_steps
+            )?;
+            for (name, n) in &k.by_kernel {
+                writeln!(out, "  {name:<48} {n:>8.1}")?;
+            }
+        }
+        for v in &self.kernel_variants {
+            writeln!(out, "  kernel variant: {v}")?;
+        }
         if let Some(phases) = &self.phases {
             let total: f64 = phases.iter().map(|(_, s)| s).sum();
             for (name, s) in phases {
@@ -148,6 +170,9 @@ pub struct StepBench {
     pub profile: bool,
     /// Count operations on the CPU ([`crate::model::op_count`]).
     pub count_ops: bool,
+    /// Count a GPU step's kernels from CubeCL's logs
+    /// (`model::kernel_log`).
+    pub count_kernels: bool,
 }
 
 /// Timings of [`StepBench`].
@@ -166,6 +191,12 @@ pub struct StepTiming {
     pub layers: LayerKernels,
     /// The operations per timed step (`--count-ops` only).
     pub ops: Option<OpCounts>,
+    /// The kernels a timed step launches, and those the process compiled
+    /// (`--count-kernels` only).
+    pub kernels: Option<KernelCounts>,
+    /// The project's kernel variants self-tested in this process (GPUs),
+    /// each with its verdict.
+    pub kernel_variants: Vec<String>,
     pub seconds: f64,
     pub samples_per_s: f64,
     pub model_flops_per_s: f64,
@@ -190,30 +221,106 @@ pub fn bench_steps(bench: &StepBench) -> Result<StepTiming, TrainError> {
             warmup: bench.warmup.max(1),
             ..bench.clone()
         };
-        return run::<Autodiff<crate::model::op_count::Counted>>(&bench, Default::default());
+        return run::<Autodiff<crate::model::op_count::Counted>>(&bench, Default::default(), None);
+    }
+    crate::model::check_compute(bench.device, bench.precision, crate::model::Use::Train)?;
+    if bench.count_kernels && bench.device == DeviceKind::Cpu {
+        return Err(TrainError::CountKernelsSettings);
     }
     match bench.device {
-        DeviceKind::Cpu => run::<Autodiff<burn::backend::Flex>>(bench, Default::default()),
+        DeviceKind::Cpu => run::<Autodiff<burn::backend::Flex>>(bench, Default::default(), None),
         #[cfg(feature = "cuda")]
         DeviceKind::Cuda => {
-            crate::model::cuda_cache::configure_kernel_cache();
-            run::<Autodiff<burn::backend::Cuda<f32, i32>>>(bench, Default::default())
+            let log = kernel_log(bench)?;
+            run::<Autodiff<burn::backend::Cuda<f32, i32>>>(bench, Default::default(), log)
         }
-        #[cfg(not(feature = "cuda"))]
-        DeviceKind::Cuda => Err(TrainError::NoCuda),
+        #[cfg(feature = "wgpu")]
+        DeviceKind::Wgpu => {
+            let log = kernel_log(bench)?;
+            let device = crate::model::wgpu::device()
+                .map_err(|e| crate::model::ComputeError::NoAdapter(e.to_string()))?;
+            crate::model::wgpu::check_batch(&device, &bench.shape, bench.batch_size)?;
+            run::<Autodiff<burn::backend::Wgpu<f32, i32>>>(bench, device, log)
+        }
+        #[allow(unreachable_patterns)]
+        other => Err(crate::model::ComputeError::NotBuilt(other).into()),
     }
+}
+
+/// Where CubeCL logs kernels (`--count-kernels`), or `None`: sets up the
+/// kernel cache either way, before the device starts.
+#[cfg(gpu)]
+fn kernel_log(bench: &StepBench) -> Result<Option<KernelLog>, TrainError> {
+    if !bench.count_kernels {
+        crate::model::gpu_cache::configure_kernel_cache();
+        return Ok(None);
+    }
+    let dir = std::env::temp_dir().join(format!("chessbench-kernel-log-{}", std::process::id()));
+    match crate::model::gpu_cache::configure_with_kernel_log(&dir) {
+        Some(log) => Ok(Some(log)),
+        None => Err(TrainError::CountKernelsSettings),
+    }
+}
+
+#[cfg(gpu)]
+use crate::model::kernel_log::{KernelCounts, KernelLog};
+
+/// Without a GPU backend nothing logs kernels.
+#[cfg(not(gpu))]
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelCounts;
+#[cfg(not(gpu))]
+pub struct KernelLog;
+
+#[cfg(not(gpu))]
+impl KernelLog {
+    fn counts(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(not(gpu))]
+impl KernelCounts {
+    fn between(_: &(), _: &(), _: usize) -> KernelCounts {
+        KernelCounts
+    }
+}
+
+/// The project's kernel variants self-tested so far, with their verdicts.
+fn kernel_variants() -> Vec<String> {
+    #[cfg(gpu)]
+    {
+        crate::model::gpu_pass::verdicts()
+            .into_iter()
+            .map(|v| {
+                let verdict = match &v.reason {
+                    None => "passed".to_owned(),
+                    Some(r) => format!("failed ({r}); burn's operations ran"),
+                };
+                format!("{} on {}: {verdict}", v.variant, v.runtime)
+            })
+            .collect()
+    }
+    #[cfg(not(gpu))]
+    Vec::new()
 }
 
 fn sync<B: Backend>(device: &B::Device) {
     let _ = B::sync(device);
 }
 
-fn run<B: TrainBackend>(bench: &StepBench, device: B::Device) -> Result<StepTiming, TrainError> {
+fn run<B: TrainBackend>(
+    bench: &StepBench,
+    device: B::Device,
+    log: Option<KernelLog>,
+) -> Result<StepTiming, TrainError> {
     tune_allocator();
-    // Decided (and any warning printed) before anything is timed.
+    // Decided (and any warning printed) before anything is timed; the
+    // kernel variants are self-tested at their first use, in the warm-up.
     let products = <B as ModelBackend>::products();
-    let attention = <B as ModelBackend>::attention();
-    let layers = <B as ModelBackend>::layers();
+    let log_error =
+        |e: std::io::Error| TrainError::Backend(format!("reading CubeCL's kernel logs: {e}"));
+    let mut before = None;
     B::seed(&device, 0);
     let shape = bench.shape;
     let n = bench.batch_size;
@@ -231,6 +338,9 @@ fn run<B: TrainBackend>(bench: &StepBench, device: B::Device) -> Result<StepTimi
     for i in 0..bench.warmup + bench.steps {
         if i == bench.warmup {
             sync::<B>(&device);
+            if let Some(log) = &log {
+                before = Some(log.counts().map_err(log_error)?);
+            }
             B::profiler_range(true);
             start = Instant::now();
             phases = [0.0; 6];
@@ -251,7 +361,10 @@ fn run<B: TrainBackend>(bench: &StepBench, device: B::Device) -> Result<StepTimi
         mark(0, &mut t);
         let loss = loss::batch_loss(bench.loss, model.forward(x), y, w, &support);
         mark(1, &mut t);
-        let grads = GradientsParams::from_grads(loss.clone().backward(), &model);
+        let scale = model.precision().loss_scale();
+        optimiser.set_loss_scale(scale);
+        let grads =
+            GradientsParams::from_grads(super::run::scaled_backward(loss.clone(), scale), &model);
         mark(2, &mut t);
         model = optimiser
             .step_marked(model, grads, 1e-4, 1.0, &mut |phase| match phase {
@@ -269,6 +382,13 @@ fn run<B: TrainBackend>(bench: &StepBench, device: B::Device) -> Result<StepTimi
     let seconds = start.elapsed().as_secs_f64();
     B::profiler_range(false);
     let samples_per_s = (bench.steps * n) as f64 / seconds.max(1e-9);
+    let kernels = match (&log, &before) {
+        (Some(log), Some(before)) => {
+            let after = log.counts().map_err(log_error)?;
+            Some(KernelCounts::between(before, &after, bench.steps))
+        }
+        _ => None,
+    };
     let names = ["upload", "forward+loss", "backward", "clip", "adam", "ema"];
     Ok(StepTiming {
         bench: bench.clone(),
@@ -276,9 +396,11 @@ fn run<B: TrainBackend>(bench: &StepBench, device: B::Device) -> Result<StepTimi
         device: format!("{device:?}"),
         products,
         product_fallbacks: <B as ModelBackend>::product_fallbacks(),
-        attention,
-        layers,
+        attention: <B as ModelBackend>::attention(),
+        layers: <B as ModelBackend>::layers(),
         ops: <B as ModelBackend>::op_counts().map(|c| OpCounts::per_step(&c, bench.steps)),
+        kernels,
+        kernel_variants: kernel_variants(),
         seconds,
         samples_per_s,
         model_flops_per_s: samples_per_s * shape.train_flops_per_sample(),
@@ -309,6 +431,7 @@ mod tests {
             precision: Precision::F32,
             profile: false,
             count_ops: true,
+            count_kernels: false,
         };
         let timing = bench_steps(&bench).expect("a counted step");
         op_count::force(None);

@@ -1,9 +1,13 @@
-//! Where burn-cuda keeps the kernels it compiles and the autotune results
-//! it measures: one per-user directory that any working directory finds.
+//! Where burn's GPU backends keep the kernels they compile and the
+//! autotune results they measure: one per-user directory that any working
+//! directory finds.
 //!
-//! burn-cuda compiles every GPU kernel at run time (NVRTC) and autotunes
-//! some of them on first use, which is most of a fresh process's first
-//! step (docs/gpu.md, "Kernel compiling"). CubeCL caches both, by default
+//! burn-cuda compiles every GPU kernel at run time (NVRTC), burn-wgpu
+//! through wgpu and the driver, and both autotune some of them on first
+//! use, which is most of a fresh process's first step (docs/gpu.md,
+//! "Kernel compiling"). CubeCL caches compiled CUDA kernels and the
+//! autotune results of both (WGSL kernels are compiled again by every
+//! process: wgpu keeps no cache of them), by default
 //! in `target/` of the Cargo project around the working directory, or
 //! nowhere useful outside one. chessbench instead sets CubeCL's
 //! configuration before the first GPU call: both caches go to
@@ -131,7 +135,19 @@ fn build_dir(root: &Path) -> Option<PathBuf> {
 /// are not cached. If something has read CubeCL's configuration already
 /// (a caller that touched the GPU first), it stays as it is.
 pub fn configure_kernel_cache() {
+    configure(None);
+}
+
+/// [`configure_kernel_cache`], and CubeCL's logs of the kernels launched
+/// and compiled into `dir` ([`super::kernel_log`]): `None` if CubeCL's
+/// configuration was set before (the logs would not be written).
+pub fn configure_with_kernel_log(dir: &Path) -> Option<super::kernel_log::KernelLog> {
+    configure(Some(dir))
+}
+
+fn configure(log_dir: Option<&Path>) -> Option<super::kernel_log::KernelLog> {
     static ONCE: Once = Once::new();
+    let mut log = None;
     ONCE.call_once(|| {
         if CubeClRuntimeConfig::storage().lock().is_some() {
             return;
@@ -162,13 +178,22 @@ pub fn configure_kernel_cache() {
                 config.compilation.cache = None;
             }
         }
+        if let Some(dir) = log_dir {
+            match super::kernel_log::enable(&mut config, dir) {
+                Ok(l) => log = Some(l),
+                Err(e) => eprintln!("warning: cannot write kernel logs in {}: {e}", dir.display()),
+            }
+        }
         // One lock from the check to the set: CubeCL's `set` panics if
         // anything set or read the configuration in between.
         let mut stored = CubeClRuntimeConfig::storage().lock();
         if stored.is_none() {
             *stored = Some(std::sync::Arc::new(config));
+        } else {
+            log = None;
         }
     });
+    log
 }
 
 #[cfg(test)]

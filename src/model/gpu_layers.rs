@@ -1,8 +1,8 @@
-//! A block's layer norm and SwiGLU on burn's CUDA backend: CubeCL kernels
-//! that follow [`super::layers`] (forward and backward of each), registered
-//! as custom operations of burn's fusion stream and, through
-//! [`super::layers::fused_layer_norm`] and [`super::layers::fused_swiglu`],
-//! as one autodiff operation each.
+//! A block's layer norm and SwiGLU on burn's GPU backends (CUDA, wgpu):
+//! CubeCL kernels that follow [`super::layers`] (forward and backward of
+//! each), registered as custom operations of burn's fusion stream and,
+//! through [`super::layers::fused_layer_norm`] and
+//! [`super::layers::fused_swiglu`], as one autodiff operation each.
 //!
 //! - **Layer norm**: a cube of [`norm_units`] units per row at a time, at
 //!   most [`NORM_CUBES`] cubes each walking its share of the rows; a unit
@@ -12,7 +12,8 @@
 //!   writes them as one row of partial sums, and a second kernel adds the
 //!   partial rows column by column (no atomics: the sums are the same at
 //!   every launch).
-//! - **SwiGLU**: one unit per output element, reading `gate` and `up` from
+//! - **SwiGLU**: a unit per output element at a time (as many cubes as the
+//!   device allows, each walking its share), reading `gate` and `up` from
 //!   the two halves of the block's one product, writing `d_gate | d_up`
 //!   side by side in the backward (burn's slices would add two zero-padded
 //!   gradients).
@@ -21,31 +22,37 @@
 //! runtime passes with it (CUDA pads rows; the final norm's input is a
 //! view of every sequence's last position), and outputs are allocated in
 //! the runtime's own layout, as the attention's kernels do. Values are
-//! computed in f32 whatever the tensors' format.
+//! computed in f32 whatever the tensors' format. Each variant (width,
+//! positions, format, layout) is self-tested through the fused backend the
+//! first time it is about to run on a device ([`use_fused_norm`],
+//! [`use_fused_swiglu`]), and one that fails falls back to burn's
+//! operations alone.
 //!
 //! Without a GPU, `make test-kernels` runs the kernels' CUDA C on the CPU
 //! under a model of CUDA's layouts and launch (`emulated` below,
-//! [`super::cuda_emulator`]).
+//! `super::cuda_emulator`), and `make test-wgpu` runs them through wgpu on
+//! lavapipe.
 
-use std::sync::OnceLock;
-
-use burn::tensor::{DType, Shape, Tensor, TensorData, TensorPrimitive, ops::FloatTensor};
+use burn::{
+    backend::Autodiff,
+    tensor::{DType, Shape, Tensor, TensorData, TensorPrimitive, ops::FloatTensor},
+};
 use burn_cubecl::{
     BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement, cubecl::prelude::*,
     tensor::CubeTensor,
 };
 use burn_fusion::Fusion;
 use burn_ir::{OperationOutput, TensorIr};
-use cubecl::cuda::{CudaDevice, CudaRuntime};
 
 use super::{
     backend::LayerKernels,
-    cuda_attention::{empty_like, within_u32},
-    cuda_pass::{KernelPass, errors_within, fused_choice, operands, register_pass, relative_error},
+    gpu_attention::{empty_like, within_u32},
+    gpu_pass::{
+        Family, KernelPass, Layout, Limits, Variant, any_failed, bound_for, errors_within,
+        fused_wanted, operands, register_pass, relative_error, variant_enabled,
+    },
     layers::{self, FusedLayers, LAYER_NORM_EPS},
 };
-
-type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 
 /// The most cubes a layer norm launches: about eight per streaming
 /// multiprocessor of an H100, each walking `rows / NORM_CUBES` rows; also
@@ -61,6 +68,13 @@ const MAX_NORM_UNITS: usize = 256;
 /// Units per cube of the SwiGLU kernels (one per element).
 const SWIGLU_UNITS: usize = 256;
 
+/// The most cubes a SwiGLU launches (each walks its share of the elements).
+const SWIGLU_CUBES: usize = 1 << 16;
+
+/// Buffers the widest kernel binds: the layer norm backward's eight
+/// tensors and CubeCL's metadata.
+const BINDINGS: u32 = 9;
+
 /// The most elements a tensor of the kernels may have (u32 indices on
 /// buffers CUDA pads at most 4x; see the attention's `MAX_ELEMENTS`).
 const MAX_ELEMENTS: usize = 1 << 28;
@@ -72,66 +86,137 @@ pub(crate) fn norm_units(width: usize) -> usize {
 }
 
 fn formats(dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::BF16)
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
-/// Whether the layer norm kernels take `[batch, seq, width]` in `dtype`.
-pub(crate) fn norm_supported(shape: [usize; 3], dtype: DType) -> bool {
+/// Whether a device with `limits` takes the kernels' cubes, their shared
+/// memory (the layer norm's row sums) and their bindings.
+fn fits(limits: &Limits) -> bool {
+    MAX_NORM_UNITS as u32 <= limits.units
+        && SWIGLU_UNITS as u32 <= limits.units
+        && 4 * MAX_NORM_UNITS <= limits.shared_bytes
+        && BINDINGS <= limits.bindings
+}
+
+/// Whether the layer norm kernels take `[batch, seq, width]` in `dtype` on
+/// a device with `limits`.
+pub(crate) fn norm_supported(shape: [usize; 3], dtype: DType, limits: &Limits) -> bool {
     let [b, t, w] = shape;
     b * t > 0
         && (1..=MAX_WIDTH).contains(&w)
         && b.saturating_mul(t).saturating_mul(w) <= MAX_ELEMENTS
         && formats(dtype)
+        && fits(limits)
 }
 
-/// Whether the SwiGLU kernels take `both` of `[batch, seq, 2 f]` in `dtype`.
-pub(crate) fn swiglu_supported(shape: [usize; 3], dtype: DType) -> bool {
+/// Whether the SwiGLU kernels take `both` of `[batch, seq, 2 f]` in
+/// `dtype` on a device with `limits`.
+pub(crate) fn swiglu_supported(shape: [usize; 3], dtype: DType, limits: &Limits) -> bool {
     let [b, t, w] = shape;
     b * t > 0
         && w > 0
         && w % 2 == 0
         && b.saturating_mul(t).saturating_mul(w) <= MAX_ELEMENTS
         && formats(dtype)
+        && fits(limits)
 }
 
 pub use super::backend::LAYERS_VAR;
 
-/// Which layer norm and SwiGLU the CUDA backend runs.
-pub(crate) fn layer_kernels() -> LayerKernels {
-    if fused_enabled() {
+/// Which layer norm and SwiGLU a GPU backend runs: burn's when
+/// `CHESSBENCH_LAYERS` says so, or when a variant of the fused kernels
+/// failed its self-test in this process; the fused kernels otherwise.
+pub(crate) fn layer_kernels<R: CubeRuntime>() -> LayerKernels {
+    if fused_wanted(LAYERS_VAR)
+        && !any_failed::<R>(Family::LayerNorm)
+        && !any_failed::<R>(Family::Swiglu)
+    {
         LayerKernels::Fused
     } else {
         LayerKernels::Burn
     }
 }
 
-/// Whether the fused layer norm and SwiGLU are used (decided once, on GPU
-/// 0): unless `CHESSBENCH_LAYERS=burn`, when their forward and backward
-/// agree with [`layers`]' reference on a few shapes at start-up;
-/// otherwise burn's operations run, with one warning.
-pub fn fused_enabled() -> bool {
-    static CHOICE: OnceLock<bool> = OnceLock::new();
-    *CHOICE.get_or_init(|| {
-        fused_choice(
-            LAYERS_VAR,
-            "the fused layer norm and SwiGLU",
-            "burn's operations",
-            self_test,
+/// The variant of the model's layer norm of `[batch, seq, width]` in
+/// `dtype`: the blocks' norms take the residual stream (dense), the final
+/// norm each sequence's last position (a view, `seq` 1).
+pub(crate) fn norm_variant(shape: [usize; 3], dtype: DType) -> Variant {
+    Variant {
+        family: Family::LayerNorm,
+        sizes: [shape[2], shape[1]],
+        dtype,
+        layout: if shape[1] == 1 {
+            Layout::Views
+        } else {
+            Layout::Dense
+        },
+    }
+}
+
+/// The variant of the model's SwiGLU of `both` (`[batch, seq, 2 f]`, a
+/// product's dense output) in `dtype`.
+pub(crate) fn swiglu_variant(shape: [usize; 3], dtype: DType) -> Variant {
+    Variant {
+        family: Family::Swiglu,
+        sizes: [shape[2], 0],
+        dtype,
+        layout: Layout::Dense,
+    }
+}
+
+/// Whether the model's layer norm of `shape` in `dtype` on `device` runs
+/// the fused kernels: they take it there and its variant
+/// ([`norm_variant`]) passed its self-test through the fused backend.
+pub(crate) fn use_fused_norm<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    device: &R::Device,
+    shape: [usize; 3],
+    dtype: DType,
+) -> bool {
+    if !fused_wanted(LAYERS_VAR) || !norm_supported(shape, dtype, &Limits::of_device::<R>(device)) {
+        return false;
+    }
+    let variant = norm_variant(shape, dtype);
+    variant_enabled::<R>(LAYERS_VAR, device, variant, "burn's layer norm", || {
+        errors_within(
+            variant_errors::<R, F, I, BT>(device, variant)?,
+            bound_for(dtype),
         )
     })
 }
 
-/// The shapes `[batch, seq, width]` the kernels are checked on at start-up,
-/// in `tests/cuda.rs` and on the CPU: the 9M block's layer norm (width 256)
-/// and SwiGLU (2 x 1,024), the 136M/270M layer norm (1,024), and odd ones
-/// (rows of 7 and of 2 x 7, padded by CUDA's allocator).
+/// Whether the model's SwiGLU of `shape` in `dtype` on `device` runs the
+/// fused kernels: they take it there and its variant ([`swiglu_variant`])
+/// passed its self-test through the fused backend.
+pub(crate) fn use_fused_swiglu<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    device: &R::Device,
+    shape: [usize; 3],
+    dtype: DType,
+) -> bool {
+    if !fused_wanted(LAYERS_VAR) || !swiglu_supported(shape, dtype, &Limits::of_device::<R>(device))
+    {
+        return false;
+    }
+    let variant = swiglu_variant(shape, dtype);
+    variant_enabled::<R>(LAYERS_VAR, device, variant, "burn's SwiGLU", || {
+        errors_within(
+            variant_errors::<R, F, I, BT>(device, variant)?,
+            bound_for(dtype),
+        )
+    })
+}
+
+/// The shapes `[batch, seq, width]` [`kernel_errors`] checks (in
+/// `tests/cuda.rs`, `tests/wgpu.rs` and on the CPU): the 9M block's layer
+/// norm (width 256) and SwiGLU (2 x 1,024), the 136M/270M layer norm
+/// (1,024), and odd ones (rows of 7 and of 2 x 7, padded by CUDA's
+/// allocator).
 pub(crate) const CHECKED_NORMS: [[usize; 3]; 3] = [[2, 79, 256], [1, 5, 1024], [3, 5, 7]];
 pub(crate) const CHECKED_SWIGLUS: [[usize; 3]; 2] = [[2, 79, 2048], [3, 5, 14]];
 
-/// The checks' inputs (the start-up test, `tests/cuda.rs` and the CPU
-/// model see the same numbers): `n` values in about [-2, 2) from `salt`,
-/// shifted by `row_shift` per row of `width` (rows far from zero mean test
-/// the layer norm's centring).
+/// The checks' inputs (`tests/cuda.rs`, `tests/wgpu.rs` and the CPU model
+/// see the same numbers): `n` values in about [-2, 2) from `salt`, shifted
+/// by `row_shift` per row of `width` (rows far from zero mean test the
+/// layer norm's centring).
 pub(crate) fn test_values(n: usize, width: usize, salt: usize, row_shift: f32) -> Vec<f32> {
     (0..n)
         .map(|i| {
@@ -156,44 +241,47 @@ pub(crate) fn norm_inputs(shape: [usize; 3]) -> [Vec<f32>; 4] {
     ]
 }
 
-/// The kernels against [`layers`]' reference, f32, within 1e-4 relative.
-pub fn self_test(device: &CudaDevice) -> Result<(), String> {
-    errors_within(kernel_errors(device, DType::F32)?, 1e-4)
-}
-
 /// A kernel output's shape, name and largest relative error.
 pub type KernelError = ([usize; 3], &'static str, f32);
 
+/// A tensor's values through f32.
+fn read<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.cast(DType::F32)
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap_or_default()
+}
+
 /// The kernels' largest relative errors against [`layers`]' reference
 /// (which `make test` checks against burn's autodiff) on
-/// [`CHECKED_NORMS`] and [`CHECKED_SWIGLUS`], tensors in `dtype` (the
-/// reference computes in f32 on the inputs rounded to `dtype`).
-pub fn kernel_errors(device: &CudaDevice, dtype: DType) -> Result<Vec<KernelError>, String> {
-    type B = Cube<f32, i32, u8>;
-    let up = |x: &[f32], dims: &[usize]| -> FloatTensor<B> {
+/// [`CHECKED_NORMS`] and [`CHECKED_SWIGLUS`], launched directly on the
+/// CubeCL backend of runtime `R`, tensors in `dtype` (the reference
+/// computes in f32 on the inputs rounded to `dtype`).
+pub fn kernel_errors<R: CubeRuntime>(
+    device: &R::Device,
+    dtype: DType,
+) -> Result<Vec<KernelError>, String> {
+    type B<R> = CubeBackend<R, f32, i32, u32>;
+    let up = |x: &[f32], dims: &[usize]| -> FloatTensor<B<R>> {
         let data = TensorData::new(x.to_vec(), dims.to_vec());
         match dims.len() {
-            1 => Tensor::<B, 1>::from_data(data, device)
+            1 => Tensor::<B<R>, 1>::from_data(data, device)
                 .cast(dtype)
                 .into_primitive()
                 .tensor(),
-            _ => Tensor::<B, 3>::from_data(data, device)
+            _ => Tensor::<B<R>, 3>::from_data(data, device)
                 .cast(dtype)
                 .into_primitive()
                 .tensor(),
         }
     };
-    fn down<const D: usize>(t: FloatTensor<B>) -> Vec<f32> {
-        Tensor::<B, D>::from_primitive(TensorPrimitive::Float(t))
-            .cast(DType::F32)
-            .into_data()
-            .to_vec::<f32>()
-            .unwrap_or_default()
+    fn down<R: CubeRuntime, const D: usize>(t: FloatTensor<B<R>>) -> Vec<f32> {
+        read(Tensor::<B<R>, D>::from_primitive(TensorPrimitive::Float(t)))
     }
     let round = |x: &[f32], dims: &[usize]| -> Vec<f32> {
         match dims.len() {
-            1 => down::<1>(up(x, dims)),
-            _ => down::<3>(up(x, dims)),
+            1 => down::<R, 1>(up(x, dims)),
+            _ => down::<R, 3>(up(x, dims)),
         }
     };
     let mut errors = Vec::new();
@@ -206,14 +294,14 @@ pub fn kernel_errors(device: &CudaDevice, dtype: DType) -> Result<Vec<KernelErro
             round(&beta, &[w]),
             round(&dy, &dims),
         );
-        let [y, mean, rstd] = B::layer_norm_forward(
+        let [y, mean, rstd] = B::<R>::layer_norm_forward(
             up(&x, &dims),
             up(&gamma, &[w]),
             up(&beta, &[w]),
             LAYER_NORM_EPS,
         );
         let reference = layers::layer_norm_forward(&x, &gamma, &beta, LAYER_NORM_EPS);
-        let [dx, dgamma, dbeta] = B::layer_norm_backward(
+        let [dx, dgamma, dbeta] = B::<R>::layer_norm_backward(
             up(&x, &dims),
             up(&gamma, &[w]),
             mean.clone(),
@@ -221,19 +309,13 @@ pub fn kernel_errors(device: &CudaDevice, dtype: DType) -> Result<Vec<KernelErro
             up(&dy, &dims),
         );
         let grads = layers::layer_norm_backward(&x, &gamma, &reference.mean, &reference.rstd, &dy);
-        let f32s = |t: FloatTensor<B>| {
-            Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t))
-                .into_data()
-                .to_vec::<f32>()
-                .unwrap_or_default()
-        };
         for (what, ours, theirs) in [
-            ("norm output", down::<3>(y), &reference.y),
-            ("norm mean", f32s(mean), &reference.mean),
-            ("norm rstd", f32s(rstd), &reference.rstd),
-            ("norm dx", down::<3>(dx), &grads.dx),
-            ("norm dgamma", down::<1>(dgamma), &grads.dgamma),
-            ("norm dbeta", down::<1>(dbeta), &grads.dbeta),
+            ("norm output", down::<R, 3>(y), &reference.y),
+            ("norm mean", down::<R, 2>(mean), &reference.mean),
+            ("norm rstd", down::<R, 2>(rstd), &reference.rstd),
+            ("norm dx", down::<R, 3>(dx), &grads.dx),
+            ("norm dgamma", down::<R, 1>(dgamma), &grads.dgamma),
+            ("norm dbeta", down::<R, 1>(dbeta), &grads.dbeta),
         ] {
             errors.push((dims, what, relative_error(&ours, theirs)));
         }
@@ -243,14 +325,121 @@ pub fn kernel_errors(device: &CudaDevice, dtype: DType) -> Result<Vec<KernelErro
         let out_dims = [b, t, w / 2];
         let both = round(&test_values(b * t * w, w, 5, 0.0), &dims);
         let d_out = round(&test_values(b * t * w / 2, w / 2, 6, 0.0), &out_dims);
-        let out = down::<3>(B::swiglu_forward(up(&both, &dims)));
-        let d_both = down::<3>(B::swiglu_backward(up(&both, &dims), up(&d_out, &out_dims)));
+        let out = down::<R, 3>(B::<R>::swiglu_forward(up(&both, &dims)));
+        let d_both = down::<R, 3>(B::<R>::swiglu_backward(
+            up(&both, &dims),
+            up(&d_out, &out_dims),
+        ));
         let reference = layers::swiglu_forward(&both, w / 2);
         let grads = layers::swiglu_backward(&both, &d_out, w / 2);
         errors.push((dims, "swiglu output", relative_error(&out, &reference)));
         errors.push((dims, "swiglu d_both", relative_error(&d_both, &grads)));
     }
     Ok(errors)
+}
+
+/// One variant of the fused layer norm or SwiGLU against [`layers`]'
+/// reference, as training runs it: on the fused backend
+/// `Autodiff<Fusion<CubeBackend<R, F, I, BT>>>`, through
+/// [`layers::fused_layer_norm`] or [`layers::fused_swiglu`], two sequences
+/// in the variant's format and layout (the final norm's input as the last
+/// position of `[2, 79, width]`, as `Predictor` slices it). `(shape, what,
+/// error)` for the output and every gradient; the reference computes in
+/// f32 on the inputs rounded to the format.
+pub(crate) fn variant_errors<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    device: &R::Device,
+    variant: Variant,
+) -> Result<Vec<KernelError>, String> {
+    type A<R, F, I, BT> = Autodiff<Fusion<CubeBackend<R, F, I, BT>>>;
+    let dtype = variant.dtype;
+    let tensor = |x: &[f32], dims: [usize; 3]| -> Tensor<A<R, F, I, BT>, 3> {
+        Tensor::<A<R, F, I, BT>, 3>::from_data(TensorData::new(x.to_vec(), dims), device)
+            .cast(dtype)
+    };
+    let vector = |x: &[f32]| -> Tensor<A<R, F, I, BT>, 1> {
+        Tensor::<A<R, F, I, BT>, 1>::from_data(TensorData::new(x.to_vec(), [x.len()]), device)
+            .cast(dtype)
+    };
+    let rounded = |x: &[f32]| -> Vec<f32> { read(vector(x)) };
+    let grad = |t: &Tensor<A<R, F, I, BT>, 3>, grads: &_| -> Result<Vec<f32>, String> {
+        Ok(read(t.grad(grads).ok_or("no gradient of an input")?))
+    };
+    match variant.family {
+        Family::LayerNorm => {
+            let [w, t] = variant.sizes;
+            let dims = [2, t, w];
+            let [x, gamma, beta, dy] = norm_inputs(dims).map(|v| rounded(&v));
+            let (gamma_t, beta_t) = (vector(&gamma).require_grad(), vector(&beta).require_grad());
+            let (y, xs, x_leaf) = match variant.layout {
+                Layout::Views => {
+                    // The last position of each of two sequences of 79.
+                    let seq = 79;
+                    let mut wide = rounded(&test_values(2 * seq * w, w, 9, 0.0));
+                    for (b, row) in x.chunks(w).enumerate() {
+                        let at = (b * seq + seq - 1) * w;
+                        wide[at..at + w].copy_from_slice(row);
+                    }
+                    let leaf = tensor(&wide, [2, seq, w]).require_grad();
+                    let y = layers::fused_layer_norm(
+                        leaf.clone().narrow(1, seq - 1, 1),
+                        gamma_t.clone(),
+                        beta_t.clone(),
+                    );
+                    (y, x.clone(), leaf)
+                }
+                Layout::Dense => {
+                    let leaf = tensor(&x, dims).require_grad();
+                    let y = layers::fused_layer_norm(leaf.clone(), gamma_t.clone(), beta_t.clone());
+                    (y, x.clone(), leaf)
+                }
+            };
+            let grads = (y.clone() * tensor(&dy, dims)).sum().backward();
+            let mut dx = grad(&x_leaf, &grads)?;
+            if variant.layout == Layout::Views {
+                let seq = 79;
+                dx = (0..2)
+                    .flat_map(|b| {
+                        let at = (b * seq + seq - 1) * w;
+                        dx[at..at + w].to_vec()
+                    })
+                    .collect();
+            }
+            let dgamma = read(gamma_t.grad(&grads).ok_or("no gradient of gamma")?);
+            let dbeta = read(beta_t.grad(&grads).ok_or("no gradient of beta")?);
+            let reference = layers::layer_norm_forward(&xs, &gamma, &beta, LAYER_NORM_EPS);
+            let g = layers::layer_norm_backward(&xs, &gamma, &reference.mean, &reference.rstd, &dy);
+            Ok(vec![
+                (dims, "norm output", relative_error(&read(y), &reference.y)),
+                (dims, "norm dx", relative_error(&dx, &g.dx)),
+                (dims, "norm dgamma", relative_error(&dgamma, &g.dgamma)),
+                (dims, "norm dbeta", relative_error(&dbeta, &g.dbeta)),
+            ])
+        }
+        Family::Swiglu => {
+            let [w, _] = variant.sizes;
+            let (b, t) = (2, 79);
+            let dims = [b, t, w];
+            let both = rounded(&test_values(b * t * w, w, 5, 0.0));
+            let d_out = rounded(&test_values(b * t * w / 2, w / 2, 6, 0.0));
+            let leaf = tensor(&both, dims).require_grad();
+            let out = layers::fused_swiglu(leaf.clone());
+            let grads = (out.clone() * tensor(&d_out, [b, t, w / 2]))
+                .sum()
+                .backward();
+            let d_both = grad(&leaf, &grads)?;
+            let reference = layers::swiglu_forward(&both, w / 2);
+            let g = layers::swiglu_backward(&both, &d_out, w / 2);
+            Ok(vec![
+                (
+                    dims,
+                    "swiglu output",
+                    relative_error(&read(out), &reference),
+                ),
+                (dims, "swiglu d_both", relative_error(&d_both, &g)),
+            ])
+        }
+        Family::Attention => Err("not a layer kernel".into()),
+    }
 }
 
 /// The kernels (CubeCL's `Tensor` is not burn's). Every tensor is indexed
@@ -460,7 +649,7 @@ mod kernels {
         }
     }
 
-    /// `out = silu(gate) * up`, a unit per element of `out`.
+    /// `out = silu(gate) * up`, a unit per element of `out` at a time.
     #[cube(launch)]
     pub(super) fn swiglu_forward_kernel<F: Float>(
         both: &Tensor<F>,
@@ -468,18 +657,20 @@ mod kernels {
         #[define(F)] _dtype: StorageType,
     ) {
         let f = out.shape(2);
-        let i = (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X) as usize;
-        if i < out.shape(0) * out.shape(1) * f {
+        let n = out.shape(0) * out.shape(1) * f;
+        let mut i = (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X) as usize;
+        while i < n {
             let (r, c) = (i / f, i % f);
             let (at, column) = (row_at::<F>(both, r), both.stride(2));
             let a = f32::cast_from(both[at + c * column]);
             let up = f32::cast_from(both[at + (f + c) * column]);
             let s = f32::new(1.0) / (f32::new(1.0) + (f32::new(0.0) - a).exp());
             out[row_at::<F>(out, r) + c * out.stride(2)] = F::cast_from(a * s * up);
+            i += (CUBE_COUNT_X * CUBE_DIM_X) as usize;
         }
     }
 
-    /// `d_both = d_gate | d_up`, a unit per element of `d_out`.
+    /// `d_both = d_gate | d_up`, a unit per element of `d_out` at a time.
     #[cube(launch)]
     pub(super) fn swiglu_backward_kernel<F: Float>(
         both: &Tensor<F>,
@@ -488,8 +679,9 @@ mod kernels {
         #[define(F)] _dtype: StorageType,
     ) {
         let f = d_out.shape(2);
-        let i = (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X) as usize;
-        if i < d_out.shape(0) * d_out.shape(1) * f {
+        let n = d_out.shape(0) * d_out.shape(1) * f;
+        let mut i = (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X) as usize;
+        while i < n {
             let (r, c) = (i / f, i % f);
             let (at, column) = (row_at::<F>(both, r), both.stride(2));
             let a = f32::cast_from(both[at + c * column]);
@@ -500,6 +692,7 @@ mod kernels {
             d_both[at_d + c * column_d] =
                 F::cast_from(g * up * s * (f32::new(1.0) + a * (f32::new(1.0) - s)));
             d_both[at_d + (f + c) * column_d] = F::cast_from(g * a * s);
+            i += (CUBE_COUNT_X * CUBE_DIM_X) as usize;
         }
     }
 }
@@ -515,13 +708,15 @@ pub(crate) fn norm_geometry(rows: usize, width: usize) -> (u32, u32, usize) {
     )
 }
 
-/// The launch geometry of the SwiGLU over `elements` outputs: cubes and
+/// The launch geometry of the SwiGLU over `elements` outputs on a device
+/// allowing `cubes_x` cubes along x: cubes (a unit per element, at most
+/// [`SWIGLU_CUBES`] and `cubes_x`, each cube then walking several) and
 /// units per cube.
-pub(crate) fn swiglu_geometry(elements: usize) -> (u32, u32) {
-    (
-        elements.div_ceil(SWIGLU_UNITS).max(1) as u32,
-        SWIGLU_UNITS as u32,
-    )
+pub(crate) fn swiglu_geometry(elements: usize, cubes_x: u32) -> (u32, u32) {
+    let cubes = elements
+        .div_ceil(SWIGLU_UNITS)
+        .clamp(1, SWIGLU_CUBES.min(cubes_x.max(1) as usize));
+    (cubes as u32, SWIGLU_UNITS as u32)
 }
 
 /// Units per cube of the column sums, and its cubes for `width` columns.
@@ -540,7 +735,9 @@ fn cube_count(cubes: u32) -> CubeCount {
     CubeCount::Static(cubes, 1, 1)
 }
 
-impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Cube<F, I, BT> {
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers
+    for CubeBackend<R, F, I, BT>
+{
     fn layer_norm_forward(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
@@ -556,7 +753,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Cube<F, I,
         let mean = empty_like(&x, Shape::new([b, t]), DType::F32);
         let rstd = empty_like(&x, Shape::new([b, t]), DType::F32);
         let dtype = x.dtype;
-        kernels::layer_norm_forward_kernel::launch::<CudaRuntime>(
+        kernels::layer_norm_forward_kernel::launch::<R>(
             &x.client.clone(),
             cube_count(cubes),
             CubeDim::new_1d(units),
@@ -597,7 +794,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Cube<F, I,
         let dgamma = empty_like(&gamma, Shape::new([w]), gamma.dtype);
         let dbeta = empty_like(&gamma, Shape::new([w]), gamma.dtype);
         let gamma_dtype = gamma.dtype;
-        kernels::layer_norm_backward_kernel::launch::<CudaRuntime>(
+        kernels::layer_norm_backward_kernel::launch::<R>(
             &client,
             cube_count(cubes),
             CubeDim::new_1d(units),
@@ -617,7 +814,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Cube<F, I,
         );
         let (column_cubes, column_units) = column_geometry(w);
         for (partial, out) in [(partial_gamma, &dgamma), (partial_beta, &dbeta)] {
-            kernels::column_sums_kernel::launch::<CudaRuntime>(
+            kernels::column_sums_kernel::launch::<R>(
                 &client,
                 cube_count(column_cubes),
                 CubeDim::new_1d(column_units),
@@ -633,9 +830,9 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Cube<F, I,
         let both = within_u32(both);
         let [b, t, w] = dims3(&both);
         let out = empty_like(&both, Shape::new([b, t, w / 2]), both.dtype);
-        let (cubes, units) = swiglu_geometry(b * t * w / 2);
+        let (cubes, units) = swiglu_geometry(b * t * w / 2, Limits::of(&both.client).cubes_x);
         let dtype = both.dtype;
-        kernels::swiglu_forward_kernel::launch::<CudaRuntime>(
+        kernels::swiglu_forward_kernel::launch::<R>(
             &both.client.clone(),
             cube_count(cubes),
             CubeDim::new_1d(units),
@@ -652,9 +849,9 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Cube<F, I,
         let shape = dims3(&both);
         let [b, t, w] = shape;
         let d_both = empty_like(&both, Shape::new(shape), both.dtype);
-        let (cubes, units) = swiglu_geometry(b * t * w / 2);
+        let (cubes, units) = swiglu_geometry(b * t * w / 2, Limits::of(&both.client).cubes_x);
         let dtype = both.dtype;
-        kernels::swiglu_backward_kernel::launch::<CudaRuntime>(
+        kernels::swiglu_backward_kernel::launch::<R>(
             &both.client.clone(),
             cube_count(cubes),
             CubeDim::new_1d(units),
@@ -680,7 +877,7 @@ enum Pass {
     SwigluBackward,
 }
 
-impl KernelPass for Pass {
+impl<R: CubeRuntime> KernelPass<R> for Pass {
     fn name(self) -> &'static str {
         match self {
             Pass::NormForward { .. } => "chessbench_layer_norm_forward",
@@ -692,25 +889,25 @@ impl KernelPass for Pass {
 
     fn run<F: FloatElement, I: IntElement, BT: BoolElement>(
         self,
-        inputs: Vec<FloatTensor<Cube<F, I, BT>>>,
-    ) -> Vec<FloatTensor<Cube<F, I, BT>>> {
-        type B<F, I, BT> = Cube<F, I, BT>;
+        inputs: Vec<FloatTensor<CubeBackend<R, F, I, BT>>>,
+    ) -> Vec<FloatTensor<CubeBackend<R, F, I, BT>>> {
+        type B<R, F, I, BT> = CubeBackend<R, F, I, BT>;
         match self {
             Pass::NormForward { epsilon } => {
                 let [x, gamma, beta] = operands(inputs);
-                B::<F, I, BT>::layer_norm_forward(x, gamma, beta, epsilon).into()
+                B::<R, F, I, BT>::layer_norm_forward(x, gamma, beta, epsilon).into()
             }
             Pass::NormBackward => {
                 let [x, gamma, mean, rstd, dy] = operands(inputs);
-                B::<F, I, BT>::layer_norm_backward(x, gamma, mean, rstd, dy).into()
+                B::<R, F, I, BT>::layer_norm_backward(x, gamma, mean, rstd, dy).into()
             }
             Pass::SwigluForward => {
                 let [both] = operands(inputs);
-                vec![B::<F, I, BT>::swiglu_forward(both)]
+                vec![B::<R, F, I, BT>::swiglu_forward(both)]
             }
             Pass::SwigluBackward => {
                 let [both, d_out] = operands(inputs);
-                vec![B::<F, I, BT>::swiglu_backward(both, d_out)]
+                vec![B::<R, F, I, BT>::swiglu_backward(both, d_out)]
             }
         }
     }
@@ -719,7 +916,9 @@ impl KernelPass for Pass {
 /// The fused backend's layers: custom operations of the fusion stream
 /// ([`KernelPass`]). Shapes are checked here, on the caller's thread: inside
 /// the fusion stream a panic would only be logged.
-impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Fusion<Cube<F, I, BT>> {
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers
+    for Fusion<CubeBackend<R, F, I, BT>>
+{
     fn layer_norm_forward(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
@@ -729,7 +928,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Fusion<Cub
         let dims: [usize; 3] = x.shape.dims::<3>();
         let w = Shape::new([dims[2]]);
         assert!(
-            norm_supported(dims, x.dtype)
+            norm_supported(dims, x.dtype, &Limits::of(&R::client(x.client.device())))
                 && gamma.shape == w
                 && beta.shape == w
                 && gamma.dtype == x.dtype
@@ -746,7 +945,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Fusion<Cub
             TensorIr::uninit(client.create_empty_handle(), rows.clone(), DType::F32),
             TensorIr::uninit(client.create_empty_handle(), rows, DType::F32),
         ];
-        register_pass::<_, F, I, BT>(
+        register_pass::<R, _, F, I, BT>(
             Pass::NormForward { epsilon },
             vec![x, gamma, beta],
             &outputs,
@@ -787,14 +986,22 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Fusion<Cub
                 gamma.dtype,
             ),
         ];
-        register_pass::<_, F, I, BT>(Pass::NormBackward, vec![x, gamma, mean, rstd, dy], &outputs)
-            .outputs()
+        register_pass::<R, _, F, I, BT>(
+            Pass::NormBackward,
+            vec![x, gamma, mean, rstd, dy],
+            &outputs,
+        )
+        .outputs()
     }
 
     fn swiglu_forward(both: FloatTensor<Self>) -> FloatTensor<Self> {
         let dims: [usize; 3] = both.shape.dims::<3>();
         assert!(
-            swiglu_supported(dims, both.dtype),
+            swiglu_supported(
+                dims,
+                both.dtype,
+                &Limits::of(&R::client(both.client.device()))
+            ),
             "fused SwiGLU of {dims:?} in {:?}",
             both.dtype
         );
@@ -803,7 +1010,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Fusion<Cub
             Shape::new([dims[0], dims[1], dims[2] / 2]),
             both.dtype,
         );
-        let [out] = register_pass::<_, F, I, BT>(Pass::SwigluForward, vec![both], &[out]).outputs();
+        let [out] =
+            register_pass::<R, _, F, I, BT>(Pass::SwigluForward, vec![both], &[out]).outputs();
         out
     }
 
@@ -819,7 +1027,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Fusion<Cub
             both.dtype,
         );
         let [d_both] =
-            register_pass::<_, F, I, BT>(Pass::SwigluBackward, vec![both, d_out], &[d_both])
+            register_pass::<R, _, F, I, BT>(Pass::SwigluBackward, vec![both, d_out], &[d_both])
                 .outputs();
         d_both
     }
@@ -831,7 +1039,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedLayers for Fusion<Cub
 /// a product's half), outputs allocated as the launch allocates them, the
 /// geometry of [`norm_geometry`], [`column_geometry`] and
 /// [`swiglu_geometry`].
-#[cfg(test)]
+#[cfg(all(test, feature = "cuda"))]
 mod emulated {
     use burn_cubecl::cubecl::{ir::StorageType, prelude::*, server::MemoryLayoutStrategy};
 
@@ -840,12 +1048,12 @@ mod emulated {
         norm_inputs, norm_supported, swiglu_geometry, swiglu_supported, test_values,
     };
     use crate::model::{
-        cuda_attention::OUTPUT_LAYOUT,
         cuda_emulator::{
             Device, DeviceTensor, Elem, Kernel, Launch, Outcome, POISON, as_cpp, builder, cuda_c,
-            have_gpp, properties, settings,
+            h100, have_gpp, properties, settings,
         },
-        cuda_pass::relative_error,
+        gpu_attention::OUTPUT_LAYOUT,
+        gpu_pass::relative_error,
         layers::{self, LAYER_NORM_EPS},
     };
 
@@ -979,7 +1187,10 @@ mod emulated {
                 let both = tensors!(b, E, expand);
                 let out = tensors!(b, E, expand_output);
                 expand::<E>(&mut b.scope, both, out, dtype);
-                b.build(settings("swiglu_forward_kernel", swiglu_geometry(1).1))
+                b.build(settings(
+                    "swiglu_forward_kernel",
+                    swiglu_geometry(1, h100().cubes_x).1,
+                ))
             }
             _ => {
                 use swiglu_backward_kernel::*;
@@ -990,7 +1201,10 @@ mod emulated {
                 let d_out = tensors!(b, E, expand);
                 let d_both = tensors!(b, E, expand_output);
                 expand::<E>(&mut b.scope, both, d_out, d_both, dtype);
-                b.build(settings("swiglu_backward_kernel", swiglu_geometry(1).1))
+                b.build(settings(
+                    "swiglu_backward_kernel",
+                    swiglu_geometry(1, h100().cubes_x).1,
+                ))
             }
         };
         cuda_c(definition)
@@ -1137,7 +1351,7 @@ mod emulated {
         let d_out = round(test_values(b * t * f, f, 6, 0.0));
         let tboth = filled(shape, elem, inputs, &both, POISON);
         let td = filled([b, t, f], elem, inputs, &d_out, POISON);
-        let (cubes, units) = swiglu_geometry(b * t * f);
+        let (cubes, units) = swiglu_geometry(b * t * f, h100().cubes_x);
         let mut out = output(&[b, t, f], elem, POISON);
         device.launch(
             "swiglu_fwd",
@@ -1264,7 +1478,7 @@ mod emulated {
         use burn::tensor::DType;
         let hw = properties().hardware;
         for width in [1, 7, 32, 256, 1024, MAX_WIDTH] {
-            assert!(norm_supported([1, 1, width], DType::BF16));
+            assert!(norm_supported([1, 1, width], DType::BF16, &h100()));
             let (cubes, units, levels) = norm_geometry(1 << 20, width);
             assert!(cubes <= hw.max_cube_count.0 && units <= hw.max_units_per_cube);
             assert_eq!(1usize << levels, units as usize);
@@ -1278,15 +1492,18 @@ mod emulated {
             let (cubes, units) = column_geometry(width);
             assert!(cubes <= hw.max_cube_count.0 && units <= hw.max_units_per_cube);
         }
-        assert!(!norm_supported([1, 1, MAX_WIDTH + 1], DType::F32));
+        assert!(!norm_supported([1, 1, MAX_WIDTH + 1], DType::F32, &h100()));
         assert!(
-            !norm_supported([1 << 16, 79, 1024], DType::F32),
+            !norm_supported([1 << 16, 79, 1024], DType::F32, &h100()),
             "u32 indices"
         );
-        let (cubes, _) = swiglu_geometry(1 << 28);
+        let (cubes, _) = swiglu_geometry(1 << 28, h100().cubes_x);
         assert!(cubes <= hw.max_cube_count.0);
-        assert!(swiglu_supported([1024, 79, 2048], DType::BF16));
-        assert!(!swiglu_supported([1, 1, 7], DType::F32), "an odd width");
-        assert!(!swiglu_supported([1, 1, 8], DType::F64));
+        assert!(swiglu_supported([1024, 79, 2048], DType::BF16, &h100()));
+        assert!(
+            !swiglu_supported([1, 1, 7], DType::F32, &h100()),
+            "an odd width"
+        );
+        assert!(!swiglu_supported([1, 1, 8], DType::F64, &h100()));
     }
 }

@@ -1,34 +1,45 @@
-//! The fused attention on burn's CUDA backend: three CubeCL kernels that
-//! follow [`super::attention`]'s tiled algorithm (the forward with the saved
-//! log-sum-exp, then `dQ` and `dK | dV`), registered as custom operations
-//! of burn's fusion stream and, through [`super::attention::fused_attention`],
-//! as one autodiff operation.
+//! The fused attention on burn's GPU backends (CUDA, wgpu): three CubeCL
+//! kernels that follow [`super::attention`]'s tiled algorithm (the forward
+//! with the saved log-sum-exp, then `dQ` and `dK | dV`), registered as
+//! custom operations of burn's fusion stream and, through
+//! [`super::attention::fused_attention`], as one autodiff operation.
 //!
 //! CubeCL rather than CUDA C through NVRTC: the kernels are Rust in this
 //! crate, launched on CubeCL's own stream with its buffers (no raw
-//! pointers, no second compiler path), and the same code would run on any
-//! backend CubeCL runs (ROCm, wgpu). At 79 tokens the work per head is
-//! small enough that the kernel's structure (one cube per sequence and
-//! head, a unit per row, tiles in shared memory) matters more than
-//! instruction selection, which is what NVRTC would add.
+//! pointers, no second compiler path), and the same code runs on every
+//! runtime CubeCL has: CUDA C on NVIDIA GPUs, WGSL through wgpu on Vulkan,
+//! Metal and DirectX 12 (and on Mesa's lavapipe, a software Vulkan, in CI).
+//! At 79 tokens the work per head is small enough that the kernel's
+//! structure (one cube per sequence and head, a unit per row, tiles in
+//! shared memory) matters more than instruction selection.
 //!
 //! Each kernel runs one cube per `(sequence, head)` with one unit per row
 //! (query rows for the forward and `dQ`, key rows for `dK | dV`): the row's
 //! own vectors stay in registers (f32 whatever the tensors' format), the
-//! other side's rows are loaded [`KEY_TILE`] at a time into shared memory
-//! by the whole cube, and the `seq x seq` scores never reach global memory.
-//! Every tensor is read and written through the strides the runtime passes
-//! with it (CUDA pads rows; the model's q, k, v are views), so the launch
-//! copies nothing. Shapes the kernels do not take ([`supported`]) run
-//! burn's attention.
+//! other side's rows are loaded a key tile at a time into shared memory by
+//! the whole cube ([`key_tile`]: at most [`KEY_TILE`] rows, fewer where the
+//! device's shared memory is smaller), and the `seq x seq` scores never
+//! reach global memory. Every tensor is read and written through the
+//! strides the runtime passes with it (CUDA pads rows; the model's q, k, v
+//! are views), so the launch copies nothing. The launch reads the device's
+//! limits ([`Limits`]); shapes the kernels do not take there
+//! ([`supported`]) run burn's attention.
+//!
+//! Which variants run is decided one variant at a time
+//! ([`use_fused`]): the first time a `(sequence, head dimension, format,
+//! layout)` is about to run on a device, it runs through the fused backend
+//! training uses (`Autodiff<Fusion<CubeBackend>>`, inputs laid out as the
+//! model lays them out) against the plain-Rust reference, and a variant
+//! that fails falls back to burn's attention alone.
 //!
 //! Without a GPU, `make test-kernels` runs the kernels' CUDA C on the CPU
-//! under a model of CUDA's layouts and launch (`emulated` below,
-//! docs/gpu.md).
+//! under a model of CUDA's layouts and launch (`emulated` below), and
+//! `make test-wgpu` runs them through wgpu on lavapipe (docs/gpu.md).
 
-use std::sync::OnceLock;
-
-use burn::tensor::{DType, Shape, Tensor, TensorData, TensorPrimitive, ops::FloatTensor};
+use burn::{
+    backend::Autodiff,
+    tensor::{DType, Shape, Tensor, TensorData, TensorPrimitive, ops::FloatTensor},
+};
 use burn_cubecl::{
     BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement,
     cubecl::prelude::*,
@@ -39,15 +50,15 @@ use burn_cubecl::{
 };
 use burn_fusion::Fusion;
 use burn_ir::{OperationOutput, TensorIr};
-use cubecl::cuda::{CudaDevice, CudaRuntime};
 
 use super::{
     attention::{self, FusedAttention, Heads, KEY_TILE},
     backend::AttentionKernel,
-    cuda_pass::{KernelPass, errors_within, fused_choice, operands, register_pass, relative_error},
+    gpu_pass::{
+        Family, KernelPass, Layout, Limits, Variant, any_failed, bound_for, errors_within,
+        fused_wanted, operands, register_pass, relative_error, variant_enabled,
+    },
 };
-
-type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 
 /// The largest head dimension the kernels keep in registers.
 pub(crate) const MAX_DIM: usize = 128;
@@ -62,54 +73,93 @@ pub(crate) const MAX_SEQ: usize = 1024;
 /// launch ([`within_u32`]). Evaluation's largest passes hold about 4.5e7.
 const MAX_ELEMENTS: usize = 1 << 28;
 
-/// Whether the kernels take `[batch, heads, seq, dim]` in `dtype`: f32 or
-/// bf16 (the formats they are checked in), at most [`MAX_SEQ`] rows of at
-/// most [`MAX_DIM`], at most [`MAX_ELEMENTS`] elements.
-pub(crate) fn supported(shape: [usize; 4], dtype: DType) -> bool {
+/// Buffers the widest kernel binds: `dQ`'s and `dK | dV`'s eight tensors,
+/// and the metadata CubeCL passes with them (shapes and strides).
+const BINDINGS: u32 = 9;
+
+/// Bytes of shared memory a kernel declares for key tiles of `tile` rows
+/// of `dim` f32: two tiles (keys and values, or queries and the output's
+/// gradient) and, in `dK | dV`, two floats a row (log-sum-exp and `D`).
+pub(crate) fn shared_bytes(tile: usize, dim: usize) -> usize {
+    4 * tile * (2 * dim + 2)
+}
+
+/// Rows of a key tile for head dimension `dim` on a device with `limits`:
+/// [`KEY_TILE`], or the most that fit its shared memory; 0 if not one row
+/// fits.
+pub(crate) fn key_tile(dim: usize, limits: &Limits) -> usize {
+    (1..=KEY_TILE)
+        .rev()
+        .find(|&tile| shared_bytes(tile, dim) <= limits.shared_bytes)
+        .unwrap_or(0)
+}
+
+/// Whether the kernels take `[batch, heads, seq, dim]` in `dtype` on a
+/// device with `limits`: f32, f16 or bf16, at most [`MAX_SEQ`] rows of at
+/// most [`MAX_DIM`], at most [`MAX_ELEMENTS`] elements, a cube of a unit
+/// per row, a key tile in shared memory, and the bindings the kernels use.
+pub(crate) fn supported(shape: [usize; 4], dtype: DType, limits: &Limits) -> bool {
     let [b, h, t, d] = shape;
     b * h > 0
         && b.saturating_mul(h).saturating_mul(t).saturating_mul(d) <= MAX_ELEMENTS
         && (1..=MAX_SEQ).contains(&t)
         && (1..=MAX_DIM).contains(&d)
-        && matches!(dtype, DType::F32 | DType::BF16)
+        && units(t) <= limits.units
+        && key_tile(d, limits) > 0
+        && BINDINGS <= limits.bindings
+        && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
 pub use super::backend::ATTENTION_VAR;
 
-/// Whether the blocks' attention of `shape` in `dtype` runs the fused
-/// kernels: they pass their start-up test and take the shape.
-pub(crate) fn use_fused(shape: [usize; 4], dtype: DType) -> bool {
-    supported(shape, dtype) && fused_enabled()
+/// The variant of the model's attention over `[batch, heads, seq, dim]` in
+/// `dtype`: the blocks hand the kernels q, k and v as views of their
+/// projection (`Block::forward`), so that is the layout tested.
+pub(crate) fn model_variant(shape: [usize; 4], dtype: DType) -> Variant {
+    Variant {
+        family: Family::Attention,
+        sizes: [shape[2], shape[3]],
+        dtype,
+        layout: Layout::Views,
+    }
 }
 
-/// Which attention the CUDA backend runs (for the 79-token shapes).
-pub(crate) fn attention_kernel() -> AttentionKernel {
-    if fused_enabled() {
+/// Whether the model's attention of `shape` in `dtype` on `device` runs
+/// the fused kernels: they take the shape there, and its variant
+/// ([`model_variant`]) passed its self-test through the fused backend
+/// `Autodiff<Fusion<CubeBackend<R, F, I, BT>>>` (run now if it is the
+/// first time; a failure warns once and falls back for that variant only).
+pub(crate) fn use_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    device: &R::Device,
+    shape: [usize; 4],
+    dtype: DType,
+) -> bool {
+    if !fused_wanted(ATTENTION_VAR) || !supported(shape, dtype, &Limits::of_device::<R>(device)) {
+        return false;
+    }
+    let variant = model_variant(shape, dtype);
+    variant_enabled::<R>(ATTENTION_VAR, device, variant, "burn's attention", || {
+        errors_within(
+            variant_errors::<R, F, I, BT>(device, variant, shape[1])?,
+            bound_for(dtype),
+        )
+    })
+}
+
+/// Which attention a GPU backend runs: burn's when `CHESSBENCH_ATTENTION`
+/// says so, or when a variant of the fused kernels failed its self-test in
+/// this process; the fused kernels otherwise.
+pub(crate) fn attention_kernel<R: CubeRuntime>() -> AttentionKernel {
+    if fused_wanted(ATTENTION_VAR) && !any_failed::<R>(Family::Attention) {
         AttentionKernel::Fused
     } else {
         AttentionKernel::Burn
     }
 }
 
-/// Whether the fused kernels are used (decided once, on GPU 0): unless
-/// `CHESSBENCH_ATTENTION=burn`, when their forward and backward agree with
-/// [`attention`]'s reference on a few shapes at start-up; otherwise burn's
-/// attention runs, with one warning.
-pub fn fused_enabled() -> bool {
-    static CHOICE: OnceLock<bool> = OnceLock::new();
-    *CHOICE.get_or_init(|| {
-        fused_choice(
-            ATTENTION_VAR,
-            "the fused attention",
-            "burn's attention",
-            self_test,
-        )
-    })
-}
-
-/// The shapes the kernels are checked on at start-up and in
-/// `tests/cuda.rs`: the 9M head, the 136M/270M head, and an odd one (rows
-/// of 7, shorter than a tile).
+/// The shapes the kernels are checked on by [`kernel_errors`] (in
+/// `tests/cuda.rs`, `tests/wgpu.rs` and the CPU model): the 9M head, the
+/// 136M/270M head, and an odd one (rows of 7, shorter than a tile).
 const CHECKED_SHAPES: [Heads; 3] = [
     Heads {
         batch: 2,
@@ -131,69 +181,71 @@ const CHECKED_SHAPES: [Heads; 3] = [
     },
 ];
 
-/// The inputs of the kernels' checks (the start-up test, `tests/cuda.rs`
-/// and the CPU model, so that the three see the same numbers):
-/// `s.len()` values in [-2, 2) from `salt`, different for q, k, v and the
-/// output's gradient (salts 1 to 4) and per shape (its place in
-/// [`CHECKED_SHAPES`]).
+/// The inputs of the kernels' checks (`tests/cuda.rs`, `tests/wgpu.rs` and
+/// the CPU model, so that they see the same numbers): `s.len()` values in
+/// [-2, 2) from `salt`, different for q, k, v and the output's gradient
+/// (salts 1 to 4) and per shape (its place in [`CHECKED_SHAPES`]).
 fn test_values(s: Heads, salt: usize) -> Vec<f32> {
     let n = CHECKED_SHAPES
         .iter()
         .position(|c| *c == s)
         .unwrap_or(CHECKED_SHAPES.len());
-    (0..s.len())
-        .map(|i| (((i * 37 + salt * 11 + n) % 61) as f32 - 30.0) / 15.0)
-        .collect()
+    values_from(s.len(), salt + n)
 }
 
-/// The kernels against [`attention`]'s reference on the CPU (f32, within
-/// 1e-4 relative: both compute in f32 without tensor cores), forward,
-/// log-sum-exp and the three gradients; the 9M head, the 136M/270M head,
-/// and an odd shape.
-pub fn self_test(device: &CudaDevice) -> Result<(), String> {
-    errors_within(kernel_errors(device, DType::F32)?, 1e-4)
+/// `n` values in [-2, 2), a pattern shifted by `salt`.
+fn values_from(n: usize, salt: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| (((i * 37 + salt * 11) % 61) as f32 - 30.0) / 15.0)
+        .collect()
 }
 
 /// A kernel output's shape, name and largest relative error.
 pub type KernelError = ([usize; 4], &'static str, f32);
 
+/// A `[batch, heads, seq, dim]` tensor's values through `f32` (the
+/// tensor's format rounding them), as the CPU reference reads them.
+fn read<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.cast(DType::F32)
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap_or_default()
+}
+
 /// The kernels' largest relative errors against [`attention`]'s reference
 /// (which `make test` checks against burn's attention) on
-/// [`CHECKED_SHAPES`], with tensors in `dtype` (the reference computes in
-/// f32 on the same inputs rounded to `dtype`, its backward from its output
-/// rounded to `dtype` as the kernels store it): `(shape, what, error)` for
-/// the output, the log-sum-exp and the three gradients. The CPU model of
-/// the launch (`make test-kernels`) runs the same inputs.
-pub fn kernel_errors(device: &CudaDevice, dtype: DType) -> Result<Vec<KernelError>, String> {
-    type B = Cube<f32, i32, u8>;
+/// [`CHECKED_SHAPES`], launched directly on the CubeCL backend of runtime
+/// `R` with tensors in `dtype` (the reference computes in f32 on the same
+/// inputs rounded to `dtype`, its backward from its output rounded to
+/// `dtype` as the kernels store it): `(shape, what, error)` for the output,
+/// the log-sum-exp and the three gradients. The CPU model of the CUDA
+/// launch (`make test-kernels`) runs the same inputs.
+pub fn kernel_errors<R: CubeRuntime>(
+    device: &R::Device,
+    dtype: DType,
+) -> Result<Vec<KernelError>, String> {
+    type B<R> = CubeBackend<R, f32, i32, u32>;
     let mut errors = Vec::new();
     for s in CHECKED_SHAPES {
         let dims = [s.batch, s.heads, s.seq, s.dim];
-        let up = |x: &[f32]| -> FloatTensor<B> {
-            Tensor::<B, 4>::from_data(TensorData::new(x.to_vec(), dims), device)
+        let up = |x: &[f32]| -> FloatTensor<B<R>> {
+            Tensor::<B<R>, 4>::from_data(TensorData::new(x.to_vec(), dims), device)
                 .cast(dtype)
                 .into_primitive()
                 .tensor()
         };
-        let down = |t: FloatTensor<B>| -> Vec<f32> {
-            let t = Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(t));
-            t.cast(DType::F32)
-                .into_data()
-                .to_vec::<f32>()
-                .unwrap_or_default()
+        let down = |t: FloatTensor<B<R>>| -> Vec<f32> {
+            read(Tensor::<B<R>, 4>::from_primitive(TensorPrimitive::Float(t)))
         };
-        let down3 = |t: FloatTensor<B>| -> Vec<f32> {
-            Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(t))
-                .into_data()
-                .to_vec::<f32>()
-                .unwrap_or_default()
+        let down3 = |t: FloatTensor<B<R>>| -> Vec<f32> {
+            read(Tensor::<B<R>, 3>::from_primitive(TensorPrimitive::Float(t)))
         };
         // Inputs as the kernels see them (rounded to `dtype`).
         let values = |salt: usize| -> Vec<f32> { down(up(&test_values(s, salt))) };
         let (q, k, v, g) = (values(1), values(2), values(3), values(4));
-        let (out, lse) = B::attention_forward(up(&q), up(&k), up(&v));
+        let (out, lse) = B::<R>::attention_forward(up(&q), up(&k), up(&v));
         let [dq, dk, dv] =
-            B::attention_backward(up(&q), up(&k), up(&v), out.clone(), lse.clone(), up(&g));
+            B::<R>::attention_backward(up(&q), up(&k), up(&v), out.clone(), lse.clone(), up(&g));
         let reference = attention::forward(&q, &k, &v, s);
         // The backward from the output as the kernels store it (in `dtype`).
         let stored = attention::Forward {
@@ -221,7 +273,111 @@ pub fn kernel_errors(device: &CudaDevice, dtype: DType) -> Result<Vec<KernelErro
     Ok(errors)
 }
 
-/// Units per cube: the rows, rounded up to whole warps.
+/// `part` (0 q, 1 k, 2 v) of a `[batch, seq, 3, heads, dim]` projection,
+/// as the dense `[batch, heads, seq, dim]` the reference reads.
+fn split_heads(proj: &[f32], s: Heads, parts: usize, part: usize) -> Vec<f32> {
+    let (b, h, t, d) = (s.batch, s.heads, s.seq, s.dim);
+    let mut out = Vec::with_capacity(s.len());
+    for bi in 0..b {
+        for hi in 0..h {
+            for ti in 0..t {
+                let row = ((bi * t + ti) * parts + part) * h * d + hi * d;
+                out.extend_from_slice(&proj[row..row + d]);
+            }
+        }
+    }
+    out
+}
+
+/// One variant of the fused attention against [`attention`]'s reference,
+/// as training runs it: on the fused backend `Autodiff<Fusion<CubeBackend<R,
+/// F, I, BT>>>`, through [`attention::fused_attention`], two sequences of
+/// `heads` heads of the variant's sequence length and head dimension in its
+/// format, the inputs laid out as the variant says (views: q, k and v
+/// sliced out of one projection and transposed, the output's gradient
+/// arriving through the transposition back to `[batch, seq, width]`, as in
+/// `Block::forward`). `(shape, what, error)` for the output and the three
+/// gradients; the reference computes in f32 on the inputs rounded to the
+/// format, its backward from its output rounded as the kernels store it.
+pub(crate) fn variant_errors<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    device: &R::Device,
+    variant: Variant,
+    heads: usize,
+) -> Result<Vec<KernelError>, String> {
+    type A<R, F, I, BT> = Autodiff<Fusion<CubeBackend<R, F, I, BT>>>;
+    let [seq, dim] = variant.sizes;
+    let s = Heads {
+        batch: 2,
+        heads,
+        seq,
+        dim,
+    };
+    let (b, h, t, d, w) = (s.batch, s.heads, s.seq, s.dim, s.heads * s.dim);
+    let dtype = variant.dtype;
+    let rounded = |x: &[f32]| -> Vec<f32> {
+        read(
+            Tensor::<A<R, F, I, BT>, 1>::from_data(TensorData::new(x.to_vec(), [x.len()]), device)
+                .cast(dtype),
+        )
+    };
+    let tensor4 = |x: &[f32], dims: [usize; 4]| -> Tensor<A<R, F, I, BT>, 4> {
+        Tensor::<A<R, F, I, BT>, 4>::from_data(TensorData::new(x.to_vec(), dims), device)
+            .cast(dtype)
+    };
+    let tensor3 = |x: &[f32], dims: [usize; 3]| -> Tensor<A<R, F, I, BT>, 3> {
+        Tensor::<A<R, F, I, BT>, 3>::from_data(TensorData::new(x.to_vec(), dims), device)
+            .cast(dtype)
+    };
+    // The output's gradient, `[batch, seq, width]` as the next product
+    // hands it back, and as the reference's `[batch, heads, seq, dim]`.
+    let g_rows = rounded(&values_from(b * t * w, 7));
+    let g = split_heads(&g_rows, s, 1, 0);
+    let ([q, k, v], out, [dq, dk, dv]) = match variant.layout {
+        Layout::Views => {
+            let proj_values = rounded(&values_from(b * t * 3 * w, 5));
+            let proj = tensor3(&proj_values, [b, t, 3 * w]).require_grad();
+            let split = |part: usize| {
+                proj.clone()
+                    .narrow(2, part * w, w)
+                    .reshape([b, t, h, d])
+                    .swap_dims(1, 2)
+            };
+            let out = attention::fused_attention(split(0), split(1), split(2));
+            let context = out.clone().swap_dims(1, 2).reshape([b, t, w]);
+            let grads = (context * tensor3(&g_rows, [b, t, w])).sum().backward();
+            let d_proj = read(proj.grad(&grads).ok_or("no gradient of the projection")?);
+            let parts = |x: &[f32]| [0, 1, 2].map(|p| split_heads(x, s, 3, p));
+            (parts(&proj_values), read(out), parts(&d_proj))
+        }
+        Layout::Dense => {
+            let dims = [b, h, t, d];
+            let inputs = [1, 2, 3].map(|salt| rounded(&values_from(s.len(), salt)));
+            let [q, k, v] = inputs.clone().map(|x| tensor4(&x, dims).require_grad());
+            let out = attention::fused_attention(q.clone(), k.clone(), v.clone());
+            let grads = (out.clone() * tensor4(&g, dims)).sum().backward();
+            let grad = |x: &Tensor<A<R, F, I, BT>, 4>| -> Result<Vec<f32>, String> {
+                Ok(read(x.grad(&grads).ok_or("no gradient of an input")?))
+            };
+            (inputs, read(out), [grad(&q)?, grad(&k)?, grad(&v)?])
+        }
+    };
+    let reference = attention::forward(&q, &k, &v, s);
+    let stored = attention::Forward {
+        out: rounded(&reference.out),
+        lse: reference.lse.clone(),
+    };
+    let grads = attention::backward(&q, &k, &v, &stored, &g, s);
+    let dims = [b, h, t, d];
+    Ok(vec![
+        (dims, "output", relative_error(&out, &reference.out)),
+        (dims, "dq", relative_error(&dq, &grads.dq)),
+        (dims, "dk", relative_error(&dk, &grads.dk)),
+        (dims, "dv", relative_error(&dv, &grads.dv)),
+    ])
+}
+
+/// Units per cube: the rows, rounded up to whole warps of 32 (a multiple
+/// of every subgroup size CubeCL's runtimes report).
 fn units(seq: usize) -> u32 {
     seq.div_ceil(32) as u32 * 32
 }
@@ -285,7 +441,13 @@ mod kernels {
         #[comptime] tile: usize,
         #[define(F)] _dtype: StorageType,
     ) {
-        let head = CUBE_POS_X as usize;
+        // One cube per (sequence, head), numbered across the launch's x and y
+        // (wgpu allows 65,535 cubes along x); the last row of cubes may
+        // run past the heads.
+        let head = CUBE_POS;
+        if head >= q.shape(0) * q.shape(1) {
+            terminate!();
+        }
         let i = UNIT_POS_X as usize;
         let active = i < seq;
         let mut qi = Array::<f32>::new(dim);
@@ -376,7 +538,13 @@ mod kernels {
         #[comptime] tile: usize,
         #[define(F)] _dtype: StorageType,
     ) {
-        let head = CUBE_POS_X as usize;
+        // One cube per (sequence, head), numbered across the launch's x and y
+        // (wgpu allows 65,535 cubes along x); the last row of cubes may
+        // run past the heads.
+        let head = CUBE_POS;
+        if head >= q.shape(0) * q.shape(1) {
+            terminate!();
+        }
         let i = UNIT_POS_X as usize;
         let active = i < seq;
         let mut qi = Array::<f32>::new(dim);
@@ -458,7 +626,13 @@ mod kernels {
         #[comptime] tile: usize,
         #[define(F)] _dtype: StorageType,
     ) {
-        let head = CUBE_POS_X as usize;
+        // One cube per (sequence, head), numbered across the launch's x and y
+        // (wgpu allows 65,535 cubes along x); the last row of cubes may
+        // run past the heads.
+        let head = CUBE_POS;
+        if head >= q.shape(0) * q.shape(1) {
+            terminate!();
+        }
         let j = UNIT_POS_X as usize;
         let active = j < seq;
         let mut kj = Array::<f32>::new(dim);
@@ -561,14 +735,28 @@ pub(crate) fn within_u32<R: CubeRuntime>(t: CubeTensor<R>) -> CubeTensor<R> {
     }
 }
 
-/// The launch geometry of `[batch, heads, seq, dim]`: one cube per head.
-fn geometry(shape: [usize; 4]) -> (CubeCount, CubeDim, usize, usize, f32) {
+/// Cubes for `n` units of work on a device allowing `cubes_x` cubes along
+/// x: along x alone where they fit, else rows of `cubes_x` (the kernels
+/// number cubes by `CUBE_POS` and skip those past the work).
+pub(crate) fn cube_grid(n: usize, cubes_x: u32) -> CubeCount {
+    let n = n.max(1) as u64;
+    let x = n.min(u64::from(cubes_x.max(1)));
+    CubeCount::Static(x as u32, n.div_ceil(x) as u32, 1)
+}
+
+/// The launch of `[batch, heads, seq, dim]` on a device with `limits`: one
+/// cube per head ([`cube_grid`]), a unit per row, the key tile, the scale.
+pub(crate) fn geometry(
+    shape: [usize; 4],
+    limits: &Limits,
+) -> (CubeCount, CubeDim, usize, usize, usize, f32) {
     let [b, h, t, d] = shape;
     (
-        CubeCount::Static((b * h) as u32, 1, 1),
+        cube_grid(b * h, limits.cubes_x),
         CubeDim::new_1d(units(t)),
         t,
         d,
+        key_tile(d, limits),
         1.0 / (d as f32).sqrt(),
     )
 }
@@ -577,7 +765,9 @@ fn dims4<R: CubeRuntime>(t: &CubeTensor<R>) -> [usize; 4] {
     t.meta.shape().dims::<4>()
 }
 
-impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Cube<F, I, BT> {
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention
+    for CubeBackend<R, F, I, BT>
+{
     fn attention_forward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -586,11 +776,11 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Cube<F,
         // Inputs as they come (views included): the kernels follow strides.
         let (q, k, v) = (within_u32(q), within_u32(k), within_u32(v));
         let shape = dims4(&q);
-        let (count, dim, t, d, scale) = geometry(shape);
+        let (count, dim, t, d, tile, scale) = geometry(shape, &Limits::of(&q.client));
         let out = empty_like(&q, Shape::new(shape), q.dtype);
         let lse = empty_like(&q, Shape::new([shape[0], shape[1], t]), DType::F32);
         let dtype = q.dtype;
-        kernels::attention_forward_kernel::launch::<CudaRuntime>(
+        kernels::attention_forward_kernel::launch::<R>(
             &q.client.clone(),
             count,
             dim,
@@ -602,7 +792,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Cube<F,
             scale,
             t,
             d,
-            KEY_TILE,
+            tile,
             dtype.into(),
         );
         (out, lse)
@@ -619,14 +809,14 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Cube<F,
         let (q, k, v) = (within_u32(q), within_u32(k), within_u32(v));
         let (out, lse, d_out) = (within_u32(out), within_u32(lse), within_u32(d_out));
         let shape = dims4(&q);
-        let (count, dim, t, d, scale) = geometry(shape);
+        let (count, dim, t, d, tile, scale) = geometry(shape, &Limits::of(&q.client));
         let dtype = q.dtype;
         let client = q.client.clone();
         let dq = empty_like(&q, Shape::new(shape), dtype);
         let dk = empty_like(&q, Shape::new(shape), dtype);
         let dv = empty_like(&q, Shape::new(shape), dtype);
         let delta = empty_like(&q, Shape::new([shape[0], shape[1], t]), DType::F32);
-        kernels::attention_dq_kernel::launch::<CudaRuntime>(
+        kernels::attention_dq_kernel::launch::<R>(
             &client,
             count.clone(),
             dim,
@@ -641,10 +831,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Cube<F,
             scale,
             t,
             d,
-            KEY_TILE,
+            tile,
             dtype.into(),
         );
-        kernels::attention_dkdv_kernel::launch::<CudaRuntime>(
+        kernels::attention_dkdv_kernel::launch::<R>(
             &client,
             count,
             dim,
@@ -659,7 +849,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Cube<F,
             scale,
             t,
             d,
-            KEY_TILE,
+            tile,
             dtype.into(),
         );
         [dq, dk, dv]
@@ -675,7 +865,7 @@ enum Pass {
     Backward,
 }
 
-impl KernelPass for Pass {
+impl<R: CubeRuntime> KernelPass<R> for Pass {
     fn name(self) -> &'static str {
         match self {
             Pass::Forward => "chessbench_attention_forward",
@@ -685,18 +875,18 @@ impl KernelPass for Pass {
 
     fn run<F: FloatElement, I: IntElement, BT: BoolElement>(
         self,
-        inputs: Vec<FloatTensor<Cube<F, I, BT>>>,
-    ) -> Vec<FloatTensor<Cube<F, I, BT>>> {
-        type B<F, I, BT> = Cube<F, I, BT>;
+        inputs: Vec<FloatTensor<CubeBackend<R, F, I, BT>>>,
+    ) -> Vec<FloatTensor<CubeBackend<R, F, I, BT>>> {
+        type B<R, F, I, BT> = CubeBackend<R, F, I, BT>;
         match self {
             Pass::Forward => {
                 let [q, k, v] = operands(inputs);
-                let (out, lse) = B::<F, I, BT>::attention_forward(q, k, v);
+                let (out, lse) = B::<R, F, I, BT>::attention_forward(q, k, v);
                 vec![out, lse]
             }
             Pass::Backward => {
                 let [q, k, v, out, lse, d_out] = operands(inputs);
-                B::<F, I, BT>::attention_backward(q, k, v, out, lse, d_out).into()
+                B::<R, F, I, BT>::attention_backward(q, k, v, out, lse, d_out).into()
             }
         }
     }
@@ -704,7 +894,9 @@ impl KernelPass for Pass {
 
 /// The fused backend's attention: custom operations of the fusion stream
 /// ([`KernelPass`]).
-impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<Cube<F, I, BT>> {
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention
+    for Fusion<CubeBackend<R, F, I, BT>>
+{
     fn attention_forward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -721,9 +913,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<
             k.shape,
             v.shape
         );
+        let limits = Limits::of(&R::client(&q.client.device().clone()));
         assert!(
-            supported(dims, q.dtype),
-            "fused attention of {dims:?} in {:?}",
+            supported(dims, q.dtype, &limits),
+            "fused attention of {dims:?} in {:?} on a device with {limits:?}",
             q.dtype
         );
         let out = TensorIr::uninit(q.client.create_empty_handle(), shape, q.dtype);
@@ -733,7 +926,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<
             DType::F32,
         );
         let [out, lse] =
-            register_pass::<_, F, I, BT>(Pass::Forward, vec![q, k, v], &[out, lse]).outputs();
+            register_pass::<R, _, F, I, BT>(Pass::Forward, vec![q, k, v], &[out, lse]).outputs();
         (out, lse)
     }
 
@@ -758,7 +951,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<
         );
         let grads = [0, 1, 2]
             .map(|_| TensorIr::uninit(q.client.create_empty_handle(), shape.clone(), dtype));
-        register_pass::<_, F, I, BT>(Pass::Backward, vec![q, k, v, out, lse, d_out], &grads)
+        register_pass::<R, _, F, I, BT>(Pass::Backward, vec![q, k, v, out, lse, d_out], &grads)
             .outputs()
     }
 }
@@ -767,7 +960,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedAttention for Fusion<
 /// ([`super::cuda_emulator`]): inputs as the model hands them over (dense,
 /// freshly allocated, or views into a projection with an offset), outputs
 /// allocated in [`OUTPUT_LAYOUT`], the geometry of [`geometry`].
-#[cfg(test)]
+#[cfg(all(test, feature = "cuda"))]
 mod emulated {
     use burn_cubecl::cubecl::{ir::StorageType, prelude::*, server::MemoryLayoutStrategy};
 
@@ -778,7 +971,7 @@ mod emulated {
         attention::{self, Heads},
         cuda_emulator::{
             Device, DeviceTensor, Elem, Kernel, Launch, Outcome, POISON, as_cpp, builder, cuda_c,
-            have_gpp, properties, settings,
+            h100, have_gpp, properties, settings,
         },
     };
 
@@ -984,7 +1177,7 @@ mod emulated {
         launch: Launch,
         seed: u64,
     ) {
-        let (count, cube_dim, ..) = geometry([s.batch, s.heads, s.seq, s.dim]);
+        let (count, cube_dim, ..) = geometry([s.batch, s.heads, s.seq, s.dim], &h100());
         let CubeCount::Static(cubes, 1, 1) = count else {
             panic!("a launch of {count:?} cubes");
         };
@@ -1156,8 +1349,8 @@ mod emulated {
         let hw = properties().hardware;
         for seq in [1, 5, 31, 32, 33, 79, MAX_SEQ] {
             for dim in [1, 7, 32, MAX_DIM] {
-                assert!(supported([1, 1, seq, dim], DType::BF16));
-                let (count, cube_dim, ..) = geometry([4096, 8, seq, dim]);
+                assert!(supported([1, 1, seq, dim], DType::BF16, &h100()));
+                let (count, cube_dim, ..) = geometry([4096, 8, seq, dim], &h100());
                 let CubeCount::Static(cubes, 1, 1) = count else {
                     panic!("{count:?}");
                 };
@@ -1176,13 +1369,13 @@ mod emulated {
                 }
             }
         }
-        assert!(!supported([1, 1, MAX_SEQ + 1, 32], DType::F32));
-        assert!(!supported([1, 1, 79, MAX_DIM + 1], DType::F32));
+        assert!(!supported([1, 1, MAX_SEQ + 1, 32], DType::F32, &h100()));
+        assert!(!supported([1, 1, 79, MAX_DIM + 1], DType::F32, &h100()));
         assert!(
-            !supported([1 << 16, 8, 79, 128], DType::F32),
+            !supported([1 << 16, 8, 79, 128], DType::F32, &h100()),
             "u32 indices overflow"
         );
-        assert!(!supported([2, 8, 79, 32], DType::F64));
+        assert!(!supported([2, 8, 79, 32], DType::F64, &h100()));
     }
 
     /// The model catches the bug class it exists for: the same kernels

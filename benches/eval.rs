@@ -94,15 +94,17 @@ fn main() {
         .expect("BENCH_BOARDS: a number of boards");
     let device = match std::env::var("BENCH_DEVICE").as_deref() {
         Ok("cuda") => DeviceKind::Cuda,
+        Ok("wgpu") => DeviceKind::Wgpu,
         Ok("cpu") | Err(_) => DeviceKind::Cpu,
-        Ok(other) => panic!("BENCH_DEVICE={other}: expected cpu or cuda"),
+        Ok(other) => panic!("BENCH_DEVICE={other}: expected cpu, cuda or wgpu"),
     };
     let precisions: Vec<Precision> = env_or("BENCH_PRECISIONS", "f32")
         .split(',')
         .map(|p| match p.trim() {
             "f32" => Precision::F32,
             "bf16" => Precision::Bf16,
-            other => panic!("BENCH_PRECISIONS: {other}: expected f32 or bf16"),
+            "f16" => Precision::F16,
+            other => panic!("BENCH_PRECISIONS: {other}: expected f32, bf16 or f16"),
         })
         .collect();
     let positions = boards(n);
@@ -120,6 +122,7 @@ fn main() {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         ),
         DeviceKind::Cuda => "CUDA device 0".to_owned(),
+        DeviceKind::Wgpu => "wgpu's default adapter".to_owned(),
     };
     println!(
         "eval throughput, action-value policy, K=128, {on}: per board {n} boards ({moves} legal moves), across boards {} boards ({many_moves})",

@@ -10,10 +10,11 @@
 
 use std::{
     collections::BTreeMap,
-    path::{Path, PathBuf},
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
+#[cfg(gpu)]
 use cubecl_runtime::config::{
     CubeClRuntimeConfig, compilation::CompilationLogLevel, profiling::ProfilingLogLevel,
 };
@@ -53,7 +54,11 @@ pub struct KernelCounts {
 
 /// Asks CubeCL to log launches and compilations into `dir` (created),
 /// editing `config` before it is installed (`gpu_cache` calls this).
-pub(crate) fn enable(config: &mut CubeClRuntimeConfig, dir: &Path) -> std::io::Result<KernelLog> {
+#[cfg(gpu)]
+pub(crate) fn enable(
+    config: &mut CubeClRuntimeConfig,
+    dir: &std::path::Path,
+) -> std::io::Result<KernelLog> {
     std::fs::create_dir_all(dir)?;
     for name in [LAUNCHED, COMPILED] {
         std::fs::write(dir.join(name), b"")?;

@@ -27,7 +27,6 @@ pub mod gpu_layers;
 #[cfg(gpu)]
 pub mod gpu_pass;
 pub mod haiku;
-#[cfg(gpu)]
 pub mod kernel_log;
 pub(crate) mod layers;
 pub(crate) mod net;

@@ -450,7 +450,7 @@ mod tests {
         assert!(err("run=\"r\"\nbuckets=1").contains("buckets"));
         // Mixed bf16 runs on every device (emulated products on the CPU).
         assert!(options("run=\"r\"\nprecision=\"bf16\"").resolve().is_ok());
-        assert!(crate::options::from_table::<TrainOptions>("precision=\"f16\"").is_err());
+        assert!(crate::options::from_table::<TrainOptions>("precision=\"f8\"").is_err());
         assert!(err("run=\"r\"\nname=\"../x\"").contains("name"));
         assert!(err("run=\"r\"\nema_decay=1.5").contains("ema_decay"));
         assert!(crate::options::from_table::<TrainOptions>("batch=3").is_err());

@@ -26,7 +26,10 @@ use crate::{
     chess::{RecordSet, value::ValueBuckets},
     model::{
         AttentionKernel, DeviceKind, LayerKernels, ModelBackend, ModelShape, Precision, Predictor,
-        Products, TrainBackend, op_count::OpCounts, tokens_tensor, tune_allocator,
+        Products, TrainBackend,
+        kernel_log::{KernelCounts, KernelLog},
+        op_count::OpCounts,
+        tokens_tensor, tune_allocator,
     },
     options::Compute,
     ui::Report,
@@ -259,30 +262,6 @@ fn kernel_log(bench: &StepBench) -> Result<Option<KernelLog>, TrainError> {
     match crate::model::gpu_cache::configure_with_kernel_log(&dir) {
         Some(log) => Ok(Some(log)),
         None => Err(TrainError::CountKernelsSettings),
-    }
-}
-
-#[cfg(gpu)]
-use crate::model::kernel_log::{KernelCounts, KernelLog};
-
-/// Without a GPU backend nothing logs kernels.
-#[cfg(not(gpu))]
-#[derive(Debug, Clone, Serialize)]
-pub struct KernelCounts;
-#[cfg(not(gpu))]
-pub struct KernelLog;
-
-#[cfg(not(gpu))]
-impl KernelLog {
-    fn counts(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-#[cfg(not(gpu))]
-impl KernelCounts {
-    fn between(_: &(), _: &(), _: usize) -> KernelCounts {
-        KernelCounts
     }
 }
 

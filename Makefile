@@ -255,10 +255,11 @@ parity-paired: $(BENCH_READY) | $(DUCKDB_LIB)
 # wgpu (run on Mesa's lavapipe).
 GPU_FEATURES := cuda,wgpu
 
-## The GPU builds compile, every target (no GPU needed; one needs a GPU
-## or a Vulkan driver to run).
+## The GPU builds compile: the library, the binary and every test target
+## with both backends (no GPU needed; one needs a GPU or a Vulkan driver to
+## run). A build, not a check: test-kernels and test-wgpu then reuse it.
 check-cuda: | $(DUCKDB_LIB)
-	$(CARGO) check --locked --features $(GPU_FEATURES) --all-targets
+	$(CARGO) build --locked --features $(GPU_FEATURES) --tests
 
 ## The project's GPU kernels (fused attention, layer norm, SwiGLU) as
 ## CubeCL compiles them for CUDA, run on the CPU as C++ under a model of

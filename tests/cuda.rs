@@ -21,7 +21,7 @@
 //!
 //! Each case prints which products ran (cuBLASLt, or burn's where it does
 //! not load: `CHESSBENCH_PRODUCTS=burn` forces those), which attention
-//! (the fused kernels, or burn's where they fail their start-up test:
+//! (the fused kernels, or burn's where a variant fails its self-test:
 //! `CHESSBENCH_ATTENTION=burn` forces it) and how long it took. The file is
 //! meant to run whole in under 4 minutes on an H100, kernel compiling
 //! included (hence 400 boards in the batched-scoring case), so that one
@@ -262,7 +262,7 @@ fn kernels_within_bounds<S: std::fmt::Debug>(errors: KernelCheck<S>) {
 /// burn's autodiff): forward, the norm's mean and `rstd`, and every
 /// gradient, on the 9M and 136M widths and odd ones, f32 within 1e-4 and
 /// bf16 within 2e-2, both formats printed before either is judged; then
-/// the start-up test's verdict. The CPU model of the launch runs the same
+/// the self-tests' verdicts. The CPU model of the launch runs the same
 /// inputs (`make test-kernels`).
 #[test]
 fn fused_layer_kernels_equal_the_reference() {

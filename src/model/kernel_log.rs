@@ -1,8 +1,10 @@
 //! Counting the GPU kernels a process launches and compiles, from CubeCL's
 //! own logs: with [`enable`] before the device starts, CubeCL writes a line
-//! per kernel it launches (`Executing NAME`, its profiling logger at the
-//! level that only names kernels, without timing or synchronising) and a
-//! line per kernel it compiles (`[Compiling kernel] NAME`) to two files;
+//! per kernel it launches (`Executing NAME [bound A+B B]`, its profiling
+//! logger at the level that only names kernels, without timing or
+//! synchronising; the bytes of each distinct buffer the launch binds come
+//! from the vendored cubecl-runtime, vendor/README.md) and a line per kernel
+//! it compiles (`[Compiling kernel] NAME`) to two files;
 //! [`KernelLog::counts`] reads them. Every kernel CubeCL launches counts:
 //! burn's, the kernels burn's fusion generates, the project's; a vendor
 //! library's calls (cuBLASLt on CUDA) do not. `bench-step --count-kernels`
@@ -32,8 +34,28 @@ pub struct KernelLog {
 /// Kernels launched (by name) and compiled, from the start of the process.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Counts {
-    pub launched: BTreeMap<String, u64>,
+    pub launched: BTreeMap<String, Launches>,
     pub compiled: u64,
+}
+
+/// Launches of one kernel and the bytes they move in all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Launches {
+    pub count: u64,
+    /// The bytes the launches move, each from the buffers it binds
+    /// (`bound_bytes`).
+    pub bytes: u64,
+}
+
+/// The kernels of one phase of a step (`bench-step --profile
+/// --count-kernels`), per step.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseKernels {
+    pub phase: String,
+    pub launched: f64,
+    pub bytes: f64,
+    /// (kernel, launches, bytes) per step, most bytes first.
+    pub by_kernel: Vec<(String, f64, f64)>,
 }
 
 /// What a step launches and what a cold process compiles.
@@ -43,6 +65,14 @@ pub struct KernelCounts {
     pub launched_per_step: f64,
     /// Per step, by kernel (CubeCL's name, generics shortened), most first.
     pub by_kernel: Vec<(String, f64)>,
+    /// Bytes the timed step's launches move (from the buffers each binds),
+    /// per step.
+    pub bytes_per_step: f64,
+    /// Per step, by kernel, most first.
+    pub bytes_by_kernel: Vec<(String, f64)>,
+    /// By phase of the step, where the step was profiled by phase
+    /// (`--profile`); empty otherwise.
+    pub phases: Vec<PhaseKernels>,
     /// Distinct kernels launched in the timed steps.
     pub distinct: usize,
     /// Kernels compiled by the process up to the end of the timed steps
@@ -74,11 +104,33 @@ pub(crate) fn enable(
     })
 }
 
+/// A launch line's bytes moved, from the buffers it binds (`... [bound
+/// A+B+C B]`; 0 without): their sum, each buffer read or written once;
+/// for a kernel that writes into part of a buffer it binds whole (burn's
+/// `SliceAssign`, `SelectAssign`: the largest buffer is the destination),
+/// the other buffers' bytes twice (read them, write as many).
+fn bound_bytes(name: &str, line: &str) -> u64 {
+    let Some(sizes) = line
+        .rsplit_once(" [bound ")
+        .and_then(|(_, tail)| tail.split(' ').next())
+    else {
+        return 0;
+    };
+    let sizes: Vec<u64> = sizes.split('+').filter_map(|n| n.parse().ok()).collect();
+    let total: u64 = sizes.iter().sum();
+    if name.contains("Assign") {
+        2 * (total - sizes.iter().max().copied().unwrap_or(0))
+    } else {
+        total
+    }
+}
+
 /// A launch line's kernel: `Executing NAME | ARG | ... | Runtime` (CubeCL's
 /// shortened type name) -> `NAME`, with the matmul's algorithm families
 /// (`MatmulEntry[Simple, Unit]`) where there are; `None` for other lines.
 fn kernel_name(line: &str) -> Option<String> {
     let name = line.strip_prefix("Executing ")?.trim();
+    let name = name.rsplit_once(" [bound ").map_or(name, |(n, _)| n);
     let mut parts = name.split(" | ");
     let first = parts.next().unwrap_or(name);
     let base = first.split('<').next().unwrap_or(first);
@@ -101,9 +153,14 @@ impl KernelLog {
         self.settle();
         let launched_text = std::fs::read_to_string(self.dir.join(LAUNCHED))?;
         let compiled_text = std::fs::read_to_string(self.dir.join(COMPILED))?;
-        let mut launched = BTreeMap::new();
-        for name in launched_text.lines().filter_map(kernel_name) {
-            *launched.entry(name).or_insert(0) += 1;
+        let mut launched = BTreeMap::<String, Launches>::new();
+        for line in launched_text.lines() {
+            if let Some(name) = kernel_name(line) {
+                let bytes = bound_bytes(&name, line);
+                let entry = launched.entry(name).or_default();
+                entry.count += 1;
+                entry.bytes += bytes;
+            }
         }
         let compiled = compiled_text
             .lines()
@@ -130,25 +187,83 @@ impl KernelLog {
     }
 }
 
+impl Counts {
+    /// What was launched between `before` and `self`, per kernel.
+    fn since(&self, before: &Counts) -> BTreeMap<String, Launches> {
+        self.launched
+            .iter()
+            .map(|(name, now)| {
+                let was = before.launched.get(name).copied().unwrap_or_default();
+                let diff = Launches {
+                    count: now.count - was.count,
+                    bytes: now.bytes - was.bytes,
+                };
+                (name.clone(), diff)
+            })
+            .filter(|(_, d)| d.count > 0)
+            .collect()
+    }
+}
+
+/// Adds `more` into `into`, kernel by kernel.
+pub(crate) fn accumulate(into: &mut BTreeMap<String, Launches>, more: &BTreeMap<String, Launches>) {
+    for (name, l) in more {
+        let e = into.entry(name.clone()).or_default();
+        e.count += l.count;
+        e.bytes += l.bytes;
+    }
+}
+
+/// The launches between two snapshots, for accumulating by phase.
+pub(crate) fn between_counts(before: &Counts, after: &Counts) -> BTreeMap<String, Launches> {
+    after.since(before)
+}
+
 impl KernelCounts {
     /// What `steps` steps between `before` and `after` launched, and what
-    /// the process compiled up to `after`.
-    pub fn between(before: &Counts, after: &Counts, steps: usize) -> KernelCounts {
+    /// the process compiled up to `after`; `phases`, the same launches
+    /// split by phase of the step (or empty).
+    pub fn between(
+        before: &Counts,
+        after: &Counts,
+        steps: usize,
+        phases: &[(String, BTreeMap<String, Launches>)],
+    ) -> KernelCounts {
         let steps = steps.max(1) as f64;
-        let mut by_kernel: Vec<(String, f64)> = after
-            .launched
+        let launched = after.since(before);
+        let per_step = |f: fn(&Launches) -> u64| {
+            let mut rows: Vec<(String, f64)> = launched
+                .iter()
+                .map(|(name, l)| (name.clone(), f(l) as f64 / steps))
+                .collect();
+            rows.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            rows
+        };
+        let by_kernel = per_step(|l| l.count);
+        let bytes_by_kernel = per_step(|l| l.bytes);
+        let phases = phases
             .iter()
-            .map(|(name, n)| {
-                let was = before.launched.get(name).copied().unwrap_or(0);
-                (name.clone(), (n - was) as f64 / steps)
+            .map(|(phase, kernels)| {
+                let mut by_kernel: Vec<(String, f64, f64)> = kernels
+                    .iter()
+                    .map(|(n, l)| (n.clone(), l.count as f64 / steps, l.bytes as f64 / steps))
+                    .collect();
+                by_kernel.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+                PhaseKernels {
+                    phase: phase.clone(),
+                    launched: by_kernel.iter().map(|k| k.1).sum(),
+                    bytes: by_kernel.iter().map(|k| k.2).sum(),
+                    by_kernel,
+                }
             })
-            .filter(|(_, n)| *n > 0.0)
             .collect();
-        by_kernel.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         KernelCounts {
             launched_per_step: by_kernel.iter().map(|(_, n)| n).sum(),
             distinct: by_kernel.len(),
             by_kernel,
+            bytes_per_step: bytes_by_kernel.iter().map(|(_, n)| n).sum(),
+            bytes_by_kernel,
+            phases,
             compiled_cold: after.compiled,
             compiled_in_steps: after.compiled - before.compiled,
         }
@@ -174,18 +289,36 @@ mod tests {
             Some("MatmulEntry[Simple, Unit]")
         );
         assert_eq!(kernel_name("[Compiling kernel] x"), None);
+        let line = "Executing ElemwiseFuse | WgpuRuntime [bound 4096+1024 B]";
+        assert_eq!(kernel_name(line).as_deref(), Some("ElemwiseFuse"));
+        assert_eq!(bound_bytes("ElemwiseFuse", line), 5120);
+        assert_eq!(bound_bytes("SliceAssignKernel", line), 2048);
+        assert_eq!(bound_bytes("ElemwiseFuse", "Executing ElemwiseFuse | R"), 0);
         let counts = |pairs: &[(&str, u64)], compiled| Counts {
-            launched: pairs.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect(),
+            launched: pairs
+                .iter()
+                .map(|(n, c)| {
+                    let l = Launches {
+                        count: *c,
+                        bytes: 100 * c,
+                    };
+                    ((*n).to_owned(), l)
+                })
+                .collect(),
             compiled,
         };
         let before = counts(&[("a", 10), ("b", 4)], 30);
         let after = counts(&[("a", 30), ("b", 4), ("c", 2)], 31);
-        let k = KernelCounts::between(&before, &after, 2);
+        let phases = vec![("forward".to_owned(), between_counts(&before, &after))];
+        let k = KernelCounts::between(&before, &after, 2, &phases);
         assert_eq!(k.launched_per_step, 11.0);
         assert_eq!(
             k.by_kernel,
             vec![("a".to_owned(), 10.0), ("c".to_owned(), 1.0)]
         );
+        assert_eq!(k.bytes_per_step, 1100.0);
+        assert_eq!(k.phases[0].bytes, 1100.0);
+        assert_eq!(k.phases[0].by_kernel[1], ("c".to_owned(), 1.0, 100.0));
         assert_eq!(
             (k.distinct, k.compiled_cold, k.compiled_in_steps),
             (2, 31, 1)

@@ -4,6 +4,7 @@
 //! `train` bench compares it with the loader and with the PyTorch reference
 //! (`bench/torch_reference.py`) on the same machine, batch and precision.
 
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use std::time::Instant;
@@ -27,7 +28,7 @@ use crate::{
     model::{
         AttentionKernel, DeviceKind, LayerKernels, ModelBackend, ModelShape, Precision, Predictor,
         Products, TrainBackend,
-        kernel_log::{KernelCounts, KernelLog},
+        kernel_log::{self, Counts, KernelCounts, KernelLog, Launches},
         op_count::OpCounts,
         tokens_tensor, tune_allocator,
     },
@@ -62,10 +63,12 @@ pub struct BenchStepOptions {
     /// On a GPU (--device wgpu or cuda): count the kernels each timed step
     /// launches, by kernel, and the kernels the process compiles, from
     /// CubeCL's own logs (every kernel CubeCL launches, after fusion; a
-    /// vendor library's calls are not counted). Launches are not timed or
-    /// synchronised; the first step's compilation counts as a cold
-    /// process's.
-    #[arg(long, conflicts_with_all = ["profile", "count_ops"])]
+    /// vendor library's calls are not counted), with the bytes of the
+    /// buffers each launch binds. Launches are not timed or synchronised;
+    /// the first step's compilation counts as a cold process's. With
+    /// --profile, also by phase of the step (the synchronisation between
+    /// phases ends fusion's groups there, as it does for the timing).
+    #[arg(long, conflicts_with = "count_ops")]
     pub count_kernels: bool,
 }
 
@@ -226,20 +229,25 @@ pub fn bench_steps(bench: &StepBench) -> Result<StepTiming, TrainError> {
         };
         return run::<Autodiff<crate::model::op_count::Counted>>(&bench, Default::default(), None);
     }
-    crate::model::check_compute(bench.device, bench.precision, crate::model::Use::Train)?;
     if bench.count_kernels && bench.device == DeviceKind::Cpu {
         return Err(TrainError::CountKernelsSettings);
     }
+    // CubeCL's configuration (the kernel cache, the kernel log) is set
+    // before anything touches the GPU, the compute check included.
+    #[cfg(gpu)]
+    let log = match bench.device {
+        DeviceKind::Cpu => None,
+        _ => kernel_log(bench)?,
+    };
+    crate::model::check_compute(bench.device, bench.precision, crate::model::Use::Train)?;
     match bench.device {
         DeviceKind::Cpu => run::<Autodiff<burn::backend::Flex>>(bench, Default::default(), None),
         #[cfg(feature = "cuda")]
         DeviceKind::Cuda => {
-            let log = kernel_log(bench)?;
             run::<Autodiff<burn::backend::Cuda<f32, i32>>>(bench, Default::default(), log)
         }
         #[cfg(feature = "wgpu")]
         DeviceKind::Wgpu => {
-            let log = kernel_log(bench)?;
             let device = crate::model::wgpu::device()
                 .map_err(|e| crate::model::ComputeError::NoAdapter(e.to_string()))?;
             crate::model::wgpu::check_batch(&device, &bench.shape, bench.batch_size)?;
@@ -312,6 +320,11 @@ fn run<B: TrainBackend>(
     let mut rng = SplitMix64::new(42);
     let batches: Vec<Batch> = (0..4).map(|_| Batch::random(&shape, n, &mut rng)).collect();
     let mut phases = [0.0f64; 6];
+    // With a kernel log and --profile: the kernels of each phase, from a
+    // snapshot of the log at each phase's end.
+    let mut phase_kernels: Vec<BTreeMap<String, Launches>> = vec![BTreeMap::new(); 6];
+    let mut last_counts: Option<Counts> = None;
+    let mut log_failure: Option<std::io::Error> = None;
     let mut last_loss = None;
     let mut start = Instant::now();
     for i in 0..bench.warmup + bench.steps {
@@ -319,6 +332,7 @@ fn run<B: TrainBackend>(
             sync::<B>(&device);
             if let Some(log) = &log {
                 before = Some(log.counts().map_err(log_error)?);
+                last_counts = before.clone();
             }
             B::profiler_range(true);
             start = Instant::now();
@@ -329,6 +343,18 @@ fn run<B: TrainBackend>(
             if bench.profile {
                 sync::<B>(&device);
                 phases[k] += t.elapsed().as_secs_f64();
+                if let (Some(log), Some(last)) = (&log, &last_counts) {
+                    match log.counts() {
+                        Ok(now) => {
+                            kernel_log::accumulate(
+                                &mut phase_kernels[k],
+                                &kernel_log::between_counts(last, &now),
+                            );
+                            last_counts = Some(now);
+                        }
+                        Err(e) => log_failure = Some(e),
+                    }
+                }
                 *t = Instant::now();
             }
         };
@@ -360,15 +386,32 @@ fn run<B: TrainBackend>(
     sync::<B>(&device);
     let seconds = start.elapsed().as_secs_f64();
     B::profiler_range(false);
+    if let Some(e) = log_failure {
+        return Err(log_error(e));
+    }
+    let names = ["upload", "forward+loss", "backward", "clip", "adam", "ema"];
     let samples_per_s = (bench.steps * n) as f64 / seconds.max(1e-9);
     let kernels = match (&log, &before) {
         (Some(log), Some(before)) => {
             let after = log.counts().map_err(log_error)?;
-            Some(KernelCounts::between(before, &after, bench.steps))
+            let by_phase: Vec<(String, BTreeMap<String, Launches>)> = if bench.profile {
+                names
+                    .iter()
+                    .map(|n| (*n).to_owned())
+                    .zip(phase_kernels)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            Some(KernelCounts::between(
+                before,
+                &after,
+                bench.steps,
+                &by_phase,
+            ))
         }
         _ => None,
     };
-    let names = ["upload", "forward+loss", "backward", "clip", "adam", "ema"];
     Ok(StepTiming {
         bench: bench.clone(),
         params: shape.num_params(),

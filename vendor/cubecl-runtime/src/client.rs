@@ -703,11 +703,17 @@ impl<R: Runtime> ComputeClient<R> {
                 let utilities = self.utilities.clone();
                 self.device.submit(move |state| {
                     let name = kernel.name();
+                    // chessbench patch: the bytes of each distinct buffer
+                    // the launch binds, logged with its name.
+                    let bytes = matches!(level, Some(ProfileLevel::ExecutionOnly))
+                        .then(|| bound_bytes(&bindings));
                     unsafe { state.launch(kernel, count, bindings, mode, stream_id) };
 
-                    if matches!(level, Some(ProfileLevel::ExecutionOnly)) {
+                    if let Some(bytes) = bytes {
                         let info = type_name_format(name, TypeNameFormatLevel::Balanced);
-                        utilities.logger.register_execution(info);
+                        utilities
+                            .logger
+                            .register_execution(format!("{info} [bound {bytes} B]"));
                     }
                 });
             }
@@ -1052,4 +1058,26 @@ impl<R: Runtime> ComputeClient<R> {
 
         (0..num_candidates).map(|i| 2usize.pow(i)).rev()
     }
+}
+
+/// chessbench patch: the bytes of each distinct buffer a launch binds (each
+/// buffer once, by its used size, however many of the kernel's arguments it
+/// backs), joined with `+` in the order bound ("0" for none).
+fn bound_bytes(bindings: &KernelArguments) -> alloc::string::String {
+    let mut seen: Vec<(usize, u64, u64)> = Vec::new();
+    for binding in &bindings.buffers {
+        let key = (
+            binding.memory.descriptor().id.value,
+            binding.offset_start.unwrap_or(0),
+            binding.size_in_used(),
+        );
+        if !seen.contains(&key) {
+            seen.push(key);
+        }
+    }
+    if seen.is_empty() {
+        return "0".into();
+    }
+    let sizes: Vec<alloc::string::String> = seen.iter().map(|key| format!("{}", key.2)).collect();
+    sizes.join("+")
 }

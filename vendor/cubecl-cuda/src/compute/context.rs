@@ -72,9 +72,15 @@ impl CudaContext {
                 let config = cubecl_runtime::config::CubeClRuntimeConfig::get();
                 if let Some(cache) = &config.compilation.cache {
                     let root = cache.root();
+                    // chessbench patch: the cache holds images for one GPU
+                    // architecture (CUBINs, below), so it is named after it:
+                    // a cache shared by different cards never loads one
+                    // card's kernels on another.
                     Some(CompilationCache::new(
                         "ptx",
-                        CacheOption::default().name("cuda").root(root),
+                        CacheOption::default()
+                            .name(format!("cuda-sm_{}", arch))
+                            .root(root),
                     ))
                 } else {
                     None
@@ -204,10 +210,21 @@ impl CudaContext {
                     backtrace: BackTrace::capture(),
                 })?;
             };
-            cudarc::nvrtc::result::get_ptx(program).map_err(|err| CompilationError::Generic {
-                reason: format!("{err:?}"),
-                backtrace: BackTrace::capture(),
-            })?
+            // chessbench patch: compiled for a real architecture (sm_XX),
+            // NVRTC has made the device's CUBIN already; loading the PTX
+            // instead makes the driver assemble the kernel a second time.
+            // The PTX only where NVRTC has no CUBIN.
+            let image = match cubin(program) {
+                Some(cubin) => cubin,
+                None => cudarc::nvrtc::result::get_ptx(program).map_err(|err| {
+                    CompilationError::Generic {
+                        reason: format!("{err:?}"),
+                        backtrace: BackTrace::capture(),
+                    }
+                })?,
+            };
+            let _ = cudarc::nvrtc::result::destroy_program(program);
+            image
         };
 
         let repr = kernel_compiled.repr.unwrap();
@@ -245,7 +262,7 @@ impl CudaContext {
         shared_mem_bytes: usize,
     ) -> Result<(), CompilationError> {
         let func_name = CString::new(entrypoint_name).unwrap();
-        // SAFETY: `ptx` is a valid null-terminated PTX binary from NVRTC. `func_name` is a
+        // SAFETY: `ptx` is a CUBIN or a null-terminated PTX from NVRTC. `func_name` is a
         // null-terminated `CString` matching the kernel entry point in the compiled module.
         let func = unsafe {
             let module = cudarc::driver::result::module::load_data(ptx.as_ptr() as *const _)
@@ -341,4 +358,24 @@ impl CudaContext {
             Ok(())
         }
     }
+}
+
+/// chessbench patch: the CUBIN of a compiled NVRTC program, or `None` when
+/// it has none (compiled for a virtual architecture) or it cannot be read.
+///
+/// # Safety
+///
+/// `program` must be a program NVRTC has compiled and not destroyed.
+unsafe fn cubin(program: cudarc::nvrtc::sys::nvrtcProgram) -> Option<Vec<std::ffi::c_char>> {
+    use cudarc::nvrtc::sys;
+    let mut size = 0usize;
+    // SAFETY: the caller guarantees `program` is a live compiled program.
+    let status = unsafe { sys::nvrtcGetCUBINSize(program, &mut size) };
+    if status != sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+        return None;
+    }
+    let mut image = vec![0 as std::ffi::c_char; size];
+    // SAFETY: `image` holds the `size` bytes NVRTC reported.
+    let status = unsafe { sys::nvrtcGetCUBIN(program, image.as_mut_ptr()) };
+    (status == sys::nvrtcResult::NVRTC_SUCCESS).then_some(image)
 }

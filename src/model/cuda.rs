@@ -75,7 +75,7 @@ impl GpuRuntime for CudaRuntime {
         if vendor_products() {
             gemm::project_inference(x, w)
         } else {
-            burn::tensor::module::linear(x, w, None)
+            super::gpu_backend::flat_linear(x, w)
         }
     }
 
@@ -92,7 +92,7 @@ impl GpuRuntime for CudaRuntime {
         if vendor_products() {
             gemm::project(x, w)
         } else {
-            burn::tensor::module::linear(x, w, None)
+            super::gpu_backend::flat_linear(x, w)
         }
     }
 

@@ -21,6 +21,32 @@ use super::{
     gpu_attention, gpu_layers, layers,
 };
 
+/// `x [.., k] · w [k, n]` as one 2-D product over every leading position
+/// (`[rows, k] · [k, n]`), burn's products' path on the GPU.
+///
+/// burn's `linear` multiplies a batch of matrices by the broadcast weight,
+/// and its backward then writes one weight gradient per batch element,
+/// `[batch, k, n]`, before summing them over the batch: at batch 1,024 the
+/// 9M step wrote and read about 34 GB of such partial gradients (the step's
+/// account, docs/benchmarks.md). As one 2-D product the weight's gradient is
+/// a single `x^T · dy`. The reshapes are views of the contiguous
+/// activations the layers produce. The CPU keeps burn's `linear` (its
+/// results stay bit-identical to the per-tensor code's).
+pub(crate) fn flat_linear<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    w: Tensor<B, 2>,
+) -> Tensor<B, D> {
+    if D <= 2 {
+        return burn::tensor::module::linear(x, w, None);
+    }
+    let mut dims = x.dims();
+    let k = dims[D - 1];
+    let rows = dims[..D - 1].iter().product::<usize>();
+    let y = burn::tensor::module::linear(x.reshape([rows, k]), w, None);
+    dims[D - 1] = y.dims()[1];
+    y.reshape(dims)
+}
+
 /// What differs between the GPU runtimes the predictor runs on: how the
 /// linear layers multiply, and the hooks of the runtime's profiler.
 pub trait GpuRuntime: CubeRuntime {
@@ -34,7 +60,7 @@ pub trait GpuRuntime: CubeRuntime {
         x: Tensor<Fusion<CubeBackend<Self, F, I, BT>>, D>,
         w: Tensor<Fusion<CubeBackend<Self, F, I, BT>>, 2>,
     ) -> Tensor<Fusion<CubeBackend<Self, F, I, BT>>, D> {
-        burn::tensor::module::linear(x, w, None)
+        flat_linear(x, w)
     }
 
     /// A linear layer's product under autodiff (training).
@@ -48,7 +74,7 @@ pub trait GpuRuntime: CubeRuntime {
         x: Tensor<Autodiff<Fusion<CubeBackend<Self, F, I, BT>>, C>, D>,
         w: Tensor<Autodiff<Fusion<CubeBackend<Self, F, I, BT>>, C>, 2>,
     ) -> Tensor<Autodiff<Fusion<CubeBackend<Self, F, I, BT>>, C>, D> {
-        burn::tensor::module::linear(x, w, None)
+        flat_linear(x, w)
     }
 
     /// Products that fell back from the vendor library to burn's.

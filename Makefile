@@ -24,7 +24,7 @@ FUZZ_CASES  ?= 20000
 
 .PHONY: all demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-evals bench-scale bench-cores \
-        test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu bench-wgpu test-cuda gpu-bundle stockfish doc clean
+        test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu bench-wgpu bench-account test-cuda gpu-bundle stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -255,11 +255,13 @@ parity-paired: $(BENCH_READY) | $(DUCKDB_LIB)
 # wgpu (run on Mesa's lavapipe).
 GPU_FEATURES := cuda,wgpu
 
-## The GPU builds compile: the library, the binary and every test target
-## with both backends (no GPU needed; one needs a GPU or a Vulkan driver to
-## run). A build, not a check: test-kernels and test-wgpu then reuse it.
+## The GPU builds compile: the library, the binary, the library's tests and
+## the GPU test targets (tests/cuda.rs, tests/wgpu.rs) with both backends (no
+## GPU needed to build). A build, not a check: test-kernels and test-wgpu
+## then reuse it. The CPU integration tests (tests/it) run in `make test`'s
+## build without GPU features.
 check-cuda: | $(DUCKDB_LIB)
-	$(CARGO) build --locked --features $(GPU_FEATURES) --tests
+	$(CARGO) test --no-run --locked --features $(GPU_FEATURES) --lib --test cuda --test wgpu
 
 ## The project's GPU kernels (fused attention, layer norm, SwiGLU) as
 ## CubeCL compiles them for CUDA, run on the CPU as C++ under a model of
@@ -292,6 +294,14 @@ test-wgpu: $(RUN)/train/$(TRAIN_NAME)/summary.json | $(DUCKDB_LIB)
 bench-wgpu: | $(DUCKDB_LIB)
 	$(CARGO) build --locked --features $(GPU_FEATURES) --bin chessbench
 	bench/wgpu_kernels.sh $(TARGET_DIR)/debug/chessbench bench-data/wgpu
+
+## The 9M step's account without a GPU: every kernel burn launches after
+## fusion (wgpu on lavapipe) with the bytes it moves, beside PyTorch eager's
+## operators (on the CPU; needs torch), extrapolated to batch 1,024, with an
+## H100 roofline (bench/step_account.py; about 15 minutes on 2 cores).
+bench-account: | $(DUCKDB_LIB)
+	$(CARGO) build --locked --features $(GPU_FEATURES) --bin chessbench
+	python3 bench/step_account.py run $(TARGET_DIR)/debug/chessbench bench-data/account
 
 ## On a machine with an NVIDIA GPU and Rust: the CUDA test (one training
 ## step on CUDA against the CPU, tests/cuda.rs).

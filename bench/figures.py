@@ -284,6 +284,16 @@ def wgpu_kernels_table(name):
     return "\n".join(out) + "\n"
 
 
+def step_account_table(name):
+    """The 9M step's account, burn beside PyTorch eager (a record's
+    account.jsonl, bench/step_account.py)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import step_account
+
+    body = step_account.render(RESULTS / name)
+    return body + f"\nRaw rows: [{name}/account.jsonl](../bench/results/{name}/account.jsonl).\n"
+
+
 def record_table(name, anchor):
     """The first table under the heading `anchor` of a record's README,
     as the record writes it."""
@@ -309,13 +319,14 @@ def record_table(name, anchor):
 
 
 GENERATED = re.compile(
-    r"<!-- generated: (?P<kind>[a-z-]+) (?P<dir>[a-z0-9-]+)(?:#(?P<anchor>[^ ]+))? -->\n(?P<body>.*?)<!-- end generated -->",
+    r"<!-- generated: (?P<kind>[a-z-]+) (?P<dir>[a-z0-9/-]+)(?:#(?P<anchor>[^ ]+))? -->\n(?P<body>.*?)<!-- end generated -->",
     re.S,
 )
 RENDERERS = {
     "cores": cores_table,
     "gpu-step": gpu_step_table,
     "wgpu-kernels": wgpu_kernels_table,
+    "step-account": step_account_table,
     "table": record_table,
 }
 

@@ -24,7 +24,7 @@ FUZZ_CASES  ?= 20000
 
 .PHONY: all demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-evals bench-scale bench-cores \
-        test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu bench-wgpu bench-account test-cuda gpu-bundle stockfish doc clean
+        test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu bench-wgpu bench-account bench-nvrtc test-cuda gpu-bundle stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -302,6 +302,16 @@ bench-wgpu: | $(DUCKDB_LIB)
 bench-account: | $(DUCKDB_LIB)
 	$(CARGO) build --locked --features $(GPU_FEATURES) --bin chessbench
 	python3 bench/step_account.py run $(TARGET_DIR)/debug/chessbench bench-data/account
+
+## NVRTC's compile time for the project's kernel variants the 9M step runs
+## on CUDA, on the CPU (no GPU; needs the nvidia-cuda-nvrtc and
+## nvidia-cuda-runtime wheels): to the CUBIN chessbench loads and to PTX
+## only (bench/nvrtc_compile.py); a regression check of the cold start.
+bench-nvrtc: | $(DUCKDB_LIB)
+	rm -rf bench-data/nvrtc
+	CHESSBENCH_NVRTC_DUMP=$(abspath bench-data/nvrtc) $(CARGO) test --locked --features $(GPU_FEATURES) \
+	  --lib the_nine_million_steps_variants_are_cuda_c
+	python3 bench/nvrtc_compile.py bench-data/nvrtc
 
 ## On a machine with an NVIDIA GPU and Rust: the CUDA test (one training
 ## step on CUDA against the CPU, tests/cuda.rs).

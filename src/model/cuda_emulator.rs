@@ -384,6 +384,31 @@ pub(crate) fn cuda_c(definition: KernelDefinition) -> String {
     format!("{kernel}")
 }
 
+/// The environment variable naming a directory where the tests that
+/// generate the 9M step's kernel variants write their CUDA C as cubecl-cuda
+/// hands it to NVRTC (`make bench-nvrtc` compiles them).
+pub(crate) const NVRTC_DUMP_VAR: &str = "CHESSBENCH_NVRTC_DUMP";
+
+/// Checks that `source` is the CUDA C of a kernel `function` (its
+/// `extern "C" __global__` entry point has that name) and, when
+/// [`NVRTC_DUMP_VAR`] is set, writes it there as `NAME.cu`.
+pub(crate) fn check_and_dump(name: &str, function: &str, source: &str) {
+    if let Some(dir) = std::env::var_os(NVRTC_DUMP_VAR) {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(Path::new(&dir).join(format!("{name}.cu")), source).unwrap();
+    }
+    // `extern "C" __global__ void __launch_bounds__(N)NAME (`
+    let entry = source
+        .lines()
+        .find(|l| l.contains("__global__"))
+        .and_then(|l| l.split(')').nth(1))
+        .map(|rest| rest.trim_end_matches('(').trim());
+    assert!(
+        entry == Some(function),
+        "{name}: the CUDA C has no __global__ {function}"
+    );
+}
+
 /// A kernel to build into the emulator: the name a launch asks for, the
 /// file name its C++ is dumped under (`CHESSBENCH_KERNEL_DUMP`), the
 /// function's name in its CUDA C, and that source.

@@ -1143,6 +1143,23 @@ mod emulated {
         ("dkdv", "attention_dkdv_kernel"),
     ];
 
+    /// The attention variants the 9M step runs on CUDA (sequence 79, head
+    /// dimension 32, f32 and bf16), as CUDA C; `CHESSBENCH_NVRTC_DUMP`
+    /// keeps them for `make bench-nvrtc`.
+    #[test]
+    fn the_nine_million_steps_variants_are_cuda_c() {
+        for elem in [Elem::F32, Elem::Bf16] {
+            for (which, function) in KERNELS {
+                let name = format!(
+                    "attention-{which}-79x32-{}",
+                    elem.cpp().trim_start_matches("__")
+                );
+                let source = cuda_source(which, 79, 32, elem.storage());
+                crate::model::cuda_emulator::check_and_dump(&name, function, &source);
+            }
+        }
+    }
+
     fn build(seq: usize, dim: usize, elem: Elem) -> Device {
         build_with(seq, dim, elem, &[])
     }

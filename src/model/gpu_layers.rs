@@ -1219,6 +1219,31 @@ mod emulated {
         ("swiglu_bwd", "swiglu_backward_kernel"),
     ];
 
+    /// The layer norm (width 256, f32: mixed precision keeps layer norms
+    /// in f32) and SwiGLU (f32 and bf16) variants the 9M step runs on
+    /// CUDA, as CUDA C; `CHESSBENCH_NVRTC_DUMP` keeps them for `make
+    /// bench-nvrtc`.
+    #[test]
+    fn the_nine_million_steps_variants_are_cuda_c() {
+        for (which, function) in KERNELS {
+            let elems: &[Elem] = if which.starts_with("swiglu") {
+                &[Elem::F32, Elem::Bf16]
+            } else {
+                &[Elem::F32]
+            };
+            for &elem in elems {
+                let elem_name = elem.cpp().trim_start_matches("__");
+                let name = if which.starts_with("swiglu") {
+                    format!("{which}-{elem_name}")
+                } else {
+                    format!("{which}-256-{elem_name}")
+                };
+                let source = cuda_source(which, 256, elem.storage());
+                crate::model::cuda_emulator::check_and_dump(&name, function, &source);
+            }
+        }
+    }
+
     /// The kernels for rows of `width` in `elem`, compiled for the CPU.
     fn build(width: usize, elem: Elem, flags: &[&str]) -> Device {
         let kernels: Vec<Kernel> = KERNELS

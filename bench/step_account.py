@@ -248,7 +248,7 @@ def render(out_dir):
         peak = H100_PEAK[precision]
         print("| | burn | PyTorch eager | burn / PyTorch |")
         print("|---|---:|---:|---:|")
-        print(f"| kernels a step | {bk:,} | {tk:,} | {ratio(bk, tk)} |")
+        print(f"| kernels a step | {bk:,.0f} | {tk:,.0f} | {ratio(bk, tk)} |")
         print(f"| GB moved a step | {gb(bb)} | {gb(tb)} | **{ratio(bb, tb)}** |")
         print(f"| GFLOP a step (products, attention) | {burn['flops'] / 1e9:,.0f} | "
               f"{torch['flops'] / 1e9:,.0f} | {ratio(burn['flops'], torch['flops'])} |")
@@ -263,7 +263,7 @@ def render(out_dir):
         print("|---|---:|---:|---:|---:|---:|")
         gbn, gtn = by_group(burn["kernels"]), by_group(torch["kernels"])
         for g in sorted(set(gbn) | set(gtn), key=lambda g: -(gbn[g][1] - gtn[g][1])):
-            print(f"| {g} | {gbn[g][0]:,} | {gb(gbn[g][1])} | {gtn[g][0]:,} | {gb(gtn[g][1])} | "
+            print(f"| {g} | {gbn[g][0]:,.0f} | {gb(gbn[g][1])} | {gtn[g][0]:,.0f} | {gb(gtn[g][1])} | "
                   f"{(gbn[g][1] - gtn[g][1]) / 1e9:+,.2f} |")
         if burn_phases:
             print("\nBy phase (burn's from a run synchronised between phases, which ends fusion's "
@@ -275,18 +275,18 @@ def render(out_dir):
                 kb, yb = totals(pb)
                 kt, yt = totals(pt)
                 top = sorted(pb.items(), key=lambda kv: -kv[1][1])[:3]
-                tops = ", ".join(f"{n} {c:,}x {gb(b)}" for n, (c, b) in top)
-                print(f"| {phase} | {kb:,} | {gb(yb)} | {kt:,} | {gb(yt)} | {tops} |")
+                tops = ", ".join(f"{n} {c:,.0f}x {gb(b)} GB" for n, (c, b) in top)
+                print(f"| {phase} | {kb:,.0f} | {gb(yb)} | {kt:,.0f} | {gb(yt)} | {tops} |")
         print("\nburn's kernels by bytes (top 12):\n")
         print("| kernel | launches | GB |")
         print("|---|---:|---:|")
         for n, (c, b) in sorted(burn["kernels"].items(), key=lambda kv: -kv[1][1])[:12]:
-            print(f"| {n} | {c:,} | {gb(b)} |")
+            print(f"| {n} | {c:,.0f} | {gb(b)} |")
         print("\nPyTorch's operators by bytes (top 12):\n")
         print("| operator | launches | GB |")
         print("|---|---:|---:|")
         for n, (c, b) in sorted(torch["kernels"].items(), key=lambda kv: -kv[1][1])[:12]:
-            print(f"| {n} | {c:,} | {gb(b)} |")
+            print(f"| {n} | {c:,.0f} | {gb(b)} |")
     return "\n".join(lines).strip("\n") + "\n"
 
 

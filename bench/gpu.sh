@@ -149,9 +149,10 @@ EOF
   # chessbench keeps compiled kernels and autotune results in one directory
   # per source build under CHESSBENCH_KERNEL_CACHE (src/model/gpu_cache.rs),
   # here ./target/kernels for the whole measurement (a warm machine keeps
-  # it between calls). A cubecl.toml written here tunes at the minimal
-  # level and logs what gets compiled and tuned; the repository's own (if
-  # any) is put back on exit.
+  # it between calls). A cubecl.toml written here tunes at CubeCL's default
+  # level, as a user's process does (CUBECL_TUNE=minimal|extensive|full
+  # changes it), and logs what gets compiled and tuned; the repository's
+  # own (if any) is put back on exit.
   export CHESSBENCH_KERNEL_CACHE=${CHESSBENCH_KERNEL_CACHE:-$ROOT/target/kernels}
   mkdir -p "$CHESSBENCH_KERNEL_CACHE"
   if [ -f "$ROOT/cubecl.toml" ]; then
@@ -165,7 +166,7 @@ EOF
 level = "basic"
 file = "$W/cubecl-compile.log"
 [autotune]
-level = "${CUBECL_TUNE:-minimal}"
+level = "${CUBECL_TUNE:-balanced}"
 [autotune.logger]
 level = "minimal"
 file = "$W/cubecl-autotune.log"

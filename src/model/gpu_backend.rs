@@ -18,7 +18,9 @@ use burn_fusion::Fusion;
 use super::{
     attention,
     backend::{AttentionKernel, LayerKernels, ModelBackend, Products, burn_swiglu},
-    gpu_attention, gpu_layers, layers,
+    gpu_attention, gpu_layers,
+    gpu_pass::FusedCube,
+    layers,
 };
 
 /// `x [.., k] · w [k, n]` as one 2-D product over every leading position
@@ -71,9 +73,9 @@ pub trait GpuRuntime: CubeRuntime {
         C: CheckpointStrategy,
         const D: usize,
     >(
-        x: Tensor<Autodiff<Fusion<CubeBackend<Self, F, I, BT>>, C>, D>,
-        w: Tensor<Autodiff<Fusion<CubeBackend<Self, F, I, BT>>, C>, 2>,
-    ) -> Tensor<Autodiff<Fusion<CubeBackend<Self, F, I, BT>>, C>, D> {
+        x: Tensor<Autodiff<FusedCube<Self, F, I, BT>, C>, D>,
+        w: Tensor<Autodiff<FusedCube<Self, F, I, BT>, C>, 2>,
+    ) -> Tensor<Autodiff<FusedCube<Self, F, I, BT>, C>, D> {
         flat_linear(x, w)
     }
 

@@ -82,14 +82,17 @@ where
     }
 }
 
+/// burn's fused CubeCL backend on runtime `R`.
+pub(crate) type FusedCube<R, F, I, BT> = Fusion<CubeBackend<R, F, I, BT>>;
+
 /// Registers `pass` on `inputs` in the fusion stream, its outputs described
 /// by `outputs`. Shapes and formats are the caller's to check, on its own
 /// thread: inside the fusion stream a panic would only be logged.
 pub(crate) fn register_pass<R, P, F, I, BT>(
     pass: P,
-    inputs: Vec<FloatTensor<Fusion<CubeBackend<R, F, I, BT>>>>,
+    inputs: Vec<FloatTensor<FusedCube<R, F, I, BT>>>,
     outputs: &[TensorIr],
-) -> Vec<FloatTensor<Fusion<CubeBackend<R, F, I, BT>>>>
+) -> Vec<FloatTensor<FusedCube<R, F, I, BT>>>
 where
     R: CubeRuntime,
     P: KernelPass<R>,

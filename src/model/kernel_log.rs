@@ -18,14 +18,16 @@ use std::{
 
 #[cfg(gpu)]
 use cubecl_runtime::config::{
-    CubeClRuntimeConfig, compilation::CompilationLogLevel, profiling::ProfilingLogLevel,
+    CubeClRuntimeConfig, autotune::AutotuneLogLevel, compilation::CompilationLogLevel,
+    profiling::ProfilingLogLevel,
 };
 use serde::Serialize;
 
 const LAUNCHED: &str = "launched.log";
 const COMPILED: &str = "compiled.log";
+const AUTOTUNED: &str = "autotuned.log";
 
-/// The two log files of a process.
+/// The log files of a process.
 #[derive(Debug, Clone)]
 pub struct KernelLog {
     dir: PathBuf,
@@ -36,6 +38,16 @@ pub struct KernelLog {
 pub struct Counts {
     pub launched: BTreeMap<String, Launches>,
     pub compiled: u64,
+    /// Autotune keys tuned so far, by kind of key.
+    pub tuned: BTreeMap<String, Tuned>,
+}
+
+/// Keys of one kind that autotune tuned, and the candidates it compiled
+/// and timed for them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Tuned {
+    pub keys: u64,
+    pub candidates: u64,
 }
 
 /// Launches of one kernel and the bytes they move in all.
@@ -80,6 +92,11 @@ pub struct KernelCounts {
     pub compiled_cold: u64,
     /// Of those, compiled during the timed steps (0 once warm).
     pub compiled_in_steps: u64,
+    /// Autotune keys the process tuned up to the end of the timed steps
+    /// (cold), by kind of key (CubeCL's key type: `MatmulAutotuneKey`,
+    /// `FusedReduceAutotuneKey`, ...), with the candidates timed for them:
+    /// each candidate is a kernel compiled only to be timed.
+    pub tuned_cold: BTreeMap<String, Tuned>,
 }
 
 /// Asks CubeCL to log launches and compilations into `dir` (created),
@@ -90,7 +107,7 @@ pub(crate) fn enable(
     dir: &std::path::Path,
 ) -> std::io::Result<KernelLog> {
     std::fs::create_dir_all(dir)?;
-    for name in [LAUNCHED, COMPILED] {
+    for name in [LAUNCHED, COMPILED, AUTOTUNED] {
         std::fs::write(dir.join(name), b"")?;
     }
     config.profiling.logger.file = Some(dir.join(LAUNCHED));
@@ -99,6 +116,10 @@ pub(crate) fn enable(
     config.compilation.logger.file = Some(dir.join(COMPILED));
     config.compilation.logger.append = true;
     config.compilation.logger.level = CompilationLogLevel::Basic;
+    // Full: a line per candidate after each key's verdict.
+    config.autotune.logger.file = Some(dir.join(AUTOTUNED));
+    config.autotune.logger.append = true;
+    config.autotune.logger.level = AutotuneLogLevel::Full;
     Ok(KernelLog {
         dir: dir.to_owned(),
     })
@@ -145,6 +166,32 @@ fn kernel_name(line: &str) -> Option<String> {
     })
 }
 
+/// Keys tuned and candidates timed, by kind of key, from CubeCL's
+/// autotune log at its full level: a verdict per key (`Fastest result
+/// NAME-KEY. Context: ...`, the key's kind the first word ending in
+/// `AutotuneKey`), then a line per candidate (`Autotune[I] name N => ...`
+/// for one timed, the error for one skipped or failed).
+fn tuned(text: &str) -> BTreeMap<String, Tuned> {
+    let mut tuned = BTreeMap::<String, Tuned>::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        if let Some(verdict) = line.strip_prefix("Fastest result ") {
+            let kind = verdict
+                .split(|c: char| !c.is_alphanumeric() && c != '_')
+                .find(|w| w.ends_with("AutotuneKey"))
+                .unwrap_or("unknown")
+                .to_owned();
+            tuned.entry(kind.clone()).or_default().keys += 1;
+            current = Some(kind);
+        } else if line.trim_start().starts_with("Autotune[")
+            && let Some(kind) = &current
+        {
+            tuned.entry(kind.clone()).or_default().candidates += 1;
+        }
+    }
+    tuned
+}
+
 impl KernelLog {
     /// The counts so far, once CubeCL's logger (a background task) has
     /// written everything sent to it: the files must stop growing (the
@@ -166,13 +213,19 @@ impl KernelLog {
             .lines()
             .filter(|l| l.starts_with("[Compiling kernel]"))
             .count() as u64;
-        Ok(Counts { launched, compiled })
+        let tuned = tuned(&std::fs::read_to_string(self.dir.join(AUTOTUNED))?);
+        Ok(Counts {
+            launched,
+            compiled,
+            tuned,
+        })
     }
 
     /// Waits until both files keep their size for 300 ms (at most 10 s).
     fn settle(&self) {
         let size = || {
-            [LAUNCHED, COMPILED].map(|f| std::fs::metadata(self.dir.join(f)).map_or(0, |m| m.len()))
+            [LAUNCHED, COMPILED, AUTOTUNED]
+                .map(|f| std::fs::metadata(self.dir.join(f)).map_or(0, |m| m.len()))
         };
         let start = Instant::now();
         let mut last = size();
@@ -266,6 +319,7 @@ impl KernelCounts {
             phases,
             compiled_cold: after.compiled,
             compiled_in_steps: after.compiled - before.compiled,
+            tuned_cold: after.tuned.clone(),
         }
     }
 }
@@ -306,6 +360,7 @@ mod tests {
                 })
                 .collect(),
             compiled,
+            tuned: BTreeMap::new(),
         };
         let before = counts(&[("a", 10), ("b", 4)], 30);
         let after = counts(&[("a", 30), ("b", 4), ("c", 2)], 31);
@@ -323,5 +378,35 @@ mod tests {
             (k.distinct, k.compiled_cold, k.compiled_in_steps),
             (2, 31, 1)
         );
+    }
+
+    #[test]
+    fn tuned_keys_and_their_timed_candidates_are_counted_by_kind() {
+        let log = "Fastest result fused_plane-FusedReduceAutotuneKey - ReduceKey: ReduceAutotuneKey { elem_input: Float(F32) }, FuseNumReads: 3. Context: plan
+ - group fused_reduce
+Autotune[2] name fused_plane => BenchmarkComputations { median: 1 }
+Autotune[0] name fused_reduce_fallback => BenchmarkComputations { median: 2 }
+Skip { name: \"fused_cube\" }
+Fastest result plane-ReduceAutotuneKey - ElemInput: Float(F32). Context: 
+Autotune[4] name plane => BenchmarkComputations { median: 1 }
+Fastest result fused_unit-FusedReduceAutotuneKey - ReduceKey: x. Context: 
+Autotune[1] name fused_unit => BenchmarkComputations { median: 1 }
+";
+        let t = tuned(log);
+        assert_eq!(
+            t["FusedReduceAutotuneKey"],
+            Tuned {
+                keys: 2,
+                candidates: 3
+            }
+        );
+        assert_eq!(
+            t["ReduceAutotuneKey"],
+            Tuned {
+                keys: 1,
+                candidates: 1
+            }
+        );
+        assert_eq!(t.len(), 2);
     }
 }

@@ -140,6 +140,13 @@ impl Report for StepTiming {
                 "  kernels: {:.0} launched per step ({} distinct), {} compiled by this process ({} during the timed steps)",
                 k.launched_per_step, k.distinct, k.compiled_cold, k.compiled_in_steps
             )?;
+            for (kind, t) in &k.tuned_cold {
+                writeln!(
+                    out,
+                    "  autotuned: {} {kind} key(s), {} candidate(s) compiled and timed",
+                    t.keys, t.candidates
+                )?;
+            }
             for (name, n) in &k.by_kernel {
                 writeln!(out, "  {name:<48} {n:>8.1}")?;
             }

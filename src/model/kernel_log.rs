@@ -4,7 +4,8 @@
 //! logger at the level that only names kernels, without timing or
 //! synchronising; the bytes of each distinct buffer the launch binds come
 //! from the vendored cubecl-runtime, vendor/README.md) and a line per kernel
-//! it compiles (`[Compiling kernel] NAME`) to two files;
+//! it compiles (`[Compiling kernel] NAME`), and its autotune verdicts with
+//! the candidates timed for each key, to three files;
 //! [`KernelLog::counts`] reads them. Every kernel CubeCL launches counts:
 //! burn's, the kernels burn's fusion generates, the project's; a vendor
 //! library's calls (cuBLASLt on CUDA) do not. `bench-step --count-kernels`
@@ -221,7 +222,7 @@ impl KernelLog {
         })
     }
 
-    /// Waits until both files keep their size for 300 ms (at most 10 s).
+    /// Waits until the log files keep their size for 300 ms (at most 10 s).
     fn settle(&self) {
         let size = || {
             [LAUNCHED, COMPILED, AUTOTUNED]

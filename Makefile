@@ -24,7 +24,7 @@ FUZZ_CASES  ?= 20000
 
 .PHONY: all demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-evals bench-scale bench-cores \
-        test-slurm test-demo test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu bench-wgpu bench-account bench-nvrtc test-cuda gpu-bundle stockfish doc clean
+        test-slurm test-demo test-python test-searchless-loader test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu bench-wgpu bench-account bench-nvrtc test-cuda gpu-bundle stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -144,12 +144,40 @@ lint fuzz fuzz-smoke doc: | $(DUCKDB_LIB)
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) clippy --locked -p chessbench-python -- -D warnings
 
 unit:
 	$(CARGO) test --locked
 
 fuzz-smoke:
 	PROPTEST_CASES=64 $(CARGO) test --locked --test it fuzz
+
+## The Python package (python/, docs/python.md): built with pip into a
+## fresh virtual environment (over the system's site-packages: torch,
+## duckdb, pyarrow, polars), in the dev profile so it reuses the test
+## build's compiled crates (scripts/feature-parity fails if it would not);
+## its tests on the demo run, then tests/it/python.rs: its batches are the
+## trainer's, bit for bit.
+PY_VENV     ?= $(TARGET_DIR)/python-venv
+# The release build of the package, for bench-loader.
+PY_BENCH_VENV ?= $(TARGET_DIR)/python-venv-release
+test-python: $(RUN)/annotate/.done | $(DUCKDB_LIB)
+	scripts/feature-parity
+	rm -rf $(PY_VENV)
+	$(PYTHON) -m venv --system-site-packages $(PY_VENV)
+	MATURIN_PEP517_ARGS="--profile dev" $(PY_VENV)/bin/pip install --quiet --disable-pip-version-check ./python
+	CHESSBENCH_RUN=$(abspath $(RUN)) CHESSBENCH_BIN=$(abspath $(BIN)) \
+	  $(PY_VENV)/bin/python -m unittest discover -s python/tests -v
+	CHESSBENCH_PYTHON=$(abspath $(PY_VENV))/bin/python $(CARGO) test --locked --test it python:: -- --nocapture
+
+## The package's loader against searchless_chess's own (their grain
+## pipeline over a `bag export` of the demo run's train split): the same
+## records, dtypes and loss masks for the three policies. Needs their
+## checkout and `make jax-deps`, as test-published does.
+test-searchless-loader: $(RUN)/annotate/.done
+	@test -n "$(SEARCHLESS_CHESS)" || { echo "set SEARCHLESS_CHESS=DIR (a google-deepmind/searchless_chess checkout)"; exit 1; }
+	$(abspath $(PY_VENV))/bin/python tests/python/test_searchless_loader.py $(BIN) $(RUN) \
+	  --searchless $(abspath $(SEARCHLESS_CHESS)) --jax-python $(JAX_PYTHON)
 
 ## Long fuzz run of the ingest path (proptest: random bytes, mutated PGN).
 fuzz:
@@ -172,7 +200,10 @@ bench-sql: $(BENCH_READY) | $(DUCKDB_LIB)
 
 ## Training-data loader samples/s (per worker thread) on the long demo run.
 bench-loader: $(BENCH_READY) | $(DUCKDB_LIB)
-	CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) $(CARGO) bench --locked --bench loader
+	$(PYTHON) -m venv --system-site-packages $(PY_BENCH_VENV)
+	$(PY_BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps ./python
+	CHESSBENCH_PYTHON=$(abspath $(PY_BENCH_VENV))/bin/python CHESSBENCH_BENCH_RUN=$(abspath $(BENCH_RUN)) \
+	  $(CARGO) bench --locked --bench loader
 
 ## Trainer steps/s and model FLOPs per second (burn on CPU) against the same
 ## arithmetic as plain matrix multiplications, on the demo run.

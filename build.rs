@@ -53,6 +53,10 @@ fn main() {
     }
     println!("cargo:rustc-env=CHESSBENCH_SOURCE_ID={}", source_id());
     println!("cargo:rerun-if-env-changed=DUCKDB_LIB_DIR");
+    if env::var_os("CARGO_FEATURE_SQL").is_none() {
+        // No DuckDB to link (the Python package's build).
+        return;
+    }
     println!("cargo:rerun-if-changed=build.rs");
     let Ok(dir) = env::var("DUCKDB_LIB_DIR") else {
         panic!(

@@ -497,6 +497,7 @@ fn loader_child(run: &Path, memory: u64) {
         workers: 2,
         memory_limit: memory,
         label_source: Default::default(),
+        shard: chessbench::options::Shard::ALL,
     };
     let mut loader = Loader::new(config, Position::default()).expect("open the run");
     let batches = loader.records().div_ceil(1024);

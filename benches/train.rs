@@ -40,6 +40,7 @@ fn loader_rate(run: &Path, batch: usize) -> Option<f64> {
         workers: 1,
         memory_limit: chessbench::options::MEMORY_LIMIT_BYTES,
         label_source: Default::default(),
+        shard: chessbench::options::Shard::ALL,
     };
     let mut loader = match Loader::new(config, Position::default()) {
         Ok(l) => l,

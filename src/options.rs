@@ -366,7 +366,7 @@ pub fn load<T: Stage>(matches: &ArgMatches, file: Option<&Path>) -> Result<T, Op
 /// Stage `T`'s options from `table`, a table of pipeline file `file` whose
 /// text is `text` (for its line numbers), with no command line: how a stage
 /// composing others (`ablate`) builds their options from its own file.
-pub(crate) fn from_file_table<T: Stage>(
+pub fn from_file_table<T: Stage>(
     file: &Path,
     table: toml::Table,
     text: &str,
@@ -377,12 +377,38 @@ pub(crate) fn from_file_table<T: Stage>(
 }
 
 /// The keys of stage `T`'s table: its options' ids.
-pub(crate) fn keys<T: Stage>() -> Vec<String> {
+pub fn keys<T: Stage>() -> Vec<String> {
     let command = T::augment_args(clap::Command::new("options"));
     command
         .get_arguments()
         .filter(|a| !matches!(a.get_action(), ArgAction::Help | ArgAction::Version))
         .map(|a| a.get_id().to_string())
+        .collect()
+}
+
+/// Stage `T`'s options as its table's keys, each with its default (as the
+/// command line writes it; none for an option without one) and its help
+/// text: what a front end other than the command line (the Python
+/// package's docstrings) shows.
+pub fn describe<T: Stage>() -> Vec<(String, Option<String>, String)> {
+    let command = T::augment_args(clap::Command::new("options"));
+    command
+        .get_arguments()
+        .filter(|a| !matches!(a.get_action(), ArgAction::Help | ArgAction::Version))
+        .map(|a| {
+            let default = a
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect::<Vec<_>>();
+            let help = a
+                .get_long_help()
+                .or_else(|| a.get_help())
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            let default = (!default.is_empty()).then(|| default.join(","));
+            (a.get_id().to_string(), default, help)
+        })
         .collect()
 }
 

@@ -54,7 +54,7 @@ impl RecordSet {
     }
 
     /// Tokens per sequence.
-    pub(crate) fn sequence_length(self) -> usize {
+    pub fn sequence_length(self) -> usize {
         match self {
             RecordSet::ActionValue => SEQUENCE_LENGTH + 2,
             RecordSet::StateValue | RecordSet::BehavioralCloning => SEQUENCE_LENGTH + 1,

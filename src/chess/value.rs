@@ -58,7 +58,7 @@ fn unit_linspace(k: usize) -> Vec<f64> {
 
 impl ValueBuckets {
     /// Builds K uniform buckets.
-    pub(crate) fn new(k: usize) -> Result<ValueBuckets, BucketError> {
+    pub fn new(k: usize) -> Result<ValueBuckets, BucketError> {
         if k < 2 {
             return Err(BucketError::TooFew(k));
         }
@@ -80,12 +80,12 @@ impl ValueBuckets {
     }
 
     /// Bin centres, the value a bucket stands for.
-    pub(crate) fn values(&self) -> &[f64] {
+    pub fn values(&self) -> &[f64] {
         &self.values
     }
 
     /// Interior edges.
-    pub(crate) fn edges(&self) -> &[f64] {
+    pub fn edges(&self) -> &[f64] {
         &self.edges
     }
 }
@@ -100,8 +100,7 @@ impl ValueBuckets {
 /// The reference form, checked against the golden vectors; the trainer
 /// computes the same batched on the device (`train::loss`), tested against
 /// this.
-#[cfg(test)]
-pub(crate) fn hl_gauss_target(k: usize, sigma: f64, y: f64) -> Result<Vec<f64>, BucketError> {
+pub fn hl_gauss_target(k: usize, sigma: f64, y: f64) -> Result<Vec<f64>, BucketError> {
     if k < 2 {
         return Err(BucketError::TooFew(k));
     }
@@ -115,7 +114,7 @@ pub(crate) fn hl_gauss_target(k: usize, sigma: f64, y: f64) -> Result<Vec<f64>, 
 }
 
 /// The paper's default HL-Gauss width for K bins.
-pub(crate) fn default_hl_gauss_sigma(k: usize) -> f64 {
+pub fn default_hl_gauss_sigma(k: usize) -> f64 {
     0.75 / k as f64
 }
 

@@ -28,20 +28,7 @@ use crate::store::{RunDir, StoreError, Table, chunks, commit::RunReader, commit:
 pub(crate) use output::Format;
 pub(crate) use script::Statement;
 
-/// `sql/views.sql`.
-pub(crate) const VIEWS_SQL: &str = include_str!("../../sql/views.sql");
-
-/// The SQL files shipped in `sql/`, by name.
-pub const BUILTIN: [(&str, &str); 8] = [
-    ("views", VIEWS_SQL),
-    ("table_a1", include_str!("../../sql/table_a1.sql")),
-    ("dataset_stats", include_str!("../../sql/dataset_stats.sql")),
-    ("overlap", include_str!("../../sql/overlap.sql")),
-    ("sampling", include_str!("../../sql/sampling.sql")),
-    ("training", include_str!("../../sql/training.sql")),
-    ("ablations", include_str!("../../sql/ablations.sql")),
-    ("label_sources", include_str!("../../sql/label_sources.sql")),
-];
+pub use crate::store::sql_files::{BUILTIN, VIEWS_SQL};
 
 /// Failures of the SQL layer.
 #[derive(Debug, Error)]

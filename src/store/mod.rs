@@ -11,6 +11,7 @@ pub(crate) mod manifest;
 pub(crate) mod memory;
 pub(crate) mod parallel;
 pub(crate) mod schema;
+pub mod sql_files;
 pub(crate) mod writer;
 
 use std::path::{Path, PathBuf};
@@ -21,6 +22,16 @@ use thiserror::Error;
 pub(crate) use commit::RunDir;
 pub(crate) use manifest::Manifest;
 pub use schema::{LabelSource, Table, ValueSource};
+
+/// Checks that `run` is a run directory whose tables can be read: it has a
+/// manifest, and a commit a crashed process left half done is finished
+/// first (as every reading stage does). For readers outside this crate (the
+/// Python package's `chessbench.open`).
+pub fn check_run(run: &Path) -> Result<(), StoreError> {
+    let _reader = RunDir::read(run)?;
+    Manifest::read(&run.join(commit::MANIFEST))?;
+    Ok(())
+}
 
 /// Storage failures, each naming the file involved.
 #[derive(Debug, Error)]

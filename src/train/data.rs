@@ -26,6 +26,7 @@ use crate::{
         tokens::{SEQUENCE_LENGTH, tokenize},
         value::ValueBuckets,
     },
+    options::Shard,
     store::{
         LabelSource, StoreError, Table, chunks, commit::partition_dir, open_columns, open_parquet,
         parquet_files,
@@ -58,6 +59,8 @@ pub enum DataError {
     },
     #[error("invalid K = {0} value buckets: expected 2..={NUM_ACTIONS}")]
     Buckets(usize),
+    #[error("invalid shard {}/{}: expected rank 0 <= I < N = world size", .0.index, .0.count)]
+    Shard(Shard),
     #[error("a prefetch worker stopped: {0}")]
     Worker(String),
     #[error(
@@ -89,6 +92,13 @@ pub struct DataConfig {
     pub memory_limit: u64,
     /// Which values to learn from when a board has more than one source.
     pub label_source: LabelSource,
+    /// The slice of the stream this loader serves, for data-parallel
+    /// training: of each window's records in serving order, shard `I/N`
+    /// serves those at positions `I, I + N, I + 2N, ...`, so the shards of
+    /// an epoch partition its records exactly (whatever the number of
+    /// windows) and stay within one record of each other per window. Each
+    /// shard reads every window. [`Shard::ALL`]: every record.
+    pub shard: Shard,
 }
 
 /// A batch of sequences, row-major `[len, seq_len]`.
@@ -158,8 +168,8 @@ struct Reservation {
 }
 
 impl Budget {
-    /// Reserves `bytes` for window `index` (windows are served in index
-    /// order), waiting for earlier windows' reservations and for room;
+    /// Reserves `bytes` for the `index`-th window this loader serves (from
+    /// 0), waiting for earlier windows' reservations and for room;
     /// `None` once the loader is gone.
     fn reserve(self: &Arc<Budget>, index: u64, bytes: u64) -> Option<Reservation> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -454,6 +464,8 @@ struct Shared {
 /// batch takes the record.
 struct Window {
     position: Position,
+    /// Records of the window before sharding.
+    rows: usize,
     boards: WindowBoards,
     /// Index into `boards` of each record.
     board: Vec<u32>,
@@ -532,13 +544,14 @@ impl Loader {
         let boards = BoardIndex::open(&config.run, &config.split)?;
         let budget = Arc::new(Budget {
             limit: config.memory_limit,
-            state: Mutex::new(BudgetState {
-                // Reservations start at the first window served.
-                next: window_index(&config, units.len(), start),
-                ..BudgetState::default()
-            }),
+            // Reservations count the windows this loader serves, from 0.
+            state: Mutex::new(BudgetState::default()),
             freed: Condvar::new(),
         });
+        if config.shard.count == 0 || config.shard.index >= config.shard.count {
+            return Err(DataError::Shard(config.shard));
+        }
+
         let shared = Arc::new(Shared {
             units,
             rows,
@@ -556,21 +569,24 @@ impl Loader {
             thread::Builder::new()
                 .name(format!("chessbench-loader-{w}"))
                 .spawn(move || {
-                    // Worker w builds windows w, w + N, w + 2N, ... from `start`.
+                    // Worker w builds windows w, w + N, w + 2N, ... from
+                    // `start` (N workers).
                     let per_epoch = sampler::windows_per_epoch(shared.units.len(), config.window);
-                    let mut index = window_index(&config, shared.units.len(), start) + w as u64;
+                    let first = window_index(&config, shared.units.len(), start);
+                    let mut served = w as u64;
                     loop {
+                        let index = first + served;
                         let position = Position {
                             epoch: index / per_epoch,
                             window: index % per_epoch,
                             offset: 0,
                         };
-                        let window = build_window(&shared, &config, position, index);
+                        let window = build_window(&shared, &config, position, served);
                         let failed = window.is_err();
                         if tx.send(window).is_err() || failed {
                             return;
                         }
-                        index += workers as u64;
+                        served += workers as u64;
                     }
                 })
                 .map_err(|e| DataError::Worker(e.to_string()))?;
@@ -632,11 +648,7 @@ impl Loader {
                     .recv()
                     .map_err(|_| DataError::Worker("loader thread ended".into()))??;
                 self.next_worker = (self.next_worker + 1) % self.receivers.len();
-                empty = if window.target.is_empty() {
-                    empty + 1
-                } else {
-                    0
-                };
+                empty = if window.rows == 0 { empty + 1 } else { 0 };
                 if empty > per_epoch {
                     return Err(DataError::Empty {
                         run: self.config.run.clone(),
@@ -686,11 +698,13 @@ fn window_index(config: &DataConfig, units: usize, position: Position) -> u64 {
     position.epoch * sampler::windows_per_epoch(units, config.window) + position.window
 }
 
+/// Builds the window at `position`, the `served`-th this loader serves
+/// (its turn in the memory budget).
 fn build_window(
     shared: &Shared,
     config: &DataConfig,
     position: Position,
-    index: u64,
+    served: u64,
 ) -> Result<Window, DataError> {
     let order = sampler::unit_order(config.seed, position.epoch, shared.units.len());
     let units = sampler::window_units(&order, config.window, position.window);
@@ -704,7 +718,7 @@ fn build_window(
             limit: config.memory_limit,
         });
     }
-    let Some(mut memory) = shared.budget.reserve(index, need) else {
+    let Some(mut memory) = shared.budget.reserve(served, need) else {
         return Err(DataError::Worker("the loader was dropped".into()));
     };
     let mut records = UnitRecords::default();
@@ -730,13 +744,19 @@ fn build_window(
         Sampling::Uniform => vec![1; records.board.len()],
         Sampling::Weighted => board.iter().map(|&i| boards.weights[i as usize]).collect(),
     };
-    let serve = sampler::window_order(config.seed, position, &weights);
+    let mut serve = sampler::window_order(config.seed, position, &weights);
+    let rows = serve.len();
+    if config.shard.count > 1 {
+        let (i, n) = (config.shard.index as usize, config.shard.count as usize);
+        serve = serve.into_iter().skip(i).step_by(n).collect();
+    }
     let pick = |i: &u32| *i as usize;
     memory.shrink_to(
         serve.len() as u64 * WINDOW_BYTES_PER_RECORD + boards.ids.len() as u64 * BYTES_PER_BOARD,
     );
     Ok(Window {
         position,
+        rows,
         board: serve.iter().map(|i| board[pick(i)]).collect(),
         action: serve.iter().map(|i| records.action[pick(i)]).collect(),
         target: serve.iter().map(|i| records.target[pick(i)]).collect(),

@@ -46,6 +46,7 @@ use crate::{
         checkpoint::{latest, load_module, read_state},
         tokens_tensor, tune_allocator,
     },
+    options::Shard,
     store::LabelSource,
     ui::{Report, group},
 };
@@ -277,6 +278,19 @@ struct EvalSet {
     marginal_log_loss: f64,
 }
 
+/// The stream `chessbench train` learns from under `config`: its split,
+/// batch size, seed, sampler and loader threads, the whole of `shard`'s
+/// slice. The Python package's loader is built from this too, so its
+/// batches are the trainer's.
+pub fn training_data(config: &TrainConfig, shard: Shard) -> DataConfig {
+    DataConfig {
+        workers: config.workers,
+        sampling: config.sampling,
+        shard,
+        ..data_config(config, &config.split, config.batch_size, config.seed)
+    }
+}
+
 fn data_config(config: &TrainConfig, split: &str, batch_size: usize, seed: u64) -> DataConfig {
     DataConfig {
         run: config.run.clone(),
@@ -291,6 +305,7 @@ fn data_config(config: &TrainConfig, split: &str, batch_size: usize, seed: u64) 
         // The model, its activations and the optimiser get the other half.
         memory_limit: config.memory_limit / 2,
         label_source: config.label_source,
+        shard: Shard::ALL,
     }
 }
 
@@ -457,14 +472,7 @@ fn train_on<B: TrainBackend>(
         Some(split) => Some(eval_set(config, split)?),
         None => None,
     };
-    let mut loader = Loader::new(
-        DataConfig {
-            workers: config.workers,
-            sampling: config.sampling,
-            ..data_config(config, &config.split, config.batch_size, config.seed)
-        },
-        state.position,
-    )?;
+    let mut loader = Loader::new(training_data(config, Shard::ALL), state.position)?;
     let (metrics_path, eval_path) = open_logs(config, &out, state.step)?;
     let epoch_records = loader.records().max(1);
 

@@ -12,6 +12,7 @@ mod golden;
 mod interop;
 mod options;
 mod published;
+mod python;
 mod refuse;
 mod rejects;
 mod sql;

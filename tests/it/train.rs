@@ -31,6 +31,7 @@ fn config(policy: RecordSet, sampling: Sampling, batch_size: usize) -> DataConfi
         workers: 2,
         memory_limit: chessbench::options::MEMORY_LIMIT_BYTES,
         label_source: Default::default(),
+        shard: chessbench::options::Shard::ALL,
     }
 }
 
@@ -106,6 +107,67 @@ fn uniform_epoch_serves_every_record_once() {
             .iter()
             .all(|b| b.win_prob.iter().all(|p| (0.0..=1.0).contains(p)))
     );
+}
+
+/// Data-parallel shards: three loaders (rank 0, 1, 2 of 3) together serve
+/// each record of an epoch exactly once, in near-equal parts, and a shard
+/// resumed from one of its batches' positions continues its stream.
+#[test]
+fn shards_partition_each_epoch() {
+    if !have_stockfish() {
+        return;
+    }
+    let n = count_of("SELECT count(*) FROM action_values WHERE split = 'train'");
+    let shard = |index| DataConfig {
+        window: 1,
+        shard: chessbench::options::Shard { index, count: 3 },
+        ..config(RecordSet::ActionValue, Sampling::Uniform, 1)
+    };
+    let mut seen = HashMap::new();
+    let mut parts = Vec::new();
+    let mut windows = std::collections::HashSet::new();
+    for rank in 0..3 {
+        let mut loader = Loader::new(shard(rank), Position::default()).unwrap();
+        loop {
+            let b = loader.next_batch().unwrap();
+            if b.position.epoch > 0 {
+                break;
+            }
+            *seen.entry(b.tokens[..78].to_vec()).or_insert(0) += 1;
+            windows.insert(b.position.window);
+        }
+        parts.push(seen.values().sum::<usize>() - parts.iter().sum::<usize>());
+        // Resumed from its 5th batch's position, rank's stream goes on as
+        // if uninterrupted.
+        let mut a = Loader::new(shard(rank), Position::default()).unwrap();
+        let fifth = draw(&mut a, 5).pop().unwrap().position;
+        let mut b = Loader::new(shard(rank), fifth).unwrap();
+        assert_eq!(
+            sequences(&draw(&mut a, 40)),
+            sequences(&draw(&mut b, 40)),
+            "rank {rank} resumed"
+        );
+    }
+    assert_eq!(seen.len(), n, "the shards together serve every record");
+    assert!(seen.values().all(|&c| c == 1), "and each once");
+    // A third each, within one record per window.
+    let windows = windows.len() as f64;
+    assert!(
+        parts
+            .iter()
+            .all(|&p| (p as f64 - n as f64 / 3.0).abs() <= windows),
+        "{parts:?} of {n} records, {windows} windows"
+    );
+    // A rank outside the world is refused, naming both.
+    let bad = DataConfig {
+        shard: chessbench::options::Shard { index: 3, count: 3 },
+        ..config(RecordSet::ActionValue, Sampling::Uniform, 1)
+    };
+    let err = Loader::new(bad, Position::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("3/3"), "{err}");
 }
 
 #[test]

@@ -54,8 +54,11 @@ class ChessbenchDataset(IterableDataset):
         self.run, self.split, self.steps = run, split, steps
         self.rank, self.world_size, self.options = rank, world_size, options
         # Opened once here so bad options fail at construction, not inside
-        # a worker process.
-        self._probe = Loader(run, split, steps=0, rank=rank, world_size=world_size, **options)
+        # a worker process; closed at once (its threads would prefetch, and
+        # worker processes get a picklable dataset).
+        probe = Loader(run, split, steps=0, rank=rank, world_size=world_size, **options)
+        self._config, self._records = probe.config, probe.records
+        del probe
 
     def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         info = get_worker_info()
@@ -86,9 +89,9 @@ class ChessbenchDataset(IterableDataset):
     @property
     def config(self) -> dict:
         """The validated recipe."""
-        return self._probe.config
+        return self._config
 
     @property
     def records(self) -> int:
         """Records per uniform epoch of the split (all ranks together)."""
-        return self._probe.records
+        return self._records

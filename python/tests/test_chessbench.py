@@ -214,6 +214,10 @@ class Torch(unittest.TestCase):
         from chessbench.torch import ChessbenchDataset
 
         ds = ChessbenchDataset(RUN, batch_size=64, buckets=32, steps=6)
+        # Picklable, for worker processes started by spawn.
+        import pickle
+
+        self.assertEqual(pickle.loads(pickle.dumps(ds)).records, ds.records)
         batches = list(DataLoader(ds, batch_size=None, num_workers=2))
         self.assertEqual(len(batches), 6)
         tokens, targets, win_prob = batches[0]

@@ -24,7 +24,7 @@ FUZZ_CASES  ?= 20000
 
 .PHONY: all demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-evals bench-scale bench-cores \
-        test-slurm test-demo test-python test-searchless-loader test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu bench-wgpu bench-account bench-nvrtc test-cuda gpu-bundle stockfish doc clean
+        test-slurm test-cluster test-demo test-python test-searchless-loader test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu bench-wgpu bench-account bench-nvrtc test-cuda gpu-bundle stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -358,6 +358,12 @@ gpu-bundle: $(BENCH_READY) | $(DUCKDB_LIB)
 ## A real single-node Slurm cluster (slurm-wlm, munge; needs root): a 4-task
 ## job array must equal an unsharded run. Not part of `make test`, see README.
 SLURM_BIN   ?= $(BIN)
+## A Slurm cluster of three nodes, each in a network namespace of its own
+## (tests/slurm/cluster.sh): started, a job step on each node, a node
+## SIGKILLed and seen down, restarted, everything removed. Root.
+test-cluster:
+	tests/slurm/cluster.sh selftest 3
+
 test-slurm: | stockfish
 	@[ -x "$(SLURM_BIN)" ] || $(MAKE) build
 	CHESSBENCH_BIN=$(abspath $(SLURM_BIN)) REQUIRE_SLURM=$(or $(REQUIRE_SLURM),1) tests/slurm/run.sh

@@ -377,13 +377,8 @@ pub fn from_file_table<T: Stage>(
 }
 
 /// The keys of stage `T`'s table: its options' ids.
-pub fn keys<T: Stage>() -> Vec<String> {
-    let command = T::augment_args(clap::Command::new("options"));
-    command
-        .get_arguments()
-        .filter(|a| !matches!(a.get_action(), ArgAction::Help | ArgAction::Version))
-        .map(|a| a.get_id().to_string())
-        .collect()
+pub(crate) fn keys<T: Stage>() -> Vec<String> {
+    describe::<T>().into_iter().map(|(key, _, _)| key).collect()
 }
 
 /// Stage `T`'s options as its table's keys, each with its default (as the

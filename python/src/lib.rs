@@ -27,6 +27,7 @@ use chessbench::{
         run::training_data,
         sampler::Position,
     },
+    ui::describe,
 };
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
 use pyo3::{
@@ -43,19 +44,9 @@ create_exception!(
     "A chessbench error: a missing or partial run, an unknown split, a bad option, an unreadable table. The message is the Rust error's."
 );
 
-/// The error's message with its causes, as `chessbench` prints them.
-fn error(e: impl std::error::Error) -> PyErr {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = s.source();
-    }
-    ChessbenchError::new_err(message)
+/// The error with its causes, as `chessbench` prints them.
+fn error(e: impl std::error::Error + 'static) -> PyErr {
+    ChessbenchError::new_err(describe(&e))
 }
 
 fn invalid(message: String) -> PyErr {

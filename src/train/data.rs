@@ -479,6 +479,9 @@ struct Window {
 impl Loader {
     /// Opens the split's tables and starts the workers at `start`.
     pub fn new(config: DataConfig, start: Position) -> Result<Loader, DataError> {
+        if config.shard.count == 0 || config.shard.index >= config.shard.count {
+            return Err(DataError::Shard(config.shard));
+        }
         let k = if config.policy == RecordSet::BehavioralCloning {
             2
         } else {
@@ -548,10 +551,6 @@ impl Loader {
             state: Mutex::new(BudgetState::default()),
             freed: Condvar::new(),
         });
-        if config.shard.count == 0 || config.shard.index >= config.shard.count {
-            return Err(DataError::Shard(config.shard));
-        }
-
         let shared = Arc::new(Shared {
             units,
             rows,

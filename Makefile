@@ -24,7 +24,7 @@ FUZZ_CASES  ?= 20000
 
 .PHONY: all demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-evals bench-scale bench-cores \
-        test-slurm test-cluster test-demo test-python test-searchless-loader test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu bench-wgpu bench-account bench-nvrtc test-cuda gpu-bundle stockfish doc clean
+        test-slurm test-cluster test-k8s test-spark test-demo test-python test-searchless-loader test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu bench-wgpu bench-account bench-nvrtc test-cuda gpu-bundle stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -356,17 +356,45 @@ gpu-bundle: $(BENCH_READY) | $(DUCKDB_LIB)
 	scripts/gpu-bundle $(SEARCHLESS_CHESS) $(BENCH_RUN)
 
 ## A real single-node Slurm cluster (slurm-wlm, munge; needs root): a 4-task
-## job array must equal an unsharded run. Not part of `make test`, see README.
+## job array must equal an unsharded run, and an ablation grid runs as
+## arrays. For machines without network namespaces; test-cluster covers
+## the same and the faults. Not part of `make test`, see README.
 SLURM_BIN   ?= $(BIN)
-## A Slurm cluster of three nodes, each in a network namespace of its own
-## (tests/slurm/cluster.sh): started, a job step on each node, a node
-## SIGKILLed and seen down, restarted, everything removed. Root.
-test-cluster:
-	tests/slurm/cluster.sh selftest 3
-
 test-slurm: | stockfish
 	@[ -x "$(SLURM_BIN)" ] || $(MAKE) build
 	CHESSBENCH_BIN=$(abspath $(SLURM_BIN)) REQUIRE_SLURM=$(or $(REQUIRE_SLURM),1) tests/slurm/run.sh
+
+## Slurm on three nodes, each in a network namespace of its own
+## (tests/slurm/cluster.sh, root), under faults (tests/slurm/faults.sh): a
+## node killed mid-array, tasks killed inside a chunk's commit, one array
+## submitted twice and one of another size beside it, an engine that dies
+## on one board, an ablation grid whose training node is killed; each ends
+## equal to one unsharded process. About 3.5 minutes on 2 cores.
+test-cluster: | stockfish
+	@[ -x "$(SLURM_BIN)" ] || $(MAKE) build
+	CHESSBENCH_BIN=$(abspath $(SLURM_BIN)) REQUIRE_SLURM=$(or $(REQUIRE_SLURM),1) tests/slurm/faults.sh
+
+## The Kubernetes manifests (pipeline/k8s/*.yaml) without a cluster
+## (tests/k8s/run.sh): strict schema validation against Kubernetes 1.29 to
+## the newest version kubernetes-validate bundles, the API server's rules
+## the schema lacks, then each Job's pods run as the kubelet would start
+## them (JOB_COMPLETION_INDEX, $$(VAR) expansion, resource fields): the
+## annotate Job must equal an unsharded annotate, the ablation Jobs an
+## unsharded ablate. About 30 s on 2 cores, plus ~15 s once for the venv.
+K8S_VENV    ?= $(TARGET_DIR)/k8s-venv
+test-k8s: | stockfish
+	@[ -x "$(BIN)" ] || $(MAKE) build
+	CHESSBENCH_BIN=$(abspath $(BIN)) K8S_VENV=$(abspath $(K8S_VENV)) tests/k8s/run.sh
+
+## Table A1 by Spark SQL (pipeline/spark/table_a1.py: Spark in local mode, a
+## real JVM) against `chessbench sql RUN table_a1`, every row and column: on
+## RUN, on a copy with evaluation-database files and a commit in progress,
+## and on a copy caught between a commit and its renames
+## (tests/spark/run.sh). Needs Java 17 or 21; installs pyspark
+## (tests/spark/requirements.txt, ~500 MB) into SPARK_VENV.
+SPARK_VENV  ?= $(TARGET_DIR)/spark-venv
+test-spark: $(RUN)/annotate/.done
+	SPARK_VENV=$(abspath $(SPARK_VENV)) tests/spark/run.sh $(RUN) $(BIN)
 
 doc:
 	$(CARGO) doc --no-deps

@@ -70,9 +70,10 @@ split:\n\n\
   action_values/split=S/  one row per (board, legal move)\n\
   failures/split=S/       boards the engine could not annotate after --max-attempts tries\n\n\
 Work is committed per chunk of boards, so a killed run resumes where it stopped when started \
-again with the same settings. For a cluster, --shard I/N (or a Slurm job array, or a Kubernetes \
-Indexed Job with CHESSBENCH_SHARD_COUNT) annotates a deterministic slice of the chunks; any number \
-of shards can run on one run directory at once.\n\n\
+again with the same settings; a resume also annotates again every chunk holding a failed board. \
+For a cluster, --shard I/N (or a Slurm job array, or a Kubernetes Indexed Job with \
+CHESSBENCH_SHARD_COUNT) annotates a deterministic slice of the chunks; the shards of one count can \
+all run on one run directory at once (a shard already running, or another shard count, refuses).\n\n\
 Cost first: `chessbench annotate RUN --plan` counts the searches and CPU-days.\n\n\
 Without an engine: `--evals lichess_db_eval.jsonl.zst` labels the boards the Lichess evaluation \
 database holds (source lichess_evals, in its own chunk files; `--plan` prints its coverage by split \

@@ -233,6 +233,9 @@ pub struct Summary {
     pub finished_now: usize,
     /// `(variant, seed, error)` of the variants that failed.
     pub failed: Vec<(String, u64, String)>,
+    /// `(variant, seed, step)` of the variants whose training resumed from
+    /// a checkpoint an interrupted run left (a requeued task, a rerun).
+    pub resumed: Vec<(String, u64, u64)>,
     pub annotated: Vec<String>,
     pub seconds: f64,
 }
@@ -257,6 +260,12 @@ impl Report for Summary {
                 self.finished_now,
                 self.failed.len(),
                 self.seconds
+            )?;
+        }
+        for (id, seed, step) in &self.resumed {
+            writeln!(
+                out,
+                "  resumed: {id} seed {seed} from its checkpoint at step {step}"
             )?;
         }
         for (id, seed, error) in &self.failed {
@@ -417,8 +426,9 @@ pub fn plan(config: &AblateConfig) -> Result<Plan, AblateError> {
     })
 }
 
-/// A variant's id, seed and whether it finished (else its error).
-type Outcome = (String, u64, Result<(), String>);
+/// A variant's id, seed and whether it finished, with the checkpoint step
+/// its training resumed from (else its error).
+type Outcome = (String, u64, Result<Option<u64>, String>);
 
 /// Runs the grid (or the phase and shard `config` names).
 pub fn run(config: &AblateConfig, progress: bool) -> Result<Summary, AblateError> {
@@ -448,6 +458,7 @@ pub fn run(config: &AblateConfig, progress: bool) -> Result<Summary, AblateError
         finished_before: 0,
         finished_now: 0,
         failed: Vec::new(),
+        resumed: Vec::new(),
         annotated,
         seconds: 0.0,
     };
@@ -545,7 +556,7 @@ pub fn run(config: &AblateConfig, progress: bool) -> Result<Summary, AblateError
                     let outcome = run_variant(grid, variant, progress && one_at_a_time);
                     if progress {
                         match &outcome {
-                            Ok(line) => eprintln!("[{}/{total}] {}", n + 1, line),
+                            Ok((line, _)) => eprintln!("[{}/{total}] {}", n + 1, line),
                             Err(e) => eprintln!(
                                 "[{}/{total}] {} seed {} failed: {e}",
                                 n + 1,
@@ -555,7 +566,11 @@ pub fn run(config: &AblateConfig, progress: bool) -> Result<Summary, AblateError
                         }
                     }
                     if let Ok(mut o) = outcomes.lock() {
-                        o.push((variant.id.clone(), variant.seed, outcome.map(|_| ())));
+                        o.push((
+                            variant.id.clone(),
+                            variant.seed,
+                            outcome.map(|(_, resumed)| resumed),
+                        ));
                     }
                 }
             });
@@ -563,11 +578,17 @@ pub fn run(config: &AblateConfig, progress: bool) -> Result<Summary, AblateError
     });
     for (id, seed, outcome) in outcomes.into_inner().unwrap_or_default() {
         match outcome {
-            Ok(()) => summary.finished_now += 1,
+            Ok(resumed) => {
+                summary.finished_now += 1;
+                if let Some(step) = resumed {
+                    summary.resumed.push((id, seed, step));
+                }
+            }
             Err(e) => summary.failed.push((id, seed, e)),
         }
     }
     summary.failed.sort();
+    summary.resumed.sort();
     summary.seconds = start.elapsed().as_secs_f64();
     Ok(summary)
 }
@@ -728,7 +749,11 @@ fn error_row(grid: &Grid, variant: &Variant, error: &str, seconds: f64) -> Row {
 
 /// Trains and evaluates one variant and writes its results file (its rows,
 /// or its `error` row). Returns the line to print, or the error.
-fn run_variant(grid: &Grid, variant: &Variant, progress: bool) -> Result<String, String> {
+fn run_variant(
+    grid: &Grid,
+    variant: &Variant,
+    progress: bool,
+) -> Result<(String, Option<u64>), String> {
     let start = Instant::now();
     let file = results::path(&grid.dir(), &variant.train_name);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -763,7 +788,7 @@ fn run_variant(grid: &Grid, variant: &Variant, progress: bool) -> Result<String,
                     variant_row(grid, variant, (&k, v, evaluation.step), None, seconds)
                 })
                 .collect();
-            (rows, Ok(line))
+            (rows, Ok((line, summary.resumed_from)))
         }
         Err(e) => (
             vec![error_row(grid, variant, &e, start.elapsed().as_secs_f64())],

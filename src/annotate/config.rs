@@ -99,7 +99,8 @@ pub struct AnnotateOptions {
     /// Annotate only the first N boards of each split (ids 0..N).
     #[arg(long, value_name = "N", help_heading = "Resources")]
     pub max_boards: Option<u64>,
-    /// Tries per board before it goes to `failures`.
+    /// Tries per board before it goes to `failures` (a resume tries it
+    /// again).
     #[arg(long, value_name = "N", default_value_t = 3, help_heading = "Faults")]
     pub max_attempts: u32,
     /// Deadline per search in ms [default: 3 x movetime + 2 s; 10 s + 1 ms

@@ -78,10 +78,19 @@ pub enum AnnotateError {
     #[error("--overwrite deletes every shard's work; run it unsharded, not as shard {0}")]
     OverwriteSharded(String),
     #[error(
-        "{}: shard {shard} is already being annotated by another process",
+        "{}: shard {shard} is already being annotated by another process (a job submitted twice, or a task still running on a node thought dead); this one stops without writing anything",
         path.display()
     )]
     ShardBusy { path: PathBuf, shard: String },
+    #[error(
+        "{}: another process is annotating this run as one of {running} shards; this one ({mine}) stops without writing anything. Shards of different counts overlap: wait for that job to finish, or cancel it, and submit with one shard count",
+        path.display()
+    )]
+    ShardCountBusy {
+        path: PathBuf,
+        running: u32,
+        mine: String,
+    },
     #[error(
         "split {split}, chunk {chunk} (boards from {first_board}): {source}; the chunks committed before it are kept: run the same command again to resume"
     )]
@@ -125,6 +134,8 @@ pub struct SplitSummary {
     pub chunks_of_shard: u64,
     pub chunks_already_done: u64,
     pub chunks_committed: u64,
+    /// Committed chunks with failed boards that this run annotated again.
+    pub chunks_retried: u64,
     pub boards_annotated: u64,
     pub action_values: u64,
     pub failures: u64,
@@ -291,10 +302,81 @@ fn write_settings(
     Ok(())
 }
 
-fn shard_lock(config: &AnnotateConfig) -> Result<File, AnnotateError> {
+/// Takes a committed chunk with failed boards back from `done` (and from
+/// disk) so that this run annotates it again: a resume retries every board
+/// that failed, engine crashes and timeouts included. The whole chunk is
+/// searched again (with a node limit, to the same values). Returns how many
+/// chunks were taken back.
+fn retry_failed(
+    config: &AnnotateConfig,
+    split: &str,
+    mine: &[u64],
+    done: &mut std::collections::BTreeSet<u64>,
+) -> Result<u64, AnnotateError> {
+    let mut retried = 0;
+    for &chunk in mine {
+        if !done.contains(&chunk) {
+            continue;
+        }
+        let entry: Option<rows::ChunkEntry> =
+            store_chunks::read_entry(&config.run, split, Stem::Search, chunk)?;
+        if entry.is_some_and(|e| e.failures > 0) {
+            store_chunks::uncommit(&config.run, split, Stem::Search, chunk)?;
+            done.remove(&chunk);
+            retried += 1;
+        }
+    }
+    Ok(retried)
+}
+
+/// Takes this shard's lock, so that one shard has one process (a task
+/// submitted twice refuses), after checking that no process works on the
+/// run under another shard count: shards of different counts overlap, and
+/// each recovers its own chunks' files, so two arrays of different sizes
+/// must not run at once. Every process holds a shared lock on
+/// `.shards-N.lock` for its count N and checks that it can take every other
+/// count's lock exclusively; of two processes with different counts
+/// starting together, at least one sees the other.
+fn shard_lock(config: &AnnotateConfig) -> Result<Vec<File>, AnnotateError> {
     let shard = config.shard;
+    let dir = config.run.join(store_chunks::ENTRIES);
+    std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+    let own = dir.join(format!(".shards-{}.lock", shard.count));
+    let count_lock = File::create(&own).map_err(|e| StoreError::io(&own, e))?;
+    count_lock
+        .lock_shared()
+        .map_err(|e| StoreError::io(&own, e))?;
+    let listing = std::fs::read_dir(&dir).map_err(|e| StoreError::io(&dir, e))?;
+    for entry in listing {
+        let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
+        let Some(count) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix(".shards-")?.strip_suffix(".lock"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if count == shard.count {
+            continue;
+        }
+        let path = entry.path();
+        let other = File::open(&path).map_err(|e| StoreError::io(&path, e))?;
+        match other.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(AnnotateError::ShardCountBusy {
+                    path,
+                    running: count,
+                    mine: shard.to_string(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(StoreError::io(&path, e).into()),
+        }
+    }
     let name = format!(".shard-{}-of-{}.lock", shard.index, shard.count);
-    lock(config, &name, shard.to_string())
+    let shard_lock = lock(config, &name, shard.to_string())?;
+    Ok(vec![count_lock, shard_lock])
 }
 
 /// Takes the lock `RUN/annotate/NAME` (held while the file stays open), or
@@ -368,12 +450,13 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
             }
         }
         check_settings(config, &manifest, name)?;
-        let done =
+        let mut done =
             store_chunks::recover(&config.run, name, Stem::Search, (shard.index, shard.count))?;
         let total = n.div_ceil(config.chunk_boards);
         let mine: Vec<u64> = (0..total)
             .filter(|&c| chunk_shard(c, shard.count) == shard.index)
             .collect();
+        let retried = retry_failed(config, name, &mine, &mut done)?;
         let todo: Vec<u64> = mine.iter().copied().filter(|c| !done.contains(c)).collect();
         summaries.push((
             name.clone(),
@@ -382,6 +465,7 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
                 chunks_total: total,
                 chunks_of_shard: mine.len() as u64,
                 chunks_already_done: (mine.len() - todo.len()) as u64,
+                chunks_retried: retried,
                 ..SplitSummary::default()
             },
         ));
@@ -591,12 +675,20 @@ impl Report for Summary {
         for (name, s) in &summary.splits {
             writeln!(
                 out,
-                "  {name}: {} boards in scope, {} chunks ({} of this shard: {} done before, {} now); {} state values, {} action values, {} failures written now{}",
+                "  {name}: {} boards in scope, {} chunks ({} of this shard: {} done before, {} now{}); {} state values, {} action values, {} failures written now{}",
                 group(s.boards_in_scope),
                 group(s.chunks_total),
                 group(s.chunks_of_shard),
                 group(s.chunks_already_done),
                 group(s.chunks_committed),
+                if s.chunks_retried > 0 {
+                    format!(
+                        ", of which {} had failed boards and were annotated again",
+                        group(s.chunks_retried)
+                    )
+                } else {
+                    String::new()
+                },
                 group(s.boards_annotated),
                 group(s.action_values),
                 group(s.failures),

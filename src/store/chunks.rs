@@ -36,7 +36,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 use super::{
     StoreError, Table,
     commit::{partition_dir, remove_dir_if_exists, write_atomic},
-    open_columns, parquet_files,
+    failpoint, open_columns, parquet_files,
     writer::PartWriter,
 };
 
@@ -177,8 +177,10 @@ fn tmp_files(
 }
 
 /// Repairs the chunks of one stem and shard (index, count) after a crash:
-/// rolls committed chunks forward, deletes uncommitted files. Returns the
-/// committed chunks.
+/// rolls committed chunks forward, deletes the files of uncommitted ones
+/// (`.tmp` files a crash left before the commit point, and files under
+/// their final names whose entry [`uncommit`] or [`remove_stem`] removed
+/// before a crash). Returns the committed chunks.
 pub(crate) fn recover(
     run: &Path,
     split: &str,
@@ -186,18 +188,65 @@ pub(crate) fn recover(
     shard: (u32, u32),
 ) -> Result<BTreeSet<u64>, StoreError> {
     let done = committed(run, split, stem)?;
-    for (table, chunk, path) in tmp_files(run, split, stem)? {
+    for (table, chunk, tmp, path) in stem_files(run, split, stem)? {
         if chunk_shard(chunk, shard.1) != shard.0 {
             continue; // another shard's, maybe being written right now
         }
-        if done.contains(&chunk) {
-            let to = data_path(run, table, split, stem, chunk, false);
-            fs::rename(&path, &to).map_err(|e| StoreError::io(&to, e))?;
-        } else {
-            fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
+        match (done.contains(&chunk), tmp) {
+            (true, true) => {
+                let to = data_path(run, table, split, stem, chunk, false);
+                fs::rename(&path, &to).map_err(|e| StoreError::io(&to, e))?;
+            }
+            (true, false) => {}
+            (false, _) => fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?,
         }
     }
     Ok(done)
+}
+
+/// The entry of a committed chunk, or `None` if it has none.
+pub(crate) fn read_entry<E: serde::de::DeserializeOwned>(
+    run: &Path,
+    split: &str,
+    stem: Stem,
+    chunk: u64,
+) -> Result<Option<E>, StoreError> {
+    let path = entry_path(run, split, stem, chunk);
+    match fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt(path, e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StoreError::io(&path, e)),
+    }
+}
+
+/// Takes a committed chunk back, so that it is written again: its entry
+/// goes first (the commit point, undone), then its files. A crash between
+/// leaves files without an entry, which [`recover`] deletes.
+pub(crate) fn uncommit(run: &Path, split: &str, stem: Stem, chunk: u64) -> Result<(), StoreError> {
+    let path = entry_path(run, split, stem, chunk);
+    fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
+    sync_dir(&entries_dir(run, split));
+    for table in Table::ANNOTATE {
+        for tmp in [false, true] {
+            let path = data_path(run, table, split, stem, chunk, tmp);
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::io(&path, e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Makes a directory's entries durable (best effort: some file systems
+/// cannot sync a directory).
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
 }
 
 /// A chunk committed (its entry exists) whose file is still under its
@@ -322,6 +371,7 @@ pub(crate) fn write_chunk<E: Serialize>(
         discard(run, split, stem, chunk);
         return Err(e);
     }
+    failpoint::hit(failpoint::Point::ChunkWritten);
     let entry = entry(&tables);
     commit(run, split, stem, chunk, &entry, &tables)?;
     Ok(entry)
@@ -346,10 +396,14 @@ pub(crate) fn commit(
         discard(run, split, stem, chunk);
         return Err(e);
     }
-    for &table in tables {
+    failpoint::hit(failpoint::Point::EntryWritten);
+    for (i, &table) in tables.iter().enumerate() {
         let to = data_path(run, table, split, stem, chunk, false);
         fs::rename(data_path(run, table, split, stem, chunk, true), &to)
             .map_err(|e| StoreError::io(&to, e))?;
+        if i == 0 {
+            failpoint::hit(failpoint::Point::FirstRename);
+        }
     }
     Ok(())
 }
@@ -459,6 +513,32 @@ mod tests {
             BTreeSet::from([3])
         );
         assert!(data_path(run, Table::StateValues, "train", Stem::Search, 3, false).exists());
+    }
+
+    #[test]
+    fn uncommitted_chunks_are_written_again_and_their_leftovers_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        let batch = RecordBatch::new_empty(Table::StateValues.schema());
+        let entry = serde_json::json!({"chunk": 3, "failures": 1});
+        for chunk in [3, 4] {
+            write_table(run, "train", S, chunk, Table::StateValues, &batch).unwrap();
+            commit(run, "train", S, chunk, &entry, &[Table::StateValues]).unwrap();
+        }
+        let read: Option<serde_json::Value> = read_entry(run, "train", S, 3).unwrap();
+        assert_eq!(read, Some(entry));
+        assert_eq!(
+            read_entry::<serde_json::Value>(run, "train", S, 5).unwrap(),
+            None
+        );
+        uncommit(run, "train", S, 3).unwrap();
+        assert!(!data_path(run, Table::StateValues, "train", S, 3, false).exists());
+        assert_eq!(committed(run, "train", S).unwrap(), BTreeSet::from([4]));
+        // A crash between an uncommit's two steps: chunk 4's entry gone,
+        // its file left under its final name; recovery deletes the file.
+        fs::remove_file(entry_path(run, "train", S, 4)).unwrap();
+        assert_eq!(recover(run, "train", S, (0, 1)).unwrap(), BTreeSet::new());
+        assert!(!data_path(run, Table::StateValues, "train", S, 4, false).exists());
     }
 
     #[test]

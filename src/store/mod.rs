@@ -5,6 +5,7 @@ pub(crate) mod cache;
 pub(crate) mod chunks;
 pub(crate) mod commit;
 pub(crate) mod direct;
+pub(crate) mod failpoint;
 pub(crate) mod input;
 pub(crate) mod legal_moves;
 pub(crate) mod manifest;

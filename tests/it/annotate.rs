@@ -361,6 +361,70 @@ fn a_board_that_always_fails_goes_to_failures() {
     );
     assert_eq!(state_values(&run).len(), 0);
     assert_eq!(util::stats_json(&run)["splits"]["train"]["failures"], 4);
+
+    // The engine mended, the same command resumes by annotating the chunk
+    // whose boards failed again; nothing of the failures is left.
+    let o = Command::new(BIN)
+        .args(["annotate", run.to_str().unwrap(), "--json", "--no-progress"])
+        .args(["--engine", script.to_str().unwrap(), "--max-attempts", "2"])
+        .args(["--nodes", "300", "--max-boards", "4", "--chunk-boards", "4"])
+        .env("FLAKY_CRASH", "0")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["splits"][0][1]["chunks_retried"], 1, "{summary}");
+    assert_eq!(summary["splits"][0][1]["chunks_committed"], 1, "{summary}");
+    assert_eq!(state_values(&run).len(), 4);
+    assert_eq!(util::stats_json(&run)["splits"]["train"]["failures"], 0);
+    assert!(!run.join("failures/split=train").exists() || failures(&run) == 0);
+}
+
+#[test]
+fn an_annotation_under_another_shard_count_refuses_to_start() {
+    if !have_stockfish() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = fresh_run(&dir, "counts");
+    // A process annotating the run as one of 3 shards holds this lock.
+    let entries = run.join("annotate");
+    std::fs::create_dir_all(&entries).unwrap();
+    let held = std::fs::File::create(entries.join(".shards-3.lock")).unwrap();
+    held.lock_shared().unwrap();
+    let o = Command::new(BIN)
+        .args([
+            "annotate",
+            run.to_str().unwrap(),
+            "--no-progress",
+            "--shard",
+            "1/2",
+        ])
+        .args(SMALL)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("another process is annotating this run as one of 3 shards")
+            && stderr.contains("(1/2) stops without writing anything"),
+        "{stderr}"
+    );
+    assert!(!run.join("state_values").exists(), "nothing written");
+    // The same count is no conflict: another shard of the 3 starts.
+    let o = Command::new(BIN)
+        .args([
+            "annotate",
+            run.to_str().unwrap(),
+            "--no-progress",
+            "--shard",
+            "0/3",
+        ])
+        .args(SMALL)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    drop(held);
 }
 
 #[test]

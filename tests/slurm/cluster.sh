@@ -9,7 +9,8 @@
 #
 # Source it, then:
 #   cluster_start DIR N      start munged, slurmctld and nodes n1..nN; DIR
-#                            holds config, state, logs (it must exist)
+#                            holds config, state, logs (it must exist);
+#                            each node offers CB_CPUS CPUs (default: nproc)
 #   cluster_run CMD...       run a client command (sbatch, squeue, ...)
 #                            inside the switch namespace
 #   cluster_kill_node I      SIGKILL node nI: its slurmd and every process
@@ -94,8 +95,7 @@ cluster_start() {
     done
     [[ -S $CB_DIR/munge/munge.socket ]] || { cb_log "munged did not start"; return 1; }
 
-    local cpus nodes=""
-    cpus=$(nproc)
+    local cpus=${CB_CPUS:-$(nproc)} nodes=""
     {
         echo "# Written by tests/slurm/cluster.sh: $CB_NODES nodes in network namespaces."
         echo "ClusterName=chessbench-cluster"
@@ -105,7 +105,9 @@ cluster_start() {
         echo "SlurmUser=root"
         echo "SlurmdUser=root"
         echo "AuthType=auth/munge"
-        echo "AuthInfo=socket=$CB_DIR/munge/munge.socket"
+        # A requeued job waits cred_expire seconds before it starts again
+        # (120 by default), so that its old credential cannot be replayed.
+        echo "AuthInfo=socket=$CB_DIR/munge/munge.socket,cred_expire=10"
         echo "CredType=cred/munge"
         echo "StateSaveLocation=$CB_DIR/state"
         echo "SlurmdSpoolDir=$CB_DIR/spool-%n"
@@ -129,6 +131,8 @@ cluster_start() {
         echo "SelectTypeParameters=CR_CPU"
         # A node that comes back is used again; a dead one is declared down
         # after SlurmdTimeout and its jobs requeued (JobRequeue).
+        # CB_CPUS may exceed the hardware: the configuration is believed.
+        echo "SlurmdParameters=config_overrides"
         echo "ReturnToService=2"
         echo "SlurmdTimeout=10"
         echo "MinJobAge=3600"
@@ -170,7 +174,7 @@ cluster_kill_node() {
     local i=$1 pids
     pids=$(ip netns pids "$CB_ID-n$i" 2>/dev/null | tr '\n' ' ')
     cb_log "killing node n$i (processes: ${pids:-none})"
-    [[ -n $pids ]] && kill -9 $pids 2>/dev/null
+    [[ -z $pids ]] || kill -9 $pids 2>/dev/null || true
     for _ in $(seq 50); do
         [[ -z $(ip netns pids "$CB_ID-n$i" 2>/dev/null) ]] && return 0
         sleep 0.1
@@ -201,25 +205,26 @@ cb_wait_state() {
     return 1
 }
 
+# Safe under `set -e` (a caller's EXIT trap): nothing here fails.
 cluster_stop() {
     local i pid ns
     # Every process in the namespaces, then the daemons started here.
-    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$CB_ID-"); do
+    for ns in $(ip netns list 2>/dev/null | awk -v id="$CB_ID-" 'index($1, id) == 1 {print $1}'); do
         pid=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
-        [[ -n $pid ]] && kill -9 $pid 2>/dev/null
+        [[ -z $pid ]] || kill -9 $pid 2>/dev/null || true
     done
     for pid in "${CB_PIDS[@]}"; do
-        kill "$pid" 2>/dev/null
+        kill "$pid" 2>/dev/null || true
     done
     for pid in "${CB_PIDS[@]}"; do
         for _ in $(seq 30); do
             kill -0 "$pid" 2>/dev/null || break
             sleep 0.1
         done
-        kill -9 "$pid" 2>/dev/null
+        kill -9 "$pid" 2>/dev/null || true
     done
-    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$CB_ID-"); do
-        ip netns del "$ns" 2>/dev/null
+    for ns in $(ip netns list 2>/dev/null | awk -v id="$CB_ID-" 'index($1, id) == 1 {print $1}'); do
+        ip netns del "$ns" 2>/dev/null || true
     done
     CB_PIDS=()
     return 0

@@ -23,8 +23,8 @@
 #   KEEP_TMP=1       keep the temporary directory (logs, runs) for inspection
 #
 # Needs: slurmctld, slurmd, sbatch, squeue, sinfo, scontrol (Debian:
-# slurm-wlm), munged and mungekey (munge), stockfish, python3 (with duckdb
-# for comparing values; otherwise only counts and chunk lists are compared).
+# slurm-wlm), munged and mungekey (munge), stockfish, python3 with duckdb
+# (tests/slurm/compare.py compares the runs).
 # Runs as root: slurmd must run as root to start jobs as their user, and
 # SlurmUser=root keeps the setup free of a dedicated account. No cgroups are
 # used (proctrack/linuxproc, task/none), so it also runs in a container
@@ -38,21 +38,9 @@ cd "$repo"
 tasks=4
 annotate_opts=(--nodes 300 --max-boards 512 --chunk-boards 64 -j 1)
 
-log() { echo "[slurm-test $(date +%T)] $*"; }
-skip() {
-    if [[ ${REQUIRE_SLURM:-0} == 1 ]]; then
-        echo "FAIL: $* (REQUIRE_SLURM=1)"
-        exit 1
-    fi
-    echo "SKIP: $*"
-    exit 0
-}
-reported=0
-fail() {
-    reported=1
-    echo "FAIL: $*"
-    exit 1
-}
+HARNESS_NAME=slurm-test
+# shellcheck source=tests/slurm/harness.sh
+source tests/slurm/harness.sh
 trap 'echo "error: line $LINENO: $BASH_COMMAND failed"' ERR
 
 # --- Prerequisites ---------------------------------------------------------
@@ -64,6 +52,7 @@ done
 for tool in sbatch squeue sinfo scontrol python3; do
     command -v "$tool" >/dev/null || skip "$tool not installed"
 done
+python3 -c "import duckdb" 2>/dev/null || skip "the duckdb Python package is not installed (pip install duckdb)"
 export PATH=$path_with_sbin
 [[ $(id -u) == 0 ]] || skip "must run as root (slurmd starts jobs as their user)"
 
@@ -78,12 +67,7 @@ fi
 "$bin" annotate --help >/dev/null 2>&1 || fail "$bin has no annotate command"
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 
-pgn=$(cargo metadata --format-version 1 --locked | python3 -c '
-import json, os, sys
-pkgs = json.load(sys.stdin)["packages"]
-p = [p for p in pkgs if p["name"] == "pgn-reader"][0]
-print(os.path.join(os.path.dirname(p["manifest_path"]), "benches", "lichess_db_1000k.pgn"))')
-[[ -f $pgn ]] || fail "no $pgn"
+pgn=$(lichess_games)
 
 # --- Temporary directory and cleanup ---------------------------------------
 
@@ -294,106 +278,8 @@ log "unsharded annotation finished in ${t_single}s"
 
 # --- Compare ------------------------------------------------------------------
 
-"$bin" stats "$tmp/run-sharded" --json >"$tmp/stats-sharded.json"
-"$bin" stats "$tmp/run-single" --json >"$tmp/stats-single.json"
-
 log "comparing"
-if ! python3 - "$tmp/run-sharded" "$tmp/run-single" "$tmp/stats-sharded.json" "$tmp/stats-single.json" <<'PY'
-import json
-import os
-import sys
-
-sharded, single, stats_a, stats_b = sys.argv[1:]
-failed = []
-
-
-def check(ok, what):
-    print(f"  {'ok  ' if ok else 'FAIL'} {what}")
-    if not ok:
-        failed.append(what)
-
-
-# Counts per split from `chessbench stats`.
-a = json.load(open(stats_a))["splits"]
-b = json.load(open(stats_b))["splits"]
-check(sorted(a) == sorted(b), f"same splits: {sorted(a)}")
-for split in sorted(set(a) & set(b)):
-    for key in ("state_values", "action_values", "failures"):
-        check(a[split][key] == b[split][key],
-              f"{split}: {key} count {a[split][key]} (sharded) == {b[split][key]} (unsharded)")
-    check(a[split]["state_values"] > 0, f"{split}: annotated some boards")
-
-
-def files(run):
-    out = set()
-    for table in ("state_values", "action_values", "failures", "annotate"):
-        root = os.path.join(run, table)
-        for d, _, names in os.walk(root):
-            for n in names:
-                if n.startswith("chunk-"):
-                    out.add(os.path.relpath(os.path.join(d, n), run))
-    return out
-
-
-fa, fb = files(sharded), files(single)
-check(fa == fb, f"same chunk files ({len(fa)}): "
-      f"only sharded {sorted(fa - fb)[:5]}, only unsharded {sorted(fb - fa)[:5]}")
-
-try:
-    import duckdb
-except ImportError:
-    duckdb = None
-    print("  WARN duckdb is not importable (pip install duckdb): rows and values not compared")
-
-if duckdb is not None:
-    con = duckdb.connect()
-
-    def glob(run, table):
-        return os.path.join(run, table, "split=*", "*.parquet")
-
-    def has(run, table):
-        import glob as g
-        return bool(g.glob(glob(run, table)))
-
-    def diff(table, key, cols):
-        """Rows of `table` (key + cols) in one run and not the other."""
-        sel = ", ".join(["split"] + key + cols)
-        q = f"""
-            WITH a AS (SELECT {sel} FROM read_parquet('{glob(sharded, table)}', hive_partitioning = true)),
-                 b AS (SELECT {sel} FROM read_parquet('{glob(single, table)}', hive_partitioning = true))
-            SELECT (SELECT count(*) FROM (SELECT * FROM a EXCEPT ALL SELECT * FROM b)),
-                   (SELECT count(*) FROM (SELECT * FROM b EXCEPT ALL SELECT * FROM a)),
-                   (SELECT count(*) FROM a),
-                   (SELECT count(*) FROM (SELECT DISTINCT {', '.join(['split'] + key)} FROM a))
-        """
-        return con.execute(q).fetchone()
-
-    for table, key in (("state_values", ["board_id"]),
-                       ("action_values", ["board_id", "action"]),
-                       ("failures", ["board_id"])):
-        if not has(sharded, table) and not has(single, table):
-            check(True, f"{table}: no files in either run")
-            continue
-        only_a, only_b, rows, distinct = diff(table, key, [])
-        check(only_a == 0 and only_b == 0,
-              f"{table}: same ({', '.join(key)}) keys per split ({rows} rows; "
-              f"{only_a} only sharded, {only_b} only unsharded)")
-        check(distinct == rows, f"{table}: keys unique ({distinct} distinct of {rows})")
-        if table == "failures":
-            continue
-        for cols in (["win_prob"], ["cp", "mate"]):
-            only_a, only_b, _, _ = diff(table, key, cols)
-            check(only_a == 0 and only_b == 0,
-                  f"{table}: identical {'/'.join(cols)} ({only_a} rows differ)")
-        # Informational: the search statistics are deterministic too with a
-        # node limit, but not part of the result.
-        info = ["depth", "nodes"] + (["best_action"] if table == "state_values" else [])
-        only_a, _, _, _ = diff(table, key, info)
-        print(f"  info {table}: {only_a} rows differ in {'/'.join(info)}")
-
-sys.exit(1 if failed else 0)
-PY
-then
+if ! python3 tests/slurm/compare.py annotate "$bin" "$tmp/run-sharded" "$tmp/run-single"; then
     fail "the job array's annotation differs from the unsharded run's"
 fi
 

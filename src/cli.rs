@@ -70,7 +70,7 @@ split:\n\n\
   action_values/split=S/  one row per (board, legal move)\n\
   failures/split=S/       boards the engine could not annotate after --max-attempts tries\n\n\
 Work is committed per chunk of boards, so a killed run resumes where it stopped when started \
-again with the same settings; a resume also annotates again every chunk holding a failed board. \
+again with the same settings; a resume also searches again every board that failed. \
 For a cluster, --shard I/N (or a Slurm job array, or a Kubernetes Indexed Job with \
 CHESSBENCH_SHARD_COUNT) annotates a deterministic slice of the chunks; the shards of one count can \
 all run on one run directory at once (a shard already running, or another shard count, refuses).\n\n\

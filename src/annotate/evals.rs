@@ -172,7 +172,7 @@ pub fn run(config: &AnnotateConfig) -> Result<EvalsSummary, AnnotateError> {
         return Err(AnnotateError::EvalsSharded(config.shard.to_string()));
     }
     let _run = RunDir::open_shared(&config.run)?;
-    let _lock = super::lock(config, ".evals.lock", "--evals".into())?;
+    let _lock = super::evals_lock(config, true)?;
     let manifest = Manifest::read(&config.run.join(MANIFEST))?;
     let scope = scope(config, &manifest)?;
     let mut summary = EvalsSummary {

@@ -19,6 +19,7 @@ pub use config::AnnotateOptions;
 pub use plan::plan;
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     fs::File,
     io::{self, Write},
     path::PathBuf,
@@ -39,7 +40,8 @@ use crate::{
     store::{
         Manifest, StoreError, Table,
         chunks::{self as store_chunks, Stem, chunk_shard},
-        commit::{MANIFEST, RunDir, partition_dir, update_manifest, write_atomic},
+        commit::{MANIFEST, RunDir, open_lock_file, partition_dir, update_manifest, write_atomic},
+        failpoint,
         manifest::{AnnotateRecord, EngineRecord, ShardRecord},
         unix_now,
     },
@@ -83,13 +85,24 @@ pub enum AnnotateError {
     )]
     ShardBusy { path: PathBuf, shard: String },
     #[error(
-        "{}: another process is annotating this run as one of {running} shards; this one ({mine}) stops without writing anything. Shards of different counts overlap: wait for that job to finish, or cancel it, and submit with one shard count",
-        path.display()
+        "{}: another process is annotating this run {}; this one ({mine}) stops without writing anything. Shards of different counts overlap: wait for that job to finish, or cancel it, and submit with one shard count",
+        path.display(),
+        if *running == 1 { "unsharded".to_string() } else { format!("as one of {running} shards") }
     )]
     ShardCountBusy {
         path: PathBuf,
         running: u32,
         mine: String,
+    },
+    #[error(
+        "{}: another process holds the evaluation database's labels of this run ({}); wait for it to finish",
+        path.display(),
+        if *writing { "Stockfish shards with --only-missing are reading them" } else { "`annotate --evals` is writing them" }
+    )]
+    EvalsBusy {
+        path: PathBuf,
+        /// This process wants to write them (and readers hold them).
+        writing: bool,
     },
     #[error(
         "split {split}, chunk {chunk} (boards from {first_board}): {source}; the chunks committed before it are kept: run the same command again to resume"
@@ -134,8 +147,10 @@ pub struct SplitSummary {
     pub chunks_of_shard: u64,
     pub chunks_already_done: u64,
     pub chunks_committed: u64,
-    /// Committed chunks with failed boards that this run annotated again.
+    /// Committed chunks with failed boards that this run searched again.
     pub chunks_retried: u64,
+    /// The failed boards of those chunks.
+    pub boards_retried: u64,
     pub boards_annotated: u64,
     pub action_values: u64,
     pub failures: u64,
@@ -302,32 +317,37 @@ fn write_settings(
     Ok(())
 }
 
-/// Takes a committed chunk with failed boards back from `done` (and from
-/// disk) so that this run annotates it again: a resume retries every board
-/// that failed, engine crashes and timeouts included. The whole chunk is
-/// searched again (with a node limit, to the same values). Returns how many
-/// chunks were taken back.
-fn retry_failed(
+/// This shard's committed chunks that hold boards the engine could not
+/// annotate, with those boards: a resume searches them again (engine
+/// crashes and timeouts included) and commits the chunk again with the
+/// rest of its rows as they were ([`rows::recommit_chunk`]).
+fn failed_chunks(
     config: &AnnotateConfig,
     split: &str,
-    mine: &[u64],
-    done: &mut std::collections::BTreeSet<u64>,
-) -> Result<u64, AnnotateError> {
-    let mut retried = 0;
-    for &chunk in mine {
-        if !done.contains(&chunk) {
-            continue;
-        }
-        let entry: Option<rows::ChunkEntry> =
-            store_chunks::read_entry(&config.run, split, Stem::Search, chunk)?;
-        if entry.is_some_and(|e| e.failures > 0) {
-            store_chunks::uncommit(&config.run, split, Stem::Search, chunk)?;
-            done.remove(&chunk);
-            retried += 1;
-        }
-    }
-    Ok(retried)
+    total: u64,
+    done: &BTreeSet<u64>,
+) -> Result<BTreeMap<u64, Vec<u64>>, AnnotateError> {
+    let shard = config.shard;
+    Ok(
+        store_chunks::failed_boards(&config.run, split, Stem::Search)?
+            .into_iter()
+            .filter(|(c, _)| {
+                *c < total && chunk_shard(*c, shard.count) == shard.index && done.contains(c)
+            })
+            .collect(),
+    )
 }
+
+/// The locks a shard holds while it works (released when dropped).
+struct ShardLocks {
+    _count: File,
+    _shard: File,
+}
+
+/// How long a process retries another shard count's lock that it finds
+/// held: a process of the same count probing it holds it for microseconds,
+/// a process of that count working holds it for hours.
+const COUNT_PROBE_WAIT: Duration = Duration::from_secs(2);
 
 /// Takes this shard's lock, so that one shard has one process (a task
 /// submitted twice refuses), after checking that no process works on the
@@ -337,12 +357,12 @@ fn retry_failed(
 /// `.shards-N.lock` for its count N and checks that it can take every other
 /// count's lock exclusively; of two processes with different counts
 /// starting together, at least one sees the other.
-fn shard_lock(config: &AnnotateConfig) -> Result<Vec<File>, AnnotateError> {
+fn shard_lock(config: &AnnotateConfig) -> Result<ShardLocks, AnnotateError> {
     let shard = config.shard;
     let dir = config.run.join(store_chunks::ENTRIES);
     std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
     let own = dir.join(format!(".shards-{}.lock", shard.count));
-    let count_lock = File::create(&own).map_err(|e| StoreError::io(&own, e))?;
+    let count_lock = open_lock_file(&own).map_err(|e| StoreError::io(&own, e))?;
     count_lock
         .lock_shared()
         .map_err(|e| StoreError::io(&own, e))?;
@@ -361,36 +381,63 @@ fn shard_lock(config: &AnnotateConfig) -> Result<Vec<File>, AnnotateError> {
             continue;
         }
         let path = entry.path();
-        let other = File::open(&path).map_err(|e| StoreError::io(&path, e))?;
-        match other.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(AnnotateError::ShardCountBusy {
-                    path,
-                    running: count,
-                    mine: shard.to_string(),
-                });
+        let other = open_lock_file(&path).map_err(|e| StoreError::io(&path, e))?;
+        let deadline = Instant::now() + COUNT_PROBE_WAIT;
+        loop {
+            match other.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    // Jittered, so that probing siblings fall out of step.
+                    let jitter = u64::from(std::process::id() % 37);
+                    std::thread::sleep(Duration::from_millis(20 + jitter));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(AnnotateError::ShardCountBusy {
+                        path,
+                        running: count,
+                        mine: shard.to_string(),
+                    });
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(StoreError::io(&path, e).into());
+                }
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(StoreError::io(&path, e).into()),
         }
     }
-    let name = format!(".shard-{}-of-{}.lock", shard.index, shard.count);
-    let shard_lock = lock(config, &name, shard.to_string())?;
-    Ok(vec![count_lock, shard_lock])
-}
-
-/// Takes the lock `RUN/annotate/NAME` (held while the file stays open), or
-/// says that another process (`holder`) has it.
-fn lock(config: &AnnotateConfig, name: &str, holder: String) -> Result<File, AnnotateError> {
-    let dir = config.run.join(store_chunks::ENTRIES);
-    std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-    let path = dir.join(name);
-    let file = File::create(&path).map_err(|e| StoreError::io(&path, e))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
+    let path = dir.join(format!(".shard-{}-of-{}.lock", shard.index, shard.count));
+    let shard_lock = open_lock_file(&path).map_err(|e| StoreError::io(&path, e))?;
+    match shard_lock.try_lock() {
+        Ok(()) => Ok(ShardLocks {
+            _count: count_lock,
+            _shard: shard_lock,
+        }),
         Err(std::fs::TryLockError::WouldBlock) => Err(AnnotateError::ShardBusy {
             path,
-            shard: holder,
+            shard: shard.to_string(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(StoreError::io(&path, e).into()),
+    }
+}
+
+/// Takes the evaluation database's lock `RUN/annotate/.evals.lock`:
+/// exclusive to write its labels (`annotate --evals`), shared to read them
+/// (every Stockfish shard with `--only-missing`, together). Held while the
+/// file stays open.
+pub(crate) fn evals_lock(config: &AnnotateConfig, write: bool) -> Result<File, AnnotateError> {
+    let dir = config.run.join(store_chunks::ENTRIES);
+    std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+    let path = dir.join(".evals.lock");
+    let file = open_lock_file(&path).map_err(|e| StoreError::io(&path, e))?;
+    let locked = if write {
+        file.try_lock()
+    } else {
+        file.try_lock_shared()
+    };
+    match locked {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(AnnotateError::EvalsBusy {
+            path,
+            writing: write,
         }),
         Err(std::fs::TryLockError::Error(e)) => Err(StoreError::io(&path, e).into()),
     }
@@ -434,10 +481,14 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
     if config.overwrite && shard.count > 1 {
         return Err(AnnotateError::OverwriteSharded(shard.to_string()));
     }
+    failpoint::check();
     let _shard_lock = shard_lock(config)?;
     let engine = engine_name(config)?;
     let mut work = Vec::new();
     let mut summaries = Vec::new();
+    // Per split, the committed chunks whose failed boards are searched
+    // again.
+    let mut retry_chunks: Vec<BTreeSet<u64>> = Vec::new();
     for (name, n) in &scope {
         if config.overwrite {
             // Stockfish's chunks and settings only: the evaluation
@@ -456,7 +507,10 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
         let mine: Vec<u64> = (0..total)
             .filter(|&c| chunk_shard(c, shard.count) == shard.index)
             .collect();
-        let retried = retry_failed(config, name, &mine, &mut done)?;
+        let failed = failed_chunks(config, name, total, &done)?;
+        for chunk in failed.keys() {
+            done.remove(chunk);
+        }
         let todo: Vec<u64> = mine.iter().copied().filter(|c| !done.contains(c)).collect();
         summaries.push((
             name.clone(),
@@ -465,14 +519,16 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
                 chunks_total: total,
                 chunks_of_shard: mine.len() as u64,
                 chunks_already_done: (mine.len() - todo.len()) as u64,
-                chunks_retried: retried,
+                chunks_retried: failed.len() as u64,
+                boards_retried: failed.values().map(|b| b.len() as u64).sum(),
                 ..SplitSummary::default()
             },
         ));
-        let skip = if config.only_missing {
-            // Under the evaluation database's lock, with its interrupted
-            // commits completed: the boards it labels, all of them.
-            let _evals = lock(config, ".evals.lock", "--evals".into())?;
+        let mut skip = if config.only_missing {
+            // Under the evaluation database's lock (shared with the other
+            // shards reading it), with its interrupted commits completed:
+            // the boards it labels, all of them.
+            let _evals = evals_lock(config, false)?;
             store_chunks::recover(&config.run, name, Stem::Evals, (0, 1))?;
             store_chunks::labelled_boards(&config.run, name)?
         } else {
@@ -481,12 +537,24 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
         if let Some(last) = summaries.last_mut() {
             last.1.left_to_evals = todo
                 .iter()
+                .filter(|c| !failed.contains_key(c))
                 .map(|&c| {
                     let (a, b) = pool::chunk_range(c, config.chunk_boards, *n);
                     pool::skipped(&skip, a, b)
                 })
                 .sum();
         }
+        // A chunk with failed boards searches only those: its other boards
+        // keep the rows they have.
+        for (&chunk, boards) in &failed {
+            let (a, b) = pool::chunk_range(chunk, config.chunk_boards, *n);
+            skip.extend((a..b).filter(|id| boards.binary_search(id).is_err()));
+        }
+        if !failed.is_empty() {
+            skip.sort_unstable();
+            skip.dedup();
+        }
+        retry_chunks.push(failed.into_keys().collect::<BTreeSet<u64>>());
         work.push(SplitWork {
             name: name.clone(),
             boards_dir: config.run.join(partition_dir(Table::Boards, name)),
@@ -549,7 +617,12 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
             }
         },
         |finished| {
-            let entry = rows::commit_chunk(
+            let commit = if retry_chunks[finished.split].contains(&finished.chunk) {
+                rows::recommit_chunk
+            } else {
+                rows::commit_chunk
+            };
+            commit(
                 &run_dir,
                 &names[finished.split],
                 finished.chunk,
@@ -567,11 +640,19 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
                 first_board: finished.first_board,
                 source,
             })?;
+            // What this run wrote: the boards it searched (a chunk
+            // committed again keeps its other rows).
             let s = &mut summaries[finished.split].1;
             s.chunks_committed += 1;
-            s.boards_annotated += entry.state_values;
-            s.action_values += entry.action_values;
-            s.failures += entry.failures;
+            for (_, outcome) in &finished.boards {
+                match outcome {
+                    Outcome::Annotated(a) => {
+                        s.boards_annotated += 1;
+                        s.action_values += a.actions.len() as u64;
+                    }
+                    Outcome::Failed(_) => s.failures += 1,
+                }
+            }
             Ok(())
         },
     );
@@ -683,8 +764,9 @@ impl Report for Summary {
                 group(s.chunks_committed),
                 if s.chunks_retried > 0 {
                     format!(
-                        ", of which {} had failed boards and were annotated again",
-                        group(s.chunks_retried)
+                        ", of which {} held failed boards, {} of them searched again",
+                        group(s.chunks_retried),
+                        group(s.boards_retried)
                     )
                 } else {
                     String::new()

@@ -6,7 +6,8 @@
 use std::{path::Path, sync::Arc};
 
 use arrow_array::{
-    ArrayRef, Float64Array, Int32Array, StringArray, UInt16Array, UInt32Array, UInt64Array,
+    Array, ArrayRef, Float64Array, Int32Array, RecordBatch, StringArray, UInt16Array, UInt32Array,
+    UInt64Array,
 };
 use serde::{Deserialize, Serialize};
 
@@ -79,6 +80,99 @@ pub(crate) fn commit_chunk(
     work: &ChunkWork,
     by: Provenance<'_>,
 ) -> Result<ChunkEntry, StoreError> {
+    let [sv, av, fail] = outcome_columns(boards);
+    let base = ChunkEntry {
+        chunk,
+        first_board,
+        boards: boards.len() as u64,
+        state_values: 0,
+        action_values: 0,
+        failures: 0,
+        searches: work.searches,
+        search_seconds: work.search_seconds,
+        fallbacks: work.fallbacks,
+        tables: Vec::new(),
+        engine: by.engine.to_owned(),
+        shard: by.shard.to_owned(),
+        finished_at: 0,
+    };
+    write(run, split, [sv, av, fail], base)
+}
+
+/// Commits again a chunk whose failed boards were searched again
+/// (`retried`, sorted by board id, only those boards): the rows of the
+/// boards that had values are kept as they were, the retried boards'
+/// rows join them in board order, and `failures` keeps only the boards
+/// that failed again. The old chunk is withdrawn first ([`chunks::uncommit`]):
+/// a crash before the new commit leaves the chunk to be annotated whole.
+pub(crate) fn recommit_chunk(
+    run: &Path,
+    split: &str,
+    chunk: u64,
+    first_board: u64,
+    retried: &[(u64, Outcome)],
+    work: &ChunkWork,
+    by: Provenance<'_>,
+) -> Result<ChunkEntry, StoreError> {
+    let old: ChunkEntry =
+        chunks::read_entry(run, split, Stem::Search, chunk)?.ok_or_else(|| {
+            StoreError::Missing(chunks::entries_dir(run, split).join(Stem::Search.name(chunk)))
+        })?;
+    let [sv, av, fail] = outcome_columns(retried);
+    let mut merged = Vec::with_capacity(2);
+    for (table, new) in [(Table::StateValues, sv), (Table::ActionValues, av)] {
+        let kept = chunks::read_table(run, split, Stem::Search, chunk, table)?;
+        merged
+            .push(merge_by_board(kept, new).map_err(|e| {
+                StoreError::Corrupt(chunks::entries_dir(run, split), e.to_string())
+            })?);
+    }
+    chunks::uncommit(run, split, Stem::Search, chunk)?;
+    let [sv, av]: [Vec<ArrayRef>; 2] = merged.try_into().expect("two tables");
+    let base = ChunkEntry {
+        chunk,
+        first_board,
+        boards: old.boards,
+        searches: old.searches + work.searches,
+        search_seconds: old.search_seconds + work.search_seconds,
+        fallbacks: old.fallbacks + work.fallbacks,
+        engine: by.engine.to_owned(),
+        shard: by.shard.to_owned(),
+        ..old
+    };
+    write(run, split, [sv, av, fail], base)
+}
+
+/// Writes the chunk's three tables and commits them with `base` (its
+/// counts and tables filled in from the columns).
+fn write(
+    run: &Path,
+    split: &str,
+    [sv, av, fail]: [Vec<ArrayRef>; 3],
+    base: ChunkEntry,
+) -> Result<ChunkEntry, StoreError> {
+    let rows = |c: &[ArrayRef]| c.first().map_or(0, |a| a.len()) as u64;
+    let counts = [rows(&sv), rows(&av), rows(&fail)];
+    let columns = vec![
+        (Table::StateValues, sv),
+        (Table::ActionValues, av),
+        (Table::Failures, fail),
+    ];
+    chunks::write_chunk(run, split, Stem::Search, base.chunk, columns, |tables| {
+        ChunkEntry {
+            state_values: counts[0],
+            action_values: counts[1],
+            failures: counts[2],
+            tables: tables.to_vec(),
+            finished_at: unix_now(),
+            ..base
+        }
+    })
+}
+
+/// The `state_values`, `action_values` and `failures` columns of boards'
+/// outcomes.
+fn outcome_columns(boards: &[(u64, Outcome)]) -> [Vec<ArrayRef>; 3] {
     let mut sv = SvColumns::default();
     let mut av = AvColumns::default();
     let mut fail = FailColumns::default();
@@ -93,29 +187,39 @@ pub(crate) fn commit_chunk(
             Outcome::Failed(f) => fail.push(*board_id, f),
         }
     }
-    let counts = [sv.len(), av.len(), fail.len()];
-    let columns = vec![
-        (Table::StateValues, sv.finish()),
-        (Table::ActionValues, av.finish()),
-        (Table::Failures, fail.finish()),
-    ];
-    chunks::write_chunk(run, split, Stem::Search, chunk, columns, |tables| {
-        ChunkEntry {
-            chunk,
-            first_board,
-            boards: boards.len() as u64,
-            state_values: counts[0] as u64,
-            action_values: counts[1] as u64,
-            failures: counts[2] as u64,
-            searches: work.searches,
-            search_seconds: work.search_seconds,
-            fallbacks: work.fallbacks,
-            tables: tables.to_vec(),
-            engine: by.engine.to_owned(),
-            shard: by.shard.to_owned(),
-            finished_at: unix_now(),
+    [sv.finish(), av.finish(), fail.finish()]
+}
+
+/// The rows of `kept` and `new` (each sorted by board id, column 0, and
+/// about disjoint boards) merged in board order.
+fn merge_by_board(
+    kept: Option<RecordBatch>,
+    new: Vec<ArrayRef>,
+) -> Result<Vec<ArrayRef>, arrow_schema::ArrowError> {
+    let Some(kept) = kept else { return Ok(new) };
+    let ids = |a: &ArrayRef| -> Vec<u64> {
+        a.as_any()
+            .downcast_ref::<UInt64Array>()
+            .map(|a| a.values().to_vec())
+            .unwrap_or_default()
+    };
+    let (a, b) = (ids(kept.column(0)), ids(&new[0]));
+    let mut order = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        if j == b.len() || (i < a.len() && a[i] <= b[j]) {
+            order.push((0, i));
+            i += 1;
+        } else {
+            order.push((1, j));
+            j += 1;
         }
-    })
+    }
+    kept.columns()
+        .iter()
+        .zip(&new)
+        .map(|(k, n)| arrow_select::interleave::interleave(&[k.as_ref(), n.as_ref()], &order))
+        .collect()
 }
 
 #[derive(Default)]
@@ -148,9 +252,6 @@ fn ms32(t: Option<u64>) -> Option<u32> {
 }
 
 impl SvColumns {
-    fn len(&self) -> usize {
-        self.board_id.len()
-    }
     fn push(&mut self, board_id: u64, a: &Annotated) {
         let (cp, mate) = score_columns(&a.state);
         self.board_id.push(board_id);
@@ -193,9 +294,6 @@ struct AvColumns {
 }
 
 impl AvColumns {
-    fn len(&self) -> usize {
-        self.board_id.len()
-    }
     fn push(&mut self, board_id: u64, action: u16, e: &Eval) {
         let (cp, mate) = score_columns(e);
         self.board_id.push(board_id);
@@ -233,9 +331,6 @@ struct FailColumns {
 }
 
 impl FailColumns {
-    fn len(&self) -> usize {
-        self.board_id.len()
-    }
     fn push(&mut self, board_id: u64, f: &Failure) {
         self.board_id.push(board_id);
         self.fen.push(f.fen.clone());
@@ -257,7 +352,100 @@ impl FailColumns {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chess::legal::ValueKind;
     use crate::store::commit::partition_dir;
+
+    fn annotated(win_prob: f64) -> Outcome {
+        let eval = Eval {
+            score: Some(crate::uci_client::Score::Cp(10)),
+            win_prob,
+            depth: Some(5),
+            nodes: Some(100),
+            time_ms: Some(1),
+        };
+        Outcome::Annotated(Annotated {
+            kind: ValueKind::Search,
+            state: eval,
+            actions: vec![(3, eval), (7, eval)],
+            best_action: Some(3),
+        })
+    }
+
+    fn failed() -> Outcome {
+        Outcome::Failed(Failure {
+            fen: "x".into(),
+            reason: "crash",
+            attempts: 3,
+            detail: "d".into(),
+        })
+    }
+
+    fn ids(batch: &RecordBatch) -> Vec<u64> {
+        let a = batch.column(0).as_any().downcast_ref::<UInt64Array>();
+        a.unwrap().values().to_vec()
+    }
+
+    #[test]
+    fn a_recommitted_chunk_keeps_its_rows_and_adds_the_retried_boards_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        let by = Provenance {
+            engine: "e",
+            shard: "0/1",
+        };
+        let work = ChunkWork {
+            searches: 9,
+            ..ChunkWork::default()
+        };
+        let boards = [
+            (8, annotated(0.1)),
+            (9, failed()),
+            (10, annotated(0.3)),
+            (11, failed()),
+        ];
+        let first = commit_chunk(run, "train", 2, 8, &boards, &work, by).unwrap();
+        assert_eq!((first.state_values, first.failures), (2, 2));
+        assert_eq!(
+            chunks::failed_boards(run, "train", Stem::Search).unwrap(),
+            vec![(2, vec![9, 11])]
+        );
+        // Board 9 annotated now, board 11 fails again.
+        let retried = [(9, annotated(0.2)), (11, failed())];
+        let again = recommit_chunk(run, "train", 2, 8, &retried, &work, by).unwrap();
+        assert_eq!(
+            (
+                again.boards,
+                again.state_values,
+                again.action_values,
+                again.failures
+            ),
+            (4, 3, 6, 1)
+        );
+        assert_eq!(again.searches, 18);
+        let table = |t| chunks::read_table(run, "train", Stem::Search, 2, t).unwrap();
+        let sv = table(Table::StateValues).unwrap();
+        assert_eq!(ids(&sv), [8, 9, 10]);
+        let wp = sv
+            .column(2)
+            .as_any()
+            .downcast_ref::<Float64Array>()
+            .unwrap();
+        assert_eq!(wp.values().to_vec(), [0.1, 0.2, 0.3]);
+        assert_eq!(
+            ids(&table(Table::ActionValues).unwrap()),
+            [8, 8, 9, 9, 10, 10]
+        );
+        assert_eq!(ids(&table(Table::Failures).unwrap()), [11]);
+        // All retried boards annotated: no failures file is left.
+        let last = recommit_chunk(run, "train", 2, 8, &[(11, annotated(0.4))], &work, by).unwrap();
+        assert_eq!((last.state_values, last.failures), (4, 0));
+        assert!(table(Table::Failures).is_none());
+        assert!(
+            chunks::failed_boards(run, "train", Stem::Search)
+                .unwrap()
+                .is_empty()
+        );
+    }
 
     #[test]
     fn a_failed_board_commits_its_failure_row() {

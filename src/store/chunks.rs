@@ -18,8 +18,11 @@
 //! 3. the `.tmp` files are renamed to their final names.
 //!
 //! On start, each process repairs its own shard's chunks ([`recover`]): an
-//! entry with `.tmp` files left rolls forward (step 3), `.tmp` files without
-//! an entry are deleted. Readers glob `*.parquet` and never see a `.tmp`;
+//! entry with `.tmp` files left rolls forward (step 3), files without an
+//! entry are deleted (`.tmp` files of a commit killed before step 2, and
+//! files a withdrawal killed halfway left). A committed chunk is withdrawn
+//! ([`uncommit`], to be written again) in the opposite order: its entry
+//! first, then its files. Readers glob `*.parquet` and never see a `.tmp`;
 //! [`interrupted_commit`] finds a commit caught between steps 2 and 3. A
 //! chunk's rows exist exactly once, whatever was killed when.
 
@@ -30,12 +33,13 @@ use std::{
 };
 
 use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array};
+use arrow_select::concat::concat_batches;
 use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::{
     StoreError, Table,
-    commit::{partition_dir, remove_dir_if_exists, write_atomic},
+    commit::{partition_dir, remove_dir_if_exists, remove_file_if_exists, sync_dir, write_atomic},
     failpoint, open_columns, parquet_files,
     writer::PartWriter,
 };
@@ -192,13 +196,26 @@ pub(crate) fn recover(
         if chunk_shard(chunk, shard.1) != shard.0 {
             continue; // another shard's, maybe being written right now
         }
-        match (done.contains(&chunk), tmp) {
-            (true, true) => {
+        // A file that is gone meanwhile was repaired by another process
+        // holding the same stem's lock shared (the evaluation database's
+        // readers): nothing left to do for it.
+        let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+        if done.contains(&chunk) {
+            if tmp {
                 let to = data_path(run, table, split, stem, chunk, false);
-                fs::rename(&path, &to).map_err(|e| StoreError::io(&to, e))?;
+                match fs::rename(&path, &to) {
+                    Err(e) if !gone(&e) => return Err(StoreError::io(&to, e)),
+                    _ => {}
+                }
             }
-            (true, false) => {}
-            (false, _) => fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?,
+        } else if tmp || !entry_path(run, split, stem, chunk).exists() {
+            // A final-name file is deleted only when its entry is missing
+            // by its own name too, not just from the listing (a network
+            // file system may list a directory from a stale cache).
+            match fs::remove_file(&path) {
+                Err(e) if !gone(&e) => return Err(StoreError::io(&path, e)),
+                _ => {}
+            }
         }
     }
     Ok(done)
@@ -225,28 +242,70 @@ pub(crate) fn read_entry<E: serde::de::DeserializeOwned>(
 /// goes first (the commit point, undone), then its files. A crash between
 /// leaves files without an entry, which [`recover`] deletes.
 pub(crate) fn uncommit(run: &Path, split: &str, stem: Stem, chunk: u64) -> Result<(), StoreError> {
-    let path = entry_path(run, split, stem, chunk);
-    fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
-    sync_dir(&entries_dir(run, split));
+    remove_file_if_exists(&entry_path(run, split, stem, chunk))?;
     for table in Table::ANNOTATE {
         for tmp in [false, true] {
-            let path = data_path(run, table, split, stem, chunk, tmp);
-            match fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(StoreError::io(&path, e)),
-            }
+            remove_file_if_exists(&data_path(run, table, split, stem, chunk, tmp))?;
         }
     }
     Ok(())
 }
 
-/// Makes a directory's entries durable (best effort: some file systems
-/// cannot sync a directory).
-fn sync_dir(dir: &Path) {
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
+/// The rows of one table of a committed chunk (its file under the final
+/// name), in file order; `None` when the chunk has no file for the table.
+pub(crate) fn read_table(
+    run: &Path,
+    split: &str,
+    stem: Stem,
+    chunk: u64,
+    table: Table,
+) -> Result<Option<RecordBatch>, StoreError> {
+    let path = data_path(run, table, split, stem, chunk, false);
+    if !path.exists() {
+        return Ok(None);
     }
+    let reader = super::open_parquet(&path)?
+        .build()
+        .map_err(|e| StoreError::parquet(&path, e))?;
+    let batches = reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| StoreError::Corrupt(path.clone(), e.to_string()))?;
+    concat_batches(&table.schema(), &batches)
+        .map(Some)
+        .map_err(|e| StoreError::Corrupt(path, e.to_string()))
+}
+
+/// The chunks of a split and stem with a `failures` file (those holding a
+/// board the engine could not annotate: a chunk without failures writes no
+/// such file), each with its failed board ids. One directory listing, then
+/// the files found.
+pub(crate) fn failed_boards(
+    run: &Path,
+    split: &str,
+    stem: Stem,
+) -> Result<Vec<(u64, Vec<u64>)>, StoreError> {
+    let mut found = Vec::new();
+    for (table, chunk, tmp, _) in stem_files(run, split, stem)? {
+        if table != Table::Failures || tmp {
+            continue;
+        }
+        let Some(batch) = read_table(run, split, stem, chunk, table)? else {
+            continue;
+        };
+        let ids = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .ok_or_else(|| {
+                StoreError::Corrupt(
+                    data_path(run, table, split, stem, chunk, false),
+                    "board_id is not u64".into(),
+                )
+            })?;
+        found.push((chunk, ids.values().to_vec()));
+    }
+    found.sort();
+    Ok(found)
 }
 
 /// A chunk committed (its entry exists) whose file is still under its
@@ -308,6 +367,7 @@ pub(crate) fn remove_stem(run: &Path, split: &str, stem: Stem) -> Result<(), Sto
         let path = entry_path(run, split, stem, chunk);
         fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
     }
+    sync_dir(Some(&entries_dir(run, split)));
     for (_, _, _, path) in stem_files(run, split, stem)? {
         fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
     }

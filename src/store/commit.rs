@@ -69,7 +69,20 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> 
     Ok(())
 }
 
-fn sync_dir(dir: Option<&Path>) {
+/// Opens (creating) a lock file for `flock`, readable and writable and
+/// never truncated: NFS v4 emulates `flock` with byte-range locks, which
+/// need the file open for reading (shared locks) and writing (exclusive
+/// ones); a lock file opened one way only fails there with EBADF.
+pub(crate) fn open_lock_file(path: &Path) -> std::io::Result<File> {
+    File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
+pub(crate) fn sync_dir(dir: Option<&Path>) {
     // Best effort: directory fsync makes renames durable on Linux; some
     // filesystems refuse it, which only weakens durability, not atomicity.
     if let Some(dir) = dir
@@ -107,7 +120,7 @@ impl RunDir {
     pub(crate) fn open(root: &Path) -> Result<RunDir, StoreError> {
         fs::create_dir_all(root).map_err(|e| StoreError::io(root, e))?;
         let lock_path = root.join(LOCK);
-        let lock = File::create(&lock_path).map_err(|e| StoreError::io(&lock_path, e))?;
+        let lock = open_lock_file(&lock_path).map_err(|e| StoreError::io(&lock_path, e))?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
@@ -250,12 +263,7 @@ impl RunDir {
             Err(e) => return Err(e),
         }
         let lock_path = root.join(LOCK);
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| StoreError::io(&lock_path, e))?;
+        let lock = open_lock_file(&lock_path).map_err(|e| StoreError::io(&lock_path, e))?;
         // Another shard starting at the same moment holds `.lock`
         // exclusively for the few milliseconds its crash recovery takes
         // (above): wait that out. A holder that keeps it (an ingest) is
@@ -316,12 +324,7 @@ impl std::ops::Deref for RunReader {
 /// read-only run directory readers go without (nothing can commit there).
 fn commit_lock(root: &Path, exclusive: bool) -> Result<Option<File>, StoreError> {
     let path = root.join(COMMIT_LOCK);
-    let file = match File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-    {
+    let file = match open_lock_file(&path) {
         Ok(f) => f,
         Err(e)
             if !exclusive

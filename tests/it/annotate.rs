@@ -362,8 +362,8 @@ fn a_board_that_always_fails_goes_to_failures() {
     assert_eq!(state_values(&run).len(), 0);
     assert_eq!(util::stats_json(&run)["splits"]["train"]["failures"], 4);
 
-    // The engine mended, the same command resumes by annotating the chunk
-    // whose boards failed again; nothing of the failures is left.
+    // The engine mended, the same command resumes by searching the failed
+    // boards again; nothing of the failures is left.
     let o = Command::new(BIN)
         .args(["annotate", run.to_str().unwrap(), "--json", "--no-progress"])
         .args(["--engine", script.to_str().unwrap(), "--max-attempts", "2"])
@@ -374,6 +374,8 @@ fn a_board_that_always_fails_goes_to_failures() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(summary["splits"][0][1]["chunks_retried"], 1, "{summary}");
+    assert_eq!(summary["splits"][0][1]["boards_retried"], 4, "{summary}");
+    assert_eq!(summary["splits"][0][1]["boards_annotated"], 4, "{summary}");
     assert_eq!(summary["splits"][0][1]["chunks_committed"], 1, "{summary}");
     assert_eq!(state_values(&run).len(), 4);
     assert_eq!(util::stats_json(&run)["splits"]["train"]["failures"], 0);

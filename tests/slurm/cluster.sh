@@ -231,9 +231,11 @@ cluster_stop() {
 }
 
 cb_selftest() {
-    local n=${1:-3} dir i out
-    dir=$(mktemp -d /tmp/chessbench-cluster.XXXXXX)
-    trap 'cluster_stop; rm -rf "$dir"' EXIT
+    local n=${1:-3} i out
+    # Global: the EXIT trap runs after this function's locals are gone.
+    CB_SELFTEST_DIR=$(mktemp -d /tmp/chessbench-cluster.XXXXXX)
+    local dir=$CB_SELFTEST_DIR
+    trap 'cluster_stop; rm -rf "$CB_SELFTEST_DIR"' EXIT
     trap 'exit 130' INT TERM
     export PATH=$PATH:/usr/sbin:/sbin
     cluster_start "$dir" "$n" || exit 1

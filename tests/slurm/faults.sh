@@ -59,8 +59,8 @@ for tool in slurmctld slurmd munged mungekey sbatch squeue sinfo scontrol ip nse
     command -v "$tool" >/dev/null || skip "$tool not installed"
 done
 python3 -c "import duckdb" 2>/dev/null || skip "the duckdb Python package is not installed"
-ip netns add cb-probe-$$ 2>/dev/null || skip "cannot create network namespaces here"
-ip netns del cb-probe-$$
+ip netns add "$CB_ID-probe" 2>/dev/null || skip "cannot create network namespaces here"
+ip netns del "$CB_ID-probe"
 engine=${ENGINE:-$(command -v stockfish || echo /usr/games/stockfish)}
 [[ -x $engine ]] || skip "stockfish not found (set ENGINE)"
 bin=${CHESSBENCH_BIN:-${CARGO_TARGET_DIR:-target}/debug/chessbench}
@@ -168,8 +168,8 @@ for path in sorted(sys.argv[1:], key=lambda p: int(re.search(r"_(\d+)\.out$", p)
     s = json.loads(m[-1])
     for split, t in s["splits"]:
         print(f"    shard {s['shard']}: {split}: {t['chunks_of_shard']} chunks, "
-              f"{t['chunks_already_done']} done before, {t['chunks_committed']} now, "
-              f"{t['chunks_retried']} with failed boards annotated again, "
+              f"{t['chunks_already_done']} done before, {t['chunks_committed']} now "
+              f"({t['chunks_retried']} holding failed boards: {t['boards_retried']} boards searched again), "
               f"{t['failures']} boards failed now; engine restarts {s['retries']}")
 PY
 }
@@ -253,9 +253,18 @@ case_twice() {
     a=$(SBATCH_HOLD=1 submit twice-a "$run" 3)
     b=$(SBATCH_HOLD=1 submit twice-b "$run" 3)
     cluster_run scontrol release "$a,$b"
+    # Once every shard of the 3 is held (its lock file's inode in
+    # /proc/locks; probing with flock could itself make a task refuse): the
+    # 2-task array must then find the run busy.
+    local held inode
     for _ in $(seq 300); do
-        tasks_of "$a" | grep -q RUNNING && break
-        sleep 0.1
+        held=0
+        for t in 0 1 2; do
+            inode=$(stat -c %i "$run/annotate/.shard-$t-of-3.lock" 2>/dev/null) || continue
+            grep -q ":$inode " /proc/locks && held=$((held + 1))
+        done
+        ((held == 3)) && break
+        sleep 0.05
     done
     c=$(submit twice-c "$run" 2)
     wait_jobs "$a" "$b" "$c"
@@ -308,7 +317,7 @@ case_engine() {
     all_completed "$job" engine-resume
     log "engine: resubmitted array $job (engine fixed):"
     summaries "$job"
-    summaries "$job" | grep -q " [1-9][0-9]* with failed boards annotated again" ||
+    summaries "$job" | grep -q "holding failed boards: 1 boards searched again" ||
         fail "engine: the resubmission did not say it retried the failed board"
     compare "$run" engine
     summary+=("engine: one board crashed the engine on every try, failed, retried on resume; tables equal")

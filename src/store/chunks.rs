@@ -576,7 +576,7 @@ mod tests {
     }
 
     #[test]
-    fn uncommitted_chunks_are_written_again_and_their_leftovers_removed() {
+    fn an_uncommitted_chunk_is_gone_and_leftovers_of_a_killed_withdrawal_are_removed() {
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path();
         let batch = RecordBatch::new_empty(Table::StateValues.schema());

@@ -339,14 +339,19 @@ fn a_board_that_always_fails_goes_to_failures() {
     let Some((_dir, run, script)) = flaky_setup("broken") else {
         return;
     };
-    let o = Command::new(BIN)
-        .args(["annotate", run.to_str().unwrap(), "--json", "--no-progress"])
-        .args(["--engine", script.to_str().unwrap(), "--max-attempts", "2"])
-        .args(["--nodes", "300", "--max-boards", "4", "--chunk-boards", "4"])
-        .env("FLAKY_CRASH", "1")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The engine crashes on every search with FLAKY_CRASH=1, never with 0.
+    let annotate = |crash: &str| {
+        let o = Command::new(BIN)
+            .args(["annotate", run.to_str().unwrap(), "--json", "--no-progress"])
+            .args(["--engine", script.to_str().unwrap(), "--max-attempts", "2"])
+            .args(["--nodes", "300", "--max-boards", "4", "--chunk-boards", "4"])
+            .env("FLAKY_CRASH", crash)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    annotate("1");
     let f = read_table(&run, "failures", "train");
     let reasons = util::strings(&f, "reason");
     assert_eq!(reasons.len(), 4, "every board is in failures");
@@ -364,15 +369,7 @@ fn a_board_that_always_fails_goes_to_failures() {
 
     // The engine mended, the same command resumes by searching the failed
     // boards again; nothing of the failures is left.
-    let o = Command::new(BIN)
-        .args(["annotate", run.to_str().unwrap(), "--json", "--no-progress"])
-        .args(["--engine", script.to_str().unwrap(), "--max-attempts", "2"])
-        .args(["--nodes", "300", "--max-boards", "4", "--chunk-boards", "4"])
-        .env("FLAKY_CRASH", "0")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let summary = annotate("0");
     assert_eq!(summary["splits"][0][1]["chunks_retried"], 1, "{summary}");
     assert_eq!(summary["splits"][0][1]["boards_retried"], 4, "{summary}");
     assert_eq!(summary["splits"][0][1]["boards_annotated"], 4, "{summary}");

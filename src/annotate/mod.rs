@@ -22,7 +22,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     fs::File,
     io::{self, Write},
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -328,12 +328,11 @@ fn failed_chunks(
     done: &BTreeSet<u64>,
 ) -> Result<BTreeMap<u64, Vec<u64>>, AnnotateError> {
     let shard = config.shard;
+    let mine =
+        |c: u64| c < total && chunk_shard(c, shard.count) == shard.index && done.contains(&c);
     Ok(
-        store_chunks::failed_boards(&config.run, split, Stem::Search)?
+        store_chunks::failed_boards(&config.run, split, Stem::Search, mine)?
             .into_iter()
-            .filter(|(c, _)| {
-                *c < total && chunk_shard(*c, shard.count) == shard.index && done.contains(c)
-            })
             .collect(),
     )
 }
@@ -381,41 +380,46 @@ fn shard_lock(config: &AnnotateConfig) -> Result<ShardLocks, AnnotateError> {
             continue;
         }
         let path = entry.path();
-        let other = open_lock_file(&path).map_err(|e| StoreError::io(&path, e))?;
         let deadline = Instant::now() + COUNT_PROBE_WAIT;
-        loop {
-            match other.try_lock() {
-                Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                    // Jittered, so that probing siblings fall out of step.
-                    let jitter = u64::from(std::process::id() % 37);
-                    std::thread::sleep(Duration::from_millis(20 + jitter));
-                }
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    return Err(AnnotateError::ShardCountBusy {
-                        path,
-                        running: count,
-                        mine: shard.to_string(),
-                    });
-                }
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(StoreError::io(&path, e).into());
-                }
+        while try_lock(&path, false)?.is_none() {
+            if Instant::now() >= deadline {
+                return Err(AnnotateError::ShardCountBusy {
+                    path,
+                    running: count,
+                    mine: shard.to_string(),
+                });
             }
+            // Jittered, so that probing siblings fall out of step.
+            let jitter = u64::from(std::process::id() % 37);
+            std::thread::sleep(Duration::from_millis(20 + jitter));
         }
     }
     let path = dir.join(format!(".shard-{}-of-{}.lock", shard.index, shard.count));
-    let shard_lock = open_lock_file(&path).map_err(|e| StoreError::io(&path, e))?;
-    match shard_lock.try_lock() {
-        Ok(()) => Ok(ShardLocks {
+    match try_lock(&path, false)? {
+        Some(shard_lock) => Ok(ShardLocks {
             _count: count_lock,
             _shard: shard_lock,
         }),
-        Err(std::fs::TryLockError::WouldBlock) => Err(AnnotateError::ShardBusy {
+        None => Err(AnnotateError::ShardBusy {
             path,
             shard: shard.to_string(),
         }),
-        Err(std::fs::TryLockError::Error(e)) => Err(StoreError::io(&path, e).into()),
+    }
+}
+
+/// Opens the lock file `path` and takes it, shared or exclusive, without
+/// waiting: `None` when another process holds it.
+fn try_lock(path: &Path, shared: bool) -> Result<Option<File>, AnnotateError> {
+    let file = open_lock_file(path).map_err(|e| StoreError::io(path, e))?;
+    let locked = if shared {
+        file.try_lock_shared()
+    } else {
+        file.try_lock()
+    };
+    match locked {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(StoreError::io(path, e).into()),
     }
 }
 
@@ -427,20 +431,10 @@ pub(crate) fn evals_lock(config: &AnnotateConfig, write: bool) -> Result<File, A
     let dir = config.run.join(store_chunks::ENTRIES);
     std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
     let path = dir.join(".evals.lock");
-    let file = open_lock_file(&path).map_err(|e| StoreError::io(&path, e))?;
-    let locked = if write {
-        file.try_lock()
-    } else {
-        file.try_lock_shared()
-    };
-    match locked {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(AnnotateError::EvalsBusy {
-            path,
-            writing: write,
-        }),
-        Err(std::fs::TryLockError::Error(e)) => Err(StoreError::io(&path, e).into()),
-    }
+    try_lock(&path, !write)?.ok_or(AnnotateError::EvalsBusy {
+        path,
+        writing: write,
+    })
 }
 
 /// Starts one engine to learn its name (and to fail fast on a bad path).

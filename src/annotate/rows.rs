@@ -197,13 +197,13 @@ fn merge_by_board(
     new: Vec<ArrayRef>,
 ) -> Result<Vec<ArrayRef>, arrow_schema::ArrowError> {
     let Some(kept) = kept else { return Ok(new) };
-    let ids = |a: &ArrayRef| -> Vec<u64> {
+    let ids = |a: &ArrayRef| {
         a.as_any()
             .downcast_ref::<UInt64Array>()
-            .map(|a| a.values().to_vec())
-            .unwrap_or_default()
+            .map(|a| a.values().clone())
+            .ok_or_else(|| arrow_schema::ArrowError::SchemaError("board_id is not u64".into()))
     };
-    let (a, b) = (ids(kept.column(0)), ids(&new[0]));
+    let (a, b) = (ids(kept.column(0))?, ids(&new[0])?);
     let mut order = Vec::with_capacity(a.len() + b.len());
     let (mut i, mut j) = (0, 0);
     while i < a.len() || j < b.len() {
@@ -406,7 +406,7 @@ mod tests {
         let first = commit_chunk(run, "train", 2, 8, &boards, &work, by).unwrap();
         assert_eq!((first.state_values, first.failures), (2, 2));
         assert_eq!(
-            chunks::failed_boards(run, "train", Stem::Search).unwrap(),
+            chunks::failed_boards(run, "train", Stem::Search, |_| true).unwrap(),
             vec![(2, vec![9, 11])]
         );
         // Board 9 annotated now, board 11 fails again.
@@ -441,7 +441,7 @@ mod tests {
         assert_eq!((last.state_values, last.failures), (4, 0));
         assert!(table(Table::Failures).is_none());
         assert!(
-            chunks::failed_boards(run, "train", Stem::Search)
+            chunks::failed_boards(run, "train", Stem::Search, |_| true)
                 .unwrap()
                 .is_empty()
         );

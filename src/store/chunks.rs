@@ -277,16 +277,18 @@ pub(crate) fn read_table(
 
 /// The chunks of a split and stem with a `failures` file (those holding a
 /// board the engine could not annotate: a chunk without failures writes no
-/// such file), each with its failed board ids. One directory listing, then
-/// the files found.
+/// such file) that `wanted` accepts, each with its failed board ids. One
+/// directory listing, then only the wanted files are read (a shard reads
+/// its own).
 pub(crate) fn failed_boards(
     run: &Path,
     split: &str,
     stem: Stem,
+    wanted: impl Fn(u64) -> bool,
 ) -> Result<Vec<(u64, Vec<u64>)>, StoreError> {
     let mut found = Vec::new();
     for (table, chunk, tmp, _) in stem_files(run, split, stem)? {
-        if table != Table::Failures || tmp {
+        if table != Table::Failures || tmp || !wanted(chunk) {
             continue;
         }
         let Some(batch) = read_table(run, split, stem, chunk, table)? else {

@@ -339,13 +339,17 @@ fn a_board_that_always_fails_goes_to_failures() {
     let Some((_dir, run, script)) = flaky_setup("broken") else {
         return;
     };
-    // The engine crashes on every search with FLAKY_CRASH=1, never with 0.
+    // The engine crashes on every search with FLAKY_CRASH=1, never with 0;
+    // the proxy's other faults are off, so the mended engine never fails
+    // (their defaults would fail a board now and then).
     let annotate = |crash: &str| {
         let o = Command::new(BIN)
             .args(["annotate", run.to_str().unwrap(), "--json", "--no-progress"])
             .args(["--engine", script.to_str().unwrap(), "--max-attempts", "2"])
             .args(["--nodes", "300", "--max-boards", "4", "--chunk-boards", "4"])
             .env("FLAKY_CRASH", crash)
+            .env("FLAKY_HANG", "0")
+            .env("FLAKY_GARBAGE", "0")
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

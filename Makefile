@@ -22,7 +22,7 @@ BENCH_RUN   ?= $(LONG_RUN)
 BENCH_READY := $(if $(filter $(LONG_RUN),$(BENCH_RUN)),long-annotated,$(BENCH_RUN)/annotate/.done)
 FUZZ_CASES  ?= 20000
 
-.PHONY: all demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
+.PHONY: all prerequisites demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-evals bench-scale bench-cores \
         test-slurm test-cluster test-k8s test-spark test-demo test-python test-searchless-loader test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu bench-wgpu bench-account bench-nvrtc test-cuda gpu-bundle stockfish doc clean
 
@@ -31,8 +31,17 @@ AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
 
 ## The demo pipeline (pipeline/demo.toml -> runs/demo): ingest, annotate,
 ## train the tiny action-value model, evaluate it, print Table A1, execute the
-## notebooks into HTML.
-all: annotate train eval stats notebooks
+## notebooks into HTML. The notebooks' Python packages and Stockfish are
+## installed while the binary builds (on a new machine pip takes about 40 s
+## of the first `make`); the stages then run one after another.
+all:
+	@$(MAKE) --no-print-directory -j2 build prerequisites
+	@$(MAKE) --no-print-directory annotate train eval stats notebooks
+
+# Best effort beside the build: a failure here is met again, and reported,
+# by the stage that needs the package (annotate, notebooks).
+prerequisites:
+	-@$(MAKE) --no-print-directory python-deps stockfish
 
 ## The longer demo (pipeline/demo-long.toml -> runs/demo-long), every stage.
 demo-long:
@@ -62,8 +71,10 @@ test-docs: $(RUN)/report/eval.json
 
 build: $(BIN)
 
+# Cargo runs as many compilers as there are cores, not the share of a
+# `make -j` job server it would otherwise take.
 $(BIN): $(SOURCES) | $(DUCKDB_LIB)
-	$(CARGO) build --release --locked
+	MAKEFLAGS= MFLAGS= $(CARGO) build --release --locked
 	@touch $@
 
 ## DuckDB 1.5.6's libduckdb.so from the npm registry (checksum pinned), so

@@ -1,5 +1,6 @@
-//! `make bench-evals`: how fast one core streams the Lichess evaluation
-//! database (`chessbench::annotate::cloud::read`), and in how much memory.
+//! `make bench-evals`: how fast the Lichess evaluation database streams
+//! (`chessbench::annotate::cloud::read` on one thread, `read_parallel` on
+//! every core), and in how much memory.
 //!
 //! The input is **synthetic, Lichess-shaped**: CHESSBENCH_BENCH_LINES
 //! (default 200,000) JSON lines in the database's form, each a position
@@ -8,13 +9,15 @@
 //! moves and random scores; zstd level 3, as the download is compressed.
 //! Real lines carry the same fields; their lengths differ.
 //!
-//! Printed, per pass over the file on one thread (the median of
-//! CHESSBENCH_BENCH_ROUNDS, default 3, interleaved): lines/s, MB/s of JSON,
-//! the ratio against decompressing alone (the floor), and the projected
-//! time per 10^8 lines; then the process's peak RSS. Passes: every
-//! position skipped by its key (a run that wants none), 10% wanted, every
-//! position wanted; a wanted position is parsed in full and labelled as
-//! annotating it would (its search chosen, every variation replayed).
+//! Printed, per pass over the file on one thread and on every core (the
+//! median of CHESSBENCH_BENCH_ROUNDS, default 3, interleaved): lines/s, MB
+//! of JSON/s, the ratio against zstd's own rate decompressing the file on
+//! one thread (the floor: the parallel reader decompresses on one thread
+//! too), and the projected time per 10^8 lines; then the process's peak
+//! RSS. Passes: every position skipped by its key (a run that wants
+//! none), one in ten wanted (by its key's hash), every position wanted; a
+//! wanted position is parsed in full and labelled as annotating it would
+//! (its search chosen, every variation replayed).
 //!
 //! Then end to end, `chessbench annotate RUN --evals FILE` as a child
 //! process: RUN holds the 2,500 real Lichess games of
@@ -34,7 +37,7 @@ use std::{
 };
 
 use chessbench::{
-    annotate::cloud::{CloudFormat, read},
+    annotate::cloud::{CloudFormat, ReadEvent, read, read_parallel},
     chess::cloud_eval,
 };
 use shakmaty::{CastlingMode, Chess, EnPassantMode, Position, fen::Fen, uci::UciMove};
@@ -176,63 +179,86 @@ fn main() {
         while d.read(&mut buf).unwrap() > 0 {}
         t.elapsed().as_secs_f64()
     };
-    let pass = |every: u64| {
+    // Whether a position is wanted: one in `every` by its key's hash (none
+    // for 0), the same rule on every thread.
+    let wants = |key: &str, every: u64| {
+        every != 0 && xxhash_rust::xxh3::xxh3_64(key.as_bytes()).is_multiple_of(every)
+    };
+    // What annotating a position takes: its search chosen, every
+    // variation replayed.
+    let label = |pos: Chess, e: cloud_eval::CloudEval| {
+        let search = cloud_eval::choose(&e.searches).expect("a search");
+        cloud_eval::labels(&pos, search)
+            .expect("legal lines")
+            .actions
+            .len()
+    };
+    let pass = |every: u64, threads: usize| {
         let t = Instant::now();
-        let mut n = 0u64;
         let mut actions = 0usize;
-        let pass = read(
-            &path,
-            CloudFormat::JsonLines,
-            |_key| {
-                n += 1;
-                every != 0 && n.is_multiple_of(every)
-            },
-            |_, _, pos, e| {
-                // What annotating the position takes: its search chosen,
-                // every variation replayed.
-                let search = cloud_eval::choose(&e.searches).expect("a search");
-                actions += cloud_eval::labels(&pos, search)
-                    .expect("legal lines")
-                    .actions
-                    .len();
-            },
-            |line, r| panic!("line {line}: {r}"),
-        )
+        let pass = if threads == 1 {
+            read(
+                &path,
+                CloudFormat::JsonLines,
+                |key| wants(key, every),
+                |_, _, pos, e| actions += label(pos, e),
+                |line, r| panic!("line {line}: {r}"),
+            )
+        } else {
+            read_parallel(
+                &path,
+                CloudFormat::JsonLines,
+                threads,
+                |key| wants(key, every),
+                |_, pos, e| label(pos, e),
+                |event| match event {
+                    ReadEvent::Position(_, _, n) => actions += n,
+                    ReadEvent::Rejected(line, r) => panic!("line {line}: {r}"),
+                    ReadEvent::Progress(_) => {}
+                },
+            )
+        }
         .expect("read");
         assert_eq!(pass.lines, lines);
         std::hint::black_box(actions);
         t.elapsed().as_secs_f64()
     };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads: Vec<usize> = if cores > 1 { vec![1, cores] } else { vec![1] };
     let passes = [
         ("keys only (no position wanted)", 0u64),
         ("10% of positions wanted", 10),
         ("every position wanted", 1),
     ];
-    let mut times = vec![Vec::new(); passes.len() + 1];
+    let mut times = vec![Vec::new(); 1 + passes.len() * threads.len()];
     for _ in 0..rounds {
         times[0].push(decompress());
         for (i, (_, every)) in passes.iter().enumerate() {
-            times[i + 1].push(pass(*every));
+            for (j, &n) in threads.iter().enumerate() {
+                times[1 + i * threads.len() + j].push(pass(*every, n));
+            }
         }
     }
     let floor = median(times[0].clone());
 
     println!(
-        "{:<34} {:>8} {:>12} {:>8} {:>10} {:>14}",
-        "pass (one thread, median)", "seconds", "lines/s", "MB/s", "vs floor", "per 10^8 lines"
+        "{:<34} {:>7} {:>8} {:>12} {:>8} {:>10} {:>14}",
+        "pass (median)", "threads", "seconds", "lines/s", "MB/s", "vs floor", "per 10^8 lines"
     );
-    let row = |name: &str, secs: f64| {
+    let row = |name: &str, threads: usize, secs: f64| {
         println!(
-            "{name:<34} {secs:>8.2} {:>12.0} {:>8.1} {:>9.2}x {:>12.0} s",
+            "{name:<34} {threads:>7} {secs:>8.2} {:>12.0} {:>8.1} {:>9.2}x {:>12.0} s",
             lines as f64 / secs,
             json_bytes as f64 / 1e6 / secs,
             floor / secs,
             secs / lines as f64 * 1e8
         );
     };
-    row("zstd decompression (the floor)", floor);
+    row("zstd decompression (the floor)", 1, floor);
     for (i, (name, _)) in passes.iter().enumerate() {
-        row(name, median(times[i + 1].clone()));
+        for (j, &n) in threads.iter().enumerate() {
+            row(name, n, median(times[1 + i * threads.len() + j].clone()));
+        }
     }
     println!("peak RSS of this process: {:.0} MB", peak_rss_mb());
     end_to_end(dir.path(), rounds);

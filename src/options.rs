@@ -69,8 +69,9 @@ pub struct RunArg {
 pub struct Jobs {
     /// Parallel jobs: ingest's parsing and writing threads, `bag import` and
     /// `bag export` threads, annotate's engine processes (one search thread
-    /// each), the training data loader's threads [default: the number of
-    /// cores; training: 1].
+    /// each) or, with `--evals`, threads reading the evaluation database,
+    /// the training data loader's threads [default: the number of cores;
+    /// training: 1].
     #[arg(short = 'j', long, value_name = "N", help_heading = "Resources")]
     pub jobs: Option<usize>,
 }

@@ -115,14 +115,6 @@ fn open(path: &Path) -> io::Result<Box<dyn BufRead + Send>> {
     }
 }
 
-/// The FEN of a JSON line without parsing the rest, when it is written
-/// first as the database writes it (`{"fen":"..."`).
-fn leading_fen(line: &str) -> Option<&str> {
-    let rest = line.strip_prefix("{\"fen\":\"")?;
-    let end = rest.find('"')?;
-    Some(&rest[..end])
-}
-
 /// The key a raw FEN matches boards by. Most database FENs are four
 /// fields without an en passant square and are their own key, borrowed;
 /// any other is parsed, and the square dropped unless a capture exists.
@@ -270,6 +262,324 @@ pub fn read(
     Ok(pass.stats)
 }
 
+/// What one line of the JSON form is.
+enum JsonLine {
+    /// Empty or white space: neither a position nor a reject.
+    Blank,
+    /// A line without a readable key.
+    Rejected(CloudReject),
+    /// A position nobody wants, left unparsed.
+    Unwanted,
+    /// A wanted position: its key and its searches with the position set
+    /// up and checked legal, or why they could not be.
+    Wanted(String, Result<(Chess, CloudEval), CloudReject>),
+}
+
+/// Reads one line (`raw`, with or without its newline) as far as its key
+/// and, when `wanted(key)`, in full. Both readers, one thread and many,
+/// take every line through here, so they agree line for line.
+fn json_line(raw: &[u8], wanted: &mut impl FnMut(&str) -> bool) -> JsonLine {
+    // A line that starts with its FEN, as the database writes them: its
+    // key is read from the FEN alone, and the rest of a line nobody wants
+    // is not looked at (not even checked to be UTF-8).
+    if let Some(rest) = raw.strip_prefix(b"{\"fen\":\"")
+        && let Some(end) = memchr::memchr(b'"', rest)
+        && let Ok(fen) = std::str::from_utf8(&rest[..end])
+    {
+        let key = match key_of(fen) {
+            Ok(k) => k,
+            Err(r) => return JsonLine::Rejected(r),
+        };
+        if !wanted(&key) {
+            return JsonLine::Unwanted;
+        }
+        let set_up = std::str::from_utf8(raw)
+            .map_err(|e| CloudReject::Json(format!("not UTF-8: {e}")))
+            .and_then(|text| cloud_eval::parse_json_line(text.trim_end()))
+            .and_then(|e| cloud_eval::position(&e.fen).map(|(pos, _)| (pos, e)));
+        return JsonLine::Wanted(key.into_owned(), set_up);
+    }
+    let text = match std::str::from_utf8(raw) {
+        Ok(t) => t.trim_end(),
+        Err(e) => return JsonLine::Rejected(CloudReject::Json(format!("not UTF-8: {e}"))),
+    };
+    if text.is_empty() {
+        return JsonLine::Blank;
+    }
+    // Any other line must parse in full to say its key.
+    let e = match cloud_eval::parse_json_line(text) {
+        Ok(e) => e,
+        Err(r) => return JsonLine::Rejected(r),
+    };
+    let key = match key_of(&e.fen) {
+        Ok(k) => k.into_owned(),
+        Err(r) => return JsonLine::Rejected(r),
+    };
+    if !wanted(&key) {
+        return JsonLine::Unwanted;
+    }
+    let set_up = cloud_eval::position(&e.fen).map(|(pos, _)| (pos, e));
+    JsonLine::Wanted(key, set_up)
+}
+
+/// Decompressed bytes of JSON lines a parsing thread takes at a time
+/// (whole lines: a block ends after its last newline).
+const BLOCK_BYTES: usize = 1 << 20;
+
+/// What [`read_parallel`] hands its caller, in file order.
+pub enum ReadEvent<'a, T> {
+    /// A wanted position (its line, its key) and what `work` made of it.
+    Position(u64, &'a str, T),
+    /// A rejected line or position (its line) and why.
+    Rejected(u64, &'a CloudReject),
+    /// Positions read so far: after each block of lines (every 65,536
+    /// positions for flattened rows and one thread), and at the end.
+    Progress(u64),
+}
+
+/// Reads the database at `path` once, as [`read`] does, on `threads`
+/// threads: for JSON lines, one thread decompresses and cuts the text into
+/// blocks of whole lines, `threads` others read each line's key, ask
+/// `wanted(key)`, and parse, set up and `work(key, position, eval)` each
+/// wanted position, and the calling thread hands the results to
+/// `event` in file order, each line numbered as [`read`] numbers it. At
+/// most `2 * threads` blocks are in flight, so memory stays within
+/// `2 * threads` MiB beside the results. Flattened rows, and one thread,
+/// are read by [`read`] on the calling thread.
+pub fn read_parallel<T: Send>(
+    path: &Path,
+    format: CloudFormat,
+    threads: usize,
+    wanted: impl Fn(&str) -> bool + Sync,
+    work: impl Fn(&str, Chess, CloudEval) -> T + Sync,
+    event: impl FnMut(ReadEvent<'_, T>),
+) -> Result<CloudPass, CloudError> {
+    read_blocks(path, format, threads, BLOCK_BYTES, wanted, work, event)
+}
+
+/// A block of lines as a parsing thread read it: its counts, and its
+/// positions and rejects with their line within the block (from 1).
+struct Block<T> {
+    /// The buffer the block was read into, its first `len` bytes the lines.
+    text: Vec<u8>,
+    len: usize,
+    lines: u64,
+    positions: u64,
+    wanted: u64,
+    found: Vec<(u64, Found<T>)>,
+}
+
+enum Found<T> {
+    Position(String, T),
+    Rejected(CloudReject),
+}
+
+/// [`read_parallel`] with the block size given (small in the tests, so
+/// that a small file makes many blocks).
+fn read_blocks<T: Send>(
+    path: &Path,
+    format: CloudFormat,
+    threads: usize,
+    block_bytes: usize,
+    wanted: impl Fn(&str) -> bool + Sync,
+    work: impl Fn(&str, Chess, CloudEval) -> T + Sync,
+    mut event: impl FnMut(ReadEvent<'_, T>),
+) -> Result<CloudPass, CloudError> {
+    if format != CloudFormat::JsonLines || threads <= 1 {
+        let event = std::cell::RefCell::new(event);
+        let mut positions = 0u64;
+        let pass = read(
+            path,
+            format,
+            |key| {
+                positions += 1;
+                if positions.is_multiple_of(1 << 16) {
+                    (event.borrow_mut())(ReadEvent::Progress(positions));
+                }
+                wanted(key)
+            },
+            |line, key, pos, e| {
+                let t = work(key, pos, e);
+                (event.borrow_mut())(ReadEvent::Position(line, key, t));
+            },
+            |line, r| (event.borrow_mut())(ReadEvent::Rejected(line, r)),
+        )?;
+        (event.borrow_mut())(ReadEvent::Progress(pass.positions));
+        return Ok(pass);
+    }
+    let io_err = |source| CloudError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let input = open(path).map_err(io_err)?;
+    let window = 2 * threads;
+    let (free_tx, free_rx) = crossbeam_channel::bounded::<Vec<u8>>(window);
+    for _ in 0..window {
+        free_tx
+            .send(Vec::new())
+            .expect("the channel holds the window");
+    }
+    let (todo_tx, todo_rx) = crossbeam_channel::bounded::<(u64, Vec<u8>, usize)>(window);
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(u64, Block<T>)>();
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(move || cut_blocks(input, block_bytes, &free_rx, &todo_tx));
+        for _ in 0..threads {
+            let (todo_rx, done_tx) = (todo_rx.clone(), done_tx.clone());
+            let (wanted, work) = (&wanted, &work);
+            scope.spawn(move || {
+                for (seq, text, len) in todo_rx {
+                    let block = parse_block(text, len, wanted, work);
+                    if done_tx.send((seq, block)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop((todo_rx, done_tx));
+        // In file order: a block waits here until those before it are out.
+        let mut stats = CloudPass::default();
+        let mut waiting = BTreeMap::new();
+        let mut next = 0u64;
+        for (seq, block) in &done_rx {
+            waiting.insert(seq, block);
+            while let Some(block) = waiting.remove(&next) {
+                next += 1;
+                let base = stats.lines;
+                for (i, found) in block.found {
+                    match found {
+                        Found::Position(key, t) => event(ReadEvent::Position(base + i, &key, t)),
+                        Found::Rejected(r) => {
+                            *stats.rejected.entry(r.code()).or_default() += 1;
+                            event(ReadEvent::Rejected(base + i, &r));
+                        }
+                    }
+                }
+                stats.lines += block.lines;
+                stats.bytes += block.len as u64;
+                stats.positions += block.positions;
+                stats.wanted += block.wanted;
+                event(ReadEvent::Progress(stats.positions));
+                // The reader may have stopped on an error: nobody to return it to.
+                let _ = free_tx.send(block.text);
+            }
+        }
+        drop(free_tx);
+        let read = reader.join().expect("the reading thread does not panic");
+        read.map_err(io_err)?;
+        assert!(waiting.is_empty(), "every block read was parsed");
+        Ok(stats)
+    })
+}
+
+/// Fills the buffers `free` returns with whole lines of `input` (each up
+/// to `block_bytes`, cut after its last newline, or longer to hold one
+/// long line; the last whatever is left) and sends them to `todo`,
+/// numbered; stops at the input's end, or when nobody takes them.
+fn cut_blocks(
+    mut input: Box<dyn BufRead + Send>,
+    block_bytes: usize,
+    free: &crossbeam_channel::Receiver<Vec<u8>>,
+    todo: &crossbeam_channel::Sender<(u64, Vec<u8>, usize)>,
+) -> io::Result<()> {
+    // The part of a line read past the last block's end.
+    let mut carry = Vec::new();
+    let mut seq = 0u64;
+    loop {
+        let Ok(mut text) = free.recv() else {
+            return Ok(());
+        };
+        // A buffer keeps its length from block to block (only its first
+        // `len` bytes are the block's), so it is zeroed only when it grows.
+        let mut target = block_bytes.max(1).max(carry.len() + 1);
+        if text.len() < target {
+            text.resize(target, 0);
+        }
+        text[..carry.len()].copy_from_slice(&carry);
+        let mut len = carry.len();
+        carry.clear();
+        let mut end = false;
+        loop {
+            // Decompressed straight into the block (a read at least as
+            // large as the reader's buffer bypasses it).
+            while len < target {
+                let n = loop {
+                    match input.read(&mut text[len..target]) {
+                        Ok(n) => break n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                };
+                if n == 0 {
+                    end = true;
+                    break;
+                }
+                len += n;
+            }
+            if end {
+                break;
+            }
+            if let Some(i) = memchr::memrchr(b'\n', &text[..len]) {
+                carry.extend_from_slice(&text[i + 1..len]);
+                len = i + 1;
+                break;
+            }
+            // One line longer than the block: read on to its end.
+            target = len + block_bytes.max(1);
+            if text.len() < target {
+                text.resize(target, 0);
+            }
+        }
+        if len > 0 && todo.send((seq, text, len)).is_err() {
+            return Ok(());
+        }
+        seq += 1;
+        if end {
+            return Ok(());
+        }
+    }
+}
+
+/// Reads one block's lines (split as `read_until` splits them).
+fn parse_block<T>(
+    text: Vec<u8>,
+    len: usize,
+    wanted: &impl Fn(&str) -> bool,
+    work: &impl Fn(&str, Chess, CloudEval) -> T,
+) -> Block<T> {
+    let mut block = Block {
+        text: Vec::new(),
+        len: 0,
+        lines: 0,
+        positions: 0,
+        wanted: 0,
+        found: Vec::new(),
+    };
+    for raw in text[..len].split_inclusive(|&b| b == b'\n') {
+        block.lines += 1;
+        let line = block.lines;
+        match json_line(raw, &mut |k| wanted(k)) {
+            JsonLine::Blank => {}
+            JsonLine::Rejected(r) => block.found.push((line, Found::Rejected(r))),
+            JsonLine::Unwanted => block.positions += 1,
+            JsonLine::Wanted(key, set_up) => {
+                block.positions += 1;
+                block.wanted += 1;
+                let found = match set_up {
+                    Ok((pos, e)) => {
+                        let t = work(&key, pos, e);
+                        Found::Position(key, t)
+                    }
+                    Err(r) => Found::Rejected(r),
+                };
+                block.found.push((line, found));
+            }
+        }
+    }
+    block.text = text;
+    block.len = len;
+    block
+}
+
 /// A position of flattened rows being gathered: its first row's number,
 /// its key, whether it is wanted, and its rows (only the first when it is
 /// not, to compare the next row's FEN with).
@@ -319,40 +629,18 @@ where
             self.stats.lines += 1;
             self.stats.bytes += n as u64;
             let number = self.stats.lines;
-            let text = match std::str::from_utf8(&line) {
-                Ok(t) => t.trim_end(),
-                Err(e) => {
-                    self.reject(number, CloudReject::Json(format!("not UTF-8: {e}")));
-                    continue;
+            match json_line(&line, &mut self.wanted) {
+                JsonLine::Blank => {}
+                JsonLine::Rejected(r) => self.reject(number, r),
+                JsonLine::Unwanted => self.stats.positions += 1,
+                JsonLine::Wanted(key, set_up) => {
+                    self.stats.positions += 1;
+                    self.stats.wanted += 1;
+                    match set_up {
+                        Ok((pos, e)) => (self.position)(number, &key, pos, e),
+                        Err(r) => self.reject(number, r),
+                    }
                 }
-            };
-            if text.is_empty() {
-                continue;
-            }
-            // The key from the leading FEN where there is one; else the
-            // whole line must parse to say.
-            let (key, parsed) = match leading_fen(text) {
-                Some(fen) => (key_of(fen), None),
-                None => match cloud_eval::parse_json_line(text) {
-                    Ok(e) => (key_of(&e.fen).map(Cow::into_owned).map(Cow::Owned), Some(e)),
-                    Err(r) => (Err(r), None),
-                },
-            };
-            let key = match key {
-                Ok(k) => k,
-                Err(r) => {
-                    self.reject(number, r);
-                    continue;
-                }
-            };
-            self.stats.positions += 1;
-            if !(self.wanted)(&key) {
-                continue;
-            }
-            self.stats.wanted += 1;
-            match parsed.map_or_else(|| cloud_eval::parse_json_line(text), Ok) {
-                Ok(e) => self.deliver(number, &key, e),
-                Err(r) => self.reject(number, r),
             }
         }
     }
@@ -619,13 +907,15 @@ pub struct Coverage {
 /// `memory_limit` bytes: the boards' index takes [`INDEX_BYTES_PER_BOARD`]
 /// a board, and when the boards do not fit in half the limit they are
 /// indexed a hash partition at a time, with a pass over the file each
-/// (standard input cannot be read twice, so it must fit in one).
+/// (standard input cannot be read twice, so it must fit in one). The file
+/// is read on `threads` threads ([`read_parallel`]).
 pub fn coverage(
     run: &Path,
     splits: &[String],
     path: &Path,
     format: CloudFormat,
     memory_limit: u64,
+    threads: usize,
 ) -> Result<Coverage, CloudError> {
     let mut out = Coverage::default();
     let mut boards = 0u64;
@@ -651,16 +941,23 @@ pub fn coverage(
         // A position the file repeats labels its boards once: the first.
         let mut seen = std::collections::HashSet::new();
         let mut unusable: BTreeMap<&'static str, u64> = BTreeMap::new();
-        out.pass = read(
+        out.pass = read_parallel(
             path,
             format,
+            threads,
             |key| index.wants(key),
-            |_, key, pos, e| {
-                let labels = cloud_eval::choose(&e.searches)
+            |_, pos, e| {
+                cloud_eval::choose(&e.searches)
                     .ok_or(CloudReject::NoSearch)
-                    .and_then(|search| cloud_eval::labels(&pos, search));
-                let labels = match labels {
-                    Ok(l) => l,
+                    .and_then(|search| cloud_eval::labels(&pos, search))
+                    .map(|labels| labels.actions.len() as u64)
+            },
+            |event| {
+                let ReadEvent::Position(_, key, actions) = event else {
+                    return;
+                };
+                let actions = match actions {
+                    Ok(n) => n,
                     Err(r) => {
                         *unusable.entry(r.code()).or_default() += 1;
                         return;
@@ -672,10 +969,9 @@ pub fn coverage(
                 for (s, _, phase) in index.boards(key) {
                     let c = counts[s].entry(phase).or_default();
                     c.covered += 1;
-                    c.action_values += labels.actions.len() as u64;
+                    c.action_values += actions;
                 }
             },
-            |_, _| {},
         )?;
         for (reason, n) in unusable {
             *out.pass.rejected.entry(reason).or_default() += n;
@@ -715,6 +1011,132 @@ mod tests {
         assert_eq!(keys.len(), 10);
         assert!(keys.iter().all(|(_, pvs)| *pvs == 1));
         assert!(pass.rejected.is_empty());
+    }
+
+    /// What a reader handed its caller, as comparable values.
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Position(u64, String, CloudEval, String),
+        Rejected(u64, CloudReject),
+    }
+
+    #[test]
+    fn many_threads_read_what_one_reads_line_for_line() {
+        let search = r#"{"pvs":[{"cp":20,"line":"a2a3 a7a6"}],"knodes":10,"depth":20}"#;
+        let long: Vec<String> = (0..300)
+            .map(|i| format!(r#"{{"cp":{i},"line":"a2a3"}}"#))
+            .collect();
+        let long = format!(r#"{{"pvs":[{}],"knodes":1,"depth":9}}"#, long.join(","));
+        let fens = [
+            "8/8/6K1/8/7p/8/R7/6k1 b - -",
+            // En passant written but not legal, and legal: both parsed
+            // for their key.
+            "rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq e6",
+            "rnbqkbnr/ppp1pppp/8/8/2Pp4/8/PP1PPPPP/RNBQKBNR b KQkq c3",
+            "8/8/8/8/8/8/8/8 w - -",
+            "r3kbnr/pp1qpppp/2p5/5b2/3P4/2N5/PPP1BPPP/R1BQK2R w KQkq -",
+        ];
+        let mut bytes = Vec::new();
+        for i in 0..240usize {
+            let fen = fens[i % fens.len()];
+            let line = match i % 11 {
+                0 => "{broken".to_owned(),
+                1 => String::new(),
+                2 => format!(r#"{{"evals":[{search}],"fen":"{fen}"}}"#),
+                3 => format!(r#"{{"fen":"{fen}","evals":[{long}]}}"#),
+                4 => "  ".to_owned(),
+                _ => format!(r#"{{"fen":"{fen}","evals":[{search}]}}"#),
+            };
+            bytes.extend_from_slice(line.as_bytes());
+            if i % 37 == 5 {
+                bytes.extend_from_slice(b"{\"fen\":\"\xff\"}");
+            }
+            bytes.extend_from_slice(if i % 13 == 0 { b"\r\n" } else { b"\n" });
+        }
+        // The last line without its newline.
+        bytes
+            .extend_from_slice(format!(r#"{{"fen":"{}","evals":[{search}]}}"#, fens[0]).as_bytes());
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("e.jsonl");
+        std::fs::write(&plain, &bytes).unwrap();
+        let packed = dir.path().join("e.jsonl.zst");
+        std::fs::write(&packed, zstd::encode_all(&bytes[..], 3).unwrap()).unwrap();
+        // Every other key wanted, by a rule each thread applies alike.
+        let wanted = |key: &str| {
+            key.len().is_multiple_of(2) || key.starts_with("8/8/6K1") || key.starts_with("8/8/8")
+        };
+        let board = |pos: &Chess| shakmaty::Position::board(pos).to_string();
+
+        let one = std::cell::RefCell::new(Vec::new());
+        let one_pass = read(
+            &plain,
+            CloudFormat::JsonLines,
+            wanted,
+            |line, key, pos, e| {
+                let seen = Seen::Position(line, key.to_owned(), e, board(&pos));
+                one.borrow_mut().push(seen);
+            },
+            |line, r| one.borrow_mut().push(Seen::Rejected(line, r.clone())),
+        )
+        .unwrap();
+        let one = one.into_inner();
+        assert!(one_pass.wanted > 50 && one_pass.positions > one_pass.wanted);
+        assert!(one_pass.rejected.len() >= 2, "{:?}", one_pass.rejected);
+        for path in [&plain, &packed] {
+            for (threads, block) in [(2, 1), (3, 64), (4, 700), (5, BLOCK_BYTES)] {
+                let mut many = Vec::new();
+                let mut progress = Vec::new();
+                let pass = read_blocks(
+                    path,
+                    CloudFormat::JsonLines,
+                    threads,
+                    block,
+                    wanted,
+                    |key, pos, e| (key.to_owned(), e, board(&pos)),
+                    |event| match event {
+                        ReadEvent::Position(line, key, (k, e, b)) => {
+                            assert_eq!(key, k);
+                            many.push(Seen::Position(line, k, e, b));
+                        }
+                        ReadEvent::Rejected(line, r) => many.push(Seen::Rejected(line, r.clone())),
+                        ReadEvent::Progress(p) => progress.push(p),
+                    },
+                )
+                .unwrap();
+                let at = format!("{} on {threads} threads, blocks of {block}", path.display());
+                assert_eq!(pass, one_pass, "{at}");
+                assert_eq!(many, one, "{at}");
+                assert!(
+                    progress.is_sorted() && progress.last() == Some(&pass.positions),
+                    "{at}"
+                );
+                if block < 1000 {
+                    assert!(progress.len() > 20, "{at}: {} blocks", progress.len());
+                }
+            }
+        }
+        // A file cut short is an error on many threads as on one.
+        let cut = dir.path().join("cut.jsonl.zst");
+        let packed = std::fs::read(&packed).unwrap();
+        std::fs::write(&cut, &packed[..packed.len() / 2]).unwrap();
+        let one = read(
+            &cut,
+            CloudFormat::JsonLines,
+            wanted,
+            |_, _, _, _| {},
+            |_, _| {},
+        );
+        assert!(matches!(one, Err(CloudError::Io { .. })), "{one:?}");
+        let many = read_blocks(
+            &cut,
+            CloudFormat::JsonLines,
+            3,
+            64,
+            wanted,
+            |_, _, _| (),
+            |_| {},
+        );
+        assert!(matches!(many, Err(CloudError::Io { .. })), "{many:?}");
     }
 
     #[test]

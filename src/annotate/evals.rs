@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use super::{
     AnnotateError,
-    cloud::{self, BoardIndex, CloudError, CloudFormat, CloudPass},
+    cloud::{self, BoardIndex, CloudError, CloudFormat, CloudPass, ReadEvent},
     config::AnnotateConfig,
     scope,
 };
@@ -373,52 +373,59 @@ fn read_pass(
     }
     let mut seen = HashSet::new();
     let mut unusable: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut positions = 0u64;
-    let labelled = std::cell::Cell::new(0u64);
-    let first_rejects = std::cell::RefCell::new(std::mem::take(&mut summary.first_rejects));
-    let note = |line: u64, r: &CloudReject| {
+    let mut labelled = 0u64;
+    let mut shown = 0u64;
+    let mut first_rejects = std::mem::take(&mut summary.first_rejects);
+    let mut note = |line: u64, r: &CloudReject| {
         first_rejects
-            .borrow_mut()
             .entry(r.code())
             .or_insert_with(|| (line, r.to_string()));
     };
-    let pass = cloud::read(
+    // Keys are read and positions labelled on every worker thread; the
+    // labels reach this thread in file order, so the first of a repeated
+    // position labels its boards, as on one thread.
+    let pass = cloud::read_parallel(
         file,
         format,
-        |key| {
-            positions += 1;
-            if positions.is_multiple_of(1 << 16) {
-                progress(positions, labelled.get());
-            }
-            index.wants(key)
-        },
-        |line, key, pos, e| {
-            let result = cloud_eval::choose(&e.searches)
+        config.workers,
+        |key| index.wants(key),
+        |_, pos, e| {
+            cloud_eval::choose(&e.searches)
                 .ok_or(CloudReject::NoSearch)
-                .and_then(|search| cloud_eval::labels(&pos, search));
-            let labels = match result {
-                Ok(l) => l,
-                Err(r) => {
-                    *unusable.entry(r.code()).or_default() += 1;
-                    note(line, &r);
+                .and_then(|search| cloud_eval::labels(&pos, search))
+        },
+        |event| match event {
+            ReadEvent::Position(line, key, result) => {
+                let labels = match result {
+                    Ok(l) => l,
+                    Err(r) => {
+                        *unusable.entry(r.code()).or_default() += 1;
+                        note(line, &r);
+                        return;
+                    }
+                };
+                // A position the file repeats labels its boards once: the first.
+                if !seen.insert(cloud::key_hash(key)) {
                     return;
                 }
-            };
-            // A position the file repeats labels its boards once: the first.
-            if !seen.insert(cloud::key_hash(key)) {
-                return;
+                let at = out.labels.len() as u32;
+                out.labels.push(labels);
+                for (s, id, _) in index.boards(key) {
+                    out.boards[s].push((id, at));
+                    labelled += 1;
+                }
             }
-            let at = out.labels.len() as u32;
-            out.labels.push(labels);
-            for (s, id, _) in index.boards(key) {
-                out.boards[s].push((id, at));
-                labelled.set(labelled.get() + 1);
+            ReadEvent::Rejected(line, r) => note(line, r),
+            ReadEvent::Progress(positions) => {
+                if positions >= shown + (1 << 16) {
+                    shown = positions;
+                    progress(positions, labelled);
+                }
             }
         },
-        |line, r| note(line, r),
     )?;
-    progress(positions, labelled.get());
-    summary.first_rejects = first_rejects.into_inner();
+    progress(pass.positions, labelled);
+    summary.first_rejects = first_rejects;
     let read = &mut summary.read;
     read.lines += pass.lines;
     read.bytes += pass.bytes;
@@ -577,6 +584,7 @@ pub fn plan(config: &AnnotateConfig) -> Result<cloud::Coverage, AnnotateError> {
         &file,
         CloudFormat::of(&file),
         config.memory_limit,
+        config.workers,
     )?)
 }
 

@@ -783,7 +783,10 @@ fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
         "the shared key covers two boards"
     );
     let splits = ["train".to_owned()];
-    let full = coverage(run, &splits, &path, CloudFormat::JsonLines, 1 << 30).unwrap();
+    let full = coverage(run, &splits, &path, CloudFormat::JsonLines, 1 << 30, 1).unwrap();
+    // Read on three threads, the same counts and rejects.
+    let three = coverage(run, &splits, &path, CloudFormat::JsonLines, 1 << 30, 3).unwrap();
+    assert_eq!(three, full);
     let c = &full.splits["train"].all;
     assert_eq!(c.boards, fens.len() as u64);
     assert_eq!(
@@ -816,7 +819,7 @@ fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
     // Within a limit that holds a third of the index: three passes, the
     // same counts.
     let small = fens.len() as u64 * INDEX_BYTES_PER_BOARD * 2 / 3 + 1;
-    let parts = coverage(run, &splits, &path, CloudFormat::JsonLines, small).unwrap();
+    let parts = coverage(run, &splits, &path, CloudFormat::JsonLines, small, 2).unwrap();
     assert!(parts.passes >= 2, "{parts:?}");
     assert_eq!(parts.splits, full.splits);
     // Standard input cannot be read twice.
@@ -826,7 +829,8 @@ fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
             &splits,
             std::path::Path::new("-"),
             CloudFormat::JsonLines,
-            small
+            small,
+            2
         ),
         Err(CloudError::OnePass { .. })
     ));

@@ -237,7 +237,8 @@ bench-scale: | $(DUCKDB_LIB)
 
 ## How ingest and the bag stages scale with cores: each at -j 1, 4 and 16
 ## (those up to the cores, and the cores) beside parallel_validate, with wall
-## and CPU time, speed-up over -j 1 and peak RSS (bench/cores.py); results in
+## and CPU time, speed-up over -j 1 and peak RSS, then the evaluation-database
+## reader at one thread and every core (bench/cores.py); results in
 ## bench-data/cores/. Generated games: CORES_GAMES (10^6) for ingest,
 ## CORES_BAG_GAMES (10^5, synthetic values) for the bag stages. CORES_JOBS
 ## overrides the -j list. On a machine without Rust: bench/cores.sh with

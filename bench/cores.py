@@ -20,6 +20,15 @@ The stages:
                      per board and move; action values of every 10th board)
   bag_export         `chessbench bag export -j J` of that split (.bag)
   bag_export_bagz    the same, zstd-compressed records (.bagz), state values
+  evals_*            the Lichess evaluation-database reader (benches/evals.rs,
+                     `make bench-evals`) on EVALS_LINES SYNTHETIC
+                     Lichess-shaped lines: zstd decompression (the floor),
+                     a keys-only pass, 10% and every position labelled, at
+                     one thread and every core (wall_s is the median pass;
+                     vs_floor the ratio to decompression); then
+                     `annotate --evals` end to end on 2,500 real games
+                     (annotate_evals, boards_per_s). Its whole output is
+                     OUT/bench-evals.txt.
 
 Games come from `chessbench generate-games` (real Lichess openings continued
 by seeded random play, written as a Lichess dump with clocks), generated on
@@ -90,9 +99,10 @@ class Bench:
         extra = ""
         if "phases" in row:
             extra = "  phases " + ", ".join(f"{k} {v:.2f}" for k, v in row["phases"].items())
+        cpu = "" if row.get("cpu_s") is None else f"{row['cpu_s']:8.2f} s CPU"
         print(
             f"{row['stage']:<18} -j {row['j']:<3} {row['wall_s']:8.2f} s wall "
-            f"{row['cpu_s']:8.2f} s CPU {row['peak_rss_mb']:8.0f} MB{extra}"
+            f"{cpu:>14} {row['peak_rss_mb']:8.0f} MB{extra}"
             + (f"  FAILED (exit {row['status']})" if row.get("status") else ""),
             flush=True,
         )
@@ -244,7 +254,28 @@ class Bench:
                                     lambda s: {"records": sum(x["records"] for x in s),
                                                "bytes": sum(x["bytes"] for x in s)})
                     shutil.rmtree(out, ignore_errors=True)
+        if "evals" in a.stages:
+            self.evals()
         self.table()
+
+    def evals(self):
+        """benches/evals.rs, its table's rows recorded one by one."""
+        exe = self.bin("bench-evals")
+        if not os.path.exists(exe):
+            sys.exit(f"{exe} is missing (scripts/cores-build builds it)")
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, CHESSBENCH_BENCH_LINES=str(self.args.evals_lines),
+                   CHESSBENCH_BIN=self.bin("chessbench"), CHESSBENCH_ROOT=root,
+                   TMPDIR=self.work)
+        text_path = os.path.join(self.out, "bench-evals.txt")
+        wall, cpu, rss, _, status = run([exe], self.log, env=env, stdout_file=text_path)
+        if status:
+            self.record({"stage": "evals", "j": os.cpu_count(), "games": 0,
+                         "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                         "peak_rss_mb": round(rss, 1), "status": status})
+            return
+        for row in evals_rows(open(text_path).read(), self.args.evals_lines):
+            self.record(row)
 
     def table(self):
         base = {}
@@ -263,18 +294,55 @@ class Bench:
             elif disk and "bytes" in r and r["stage"].startswith("bag_export"):
                 bound = f"writing {r['bytes'] / 1e6:.0f} MB at the disk's rate: " \
                         f"{r['bytes'] / 1e6 / disk['mb_per_s']:.2f} s"
-            lines.append(f"| {r['stage']} | {r['j']} | {r['games']} | {r['wall_s']:.2f} | "
-                         f"{r['cpu_s']:.2f} | {speed} | {r['peak_rss_mb']:.0f} | {bound} |")
+            elif "vs_floor" in r:
+                bound = f"{r['lines_per_s']:.0f} lines/s, {r['vs_floor']:.2f}x decompression"
+            elif "boards_per_s" in r:
+                bound = f"{r['boards_per_s']:.0f} boards labelled/s, {r['passes']} passes"
+            cpu = "" if r.get("cpu_s") is None else f"{r['cpu_s']:.2f}"
+            games = r.get("lines", r["games"])
+            lines.append(f"| {r['stage']} | {r['j']} | {games} | {r['wall_s']:.2f} | "
+                         f"{cpu} | {speed} | {r['peak_rss_mb']:.0f} | {bound} |")
         text = "\n".join(lines)
         print("\n" + text)
         with open(os.path.join(self.out, "cores.md"), "w") as f:
             f.write(f"{self.machine}\n\n{text}\n")
 
 
+def evals_rows(text, lines):
+    """The rows of benches/evals.rs's printed tables, as cores.jsonl rows."""
+    rss = 0.0
+    for line in text.splitlines():
+        if line.startswith("peak RSS of this process:"):
+            rss = float(line.split(":")[1].split()[0])
+    names = {"zstd decompression (the floor)": "evals_decompress",
+             "keys only (no position wanted)": "evals_keys",
+             "10% of positions wanted": "evals_labelled_10pct",
+             "every position wanted": "evals_labelled_all"}
+    settings = {"default memory limit": "annotate_evals",
+                "a quarter of one pass's room": "annotate_evals_quarter"}
+    for line in text.splitlines():
+        t = line.split()
+        for name, stage in names.items():
+            if line.startswith(name) and len(t) >= 7 and t[-1] == "s":
+                threads, secs, lps, _mbs, vs, _per = t[-7:-1]
+                yield {"stage": stage, "j": int(threads), "games": 0, "lines": lines,
+                       "wall_s": float(secs), "cpu_s": None, "peak_rss_mb": rss,
+                       "lines_per_s": float(lps), "vs_floor": float(vs.rstrip("x")),
+                       "synthetic": True}
+        for name, stage in settings.items():
+            if line.startswith(name) and len(t) >= 9 and t[-1] == "MB":
+                passes, secs, read, commit, lps, bps, _vs, mb = t[-9:-1]
+                yield {"stage": stage, "j": os.cpu_count(), "games": 2500,
+                       "wall_s": float(secs), "cpu_s": None, "peak_rss_mb": float(mb),
+                       "passes": int(passes), "read_s": float(read),
+                       "commit_s": float(commit), "boards_per_s": float(bps),
+                       "synthetic": True}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--bin", required=True,
-                   help="directory with chessbench, bench-scale, parallel_validate")
+                   help="directory with chessbench, bench-scale, bench-evals, parallel_validate")
     p.add_argument("--openings", help="PGN(.zst) of real games whose openings the games "
                                       "replay (default: the ones built into chessbench)")
     p.add_argument("--out", required=True, help="where cores.jsonl, cores.md and cores.log go")
@@ -284,7 +352,10 @@ def main():
     p.add_argument("--jobs", default="",
                    help="thread counts, e.g. '1 4 16' (default: 1, 4, 16 and the cores, "
                         "up to the cores)")
-    p.add_argument("--stages", default="ingest,bag", help="ingest, bag, or both")
+    p.add_argument("--stages", default="ingest,bag,evals",
+                   help="comma-separated: ingest, bag, evals")
+    p.add_argument("--evals-lines", type=int, default=1_000_000,
+                   help="synthetic lines of the evals stage's database")
     a = p.parse_args()
     cores = os.cpu_count() or 1
     if a.jobs:

@@ -264,13 +264,21 @@ fn main() {
     end_to_end(dir.path(), rounds);
 }
 
-const BIN: &str = env!("CARGO_BIN_EXE_chessbench");
+/// The chessbench binary the end-to-end part runs: CHESSBENCH_BIN when set
+/// (the bench carried to another machine, bench/cores.py), else the one
+/// Cargo built beside this bench.
+fn bin() -> std::path::PathBuf {
+    std::env::var_os("CHESSBENCH_BIN").map_or_else(
+        || env!("CARGO_BIN_EXE_chessbench").into(),
+        std::path::PathBuf::from,
+    )
+}
 
 /// Runs `args`, returning (wall seconds, peak RSS in MB, stdout).
 fn child(args: &[&str]) -> (f64, f64, String) {
     let t = Instant::now();
     let out = std::env::temp_dir().join(format!("cb-evals-bench-{}.out", std::process::id()));
-    let c = Command::new(BIN)
+    let c = Command::new(bin())
         .args(args)
         .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
         .stderr(Stdio::inherit())

@@ -9,9 +9,14 @@
 
 use std::path::PathBuf;
 
-/// The repository's root (where Cargo.toml is).
+/// The repository's root (where Cargo.toml is): CHESSBENCH_ROOT when set (a
+/// bench binary carried to another machine with a copy of the repository,
+/// bench/cores.py), else where it was built.
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CHESSBENCH_ROOT").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+        PathBuf::from,
+    )
 }
 
 /// `tests/golden/`: the reference vectors (see its README).

@@ -13,10 +13,8 @@ use std::path::PathBuf;
 /// bench binary carried to another machine with a copy of the repository,
 /// bench/cores.py), else where it was built.
 fn root() -> PathBuf {
-    std::env::var_os("CHESSBENCH_ROOT").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")),
-        PathBuf::from,
-    )
+    std::env::var_os("CHESSBENCH_ROOT")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
 }
 
 /// `tests/golden/`: the reference vectors (see its README).

@@ -118,14 +118,16 @@ pub struct Summary {
 }
 
 /// Threads deduplicating boards while games stream in, for `threads`
-/// parsing threads: as many, up to 4. One thread inserting every board
-/// (a hash, a probe, an insert; and a spill of its table every few hundred
-/// thousand boards) would cap ingest at a few million boards a second
-/// whatever the cores; shards split that work by hash. Each shard still reads every
-/// batch (every key's hash, computed once by the parsers, to find its own),
-/// hence the cap.
+/// parsing threads: one for each pair, up to 4. One thread inserting every
+/// board (a hash, a probe, an insert; and a spill of its table every few
+/// hundred thousand boards) would cap ingest at a few million boards a
+/// second whatever the cores; shards split that work by hash. Each shard
+/// still reads every batch (every key's hash, computed once by the parsers,
+/// to find its own), hence the cap, and one shard keeps up with two
+/// parsers: on 2 cores a second shard only added its reading of every
+/// batch (bench/results/amd2-2026-11-29, "Ingest on 2 cores").
 fn dedup_shards(threads: usize) -> usize {
-    threads.clamp(1, 4)
+    (threads / 2).clamp(1, 4)
 }
 
 /// Threads merging a split's spilled runs while its boards are written, for

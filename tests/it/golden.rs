@@ -156,7 +156,7 @@ fn output_does_not_depend_on_memory_limit_or_threads() {
         parquet_files(three.path()) == expected_files,
         "3 threads: files differ"
     );
-    // 4 threads: boards deduplicated by 4 shards, each spilling its own
+    // 8 threads: boards deduplicated by 4 shards, each spilling its own
     // partitions, in both spill formats whatever this CPU would pick.
     for (format, bytes) in [("plain", 56), ("packed", 44)] {
         let four = tempfile::tempdir().unwrap();
@@ -164,7 +164,7 @@ fn output_does_not_depend_on_memory_limit_or_threads() {
             .env("CHESSBENCH_SPILL_FORMAT", format)
             .args(["ingest", "--json", "--no-progress"])
             .arg(four.path())
-            .args([path, "-j", "4", "--memory-limit", "1MiB"])
+            .args([path, "-j", "8", "--memory-limit", "1MiB"])
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -177,7 +177,7 @@ fn output_does_not_depend_on_memory_limit_or_threads() {
         );
         assert!(
             parquet_files(four.path()) == expected_files,
-            "4 threads, 1 MiB, {format}: files differ"
+            "8 threads, 1 MiB, {format}: files differ"
         );
     }
 }

@@ -84,26 +84,7 @@ and phase), and a later `--only-missing true` searches only the boards it left. 
     /// Print Table A1 (record counts per split, bytes on disk, test-in-train overlap).
     Stats(StatsOptions),
     /// Query a run's tables in SQL (embedded DuckDB, views preloaded).
-    #[command(
-        long_about = "Run DuckDB SQL against a run directory. The views of sql/views.sql are \
-preloaded: games, rejects, boards, legal_moves, state_values, action_values, failures (all splits, \
-with a `split` column), board_phases, and ChessBench's record sets sv_records, bc_records and \
-av_records (of the values the variable label_source chooses: stockfish, the default; \
-lichess_evals; both).\n\n\
-QUERY is a SQL file or one of the built-in files of sql/ by name: table_a1 (Table A1 per split, \
-the numbers `chessbench stats` prints), dataset_stats (Figure A1 histograms, phases, Elo and time \
-controls, mate scores, failures), overlap (test boards also in train), sampling (uniform vs \
-weighted sampler weights), ablations (`chessbench ablate` results in the paper's table shape), \
-label_sources (coverage of Stockfish and the Lichess evaluation database by split and phase, and \
-their agreement). Each query in a file prints as its own result, named by a \
-`-- @name NAME` comment.\n\n\
-Examples:\n\
-  chessbench sql runs/demo table_a1\n\
-  chessbench sql runs/demo -e \"SELECT split, avg(win_prob) FROM sv_records GROUP BY ALL\"\n\
-  chessbench sql runs/demo sampling --only sampling_weights --format csv > weights.csv\n\n\
-The same SQL runs in the DuckDB CLI or Python duckdb (DuckDB 1.5):\n\
-  duckdb -c \"SET VARIABLE run_dir = 'runs/demo'; .read sql/views.sql; .read sql/table_a1.sql\""
-    )]
+    #[command(long_about = crate::sql::long_about())]
     Sql(SqlOptions),
     /// Export or import ChessBench .bag files (state_value, behavioral_cloning, action_value).
     #[command(subcommand)]

@@ -10,16 +10,44 @@ use crate::{
     ui::group,
 };
 
+/// `chessbench sql --help`'s long text: the views, the built-in queries
+/// from [`BUILTIN`] with what each gives, and examples.
+pub fn long_about() -> String {
+    let builtins = BUILTIN
+        .iter()
+        .filter(|b| b.name != "views")
+        .map(|b| format!("{} ({})", b.name, b.about))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "Run DuckDB SQL against a run directory. The views of sql/views.sql are preloaded: \
+games, rejects, boards, legal_moves, state_values, action_values, failures (all splits, with a \
+`split` column), board_phases, and ChessBench's record sets sv_records, bc_records and \
+av_records (of the values the variable label_source chooses: stockfish, the default; \
+lichess_evals; both).\n\n\
+QUERY is a SQL file or one of the built-in files of sql/ by name: {builtins}. Each query in a \
+file prints as its own result, named by a `-- @name NAME` comment.\n\n\
+Examples:\n\
+chessbench sql runs/demo table_a1\n\
+chessbench sql runs/demo -e \"SELECT split, avg(win_prob) FROM sv_records GROUP BY ALL\"\n\
+chessbench sql runs/demo sampling --only sampling_weights --format csv > weights.csv\n\n\
+The same SQL runs in the DuckDB CLI or Python duckdb (DuckDB 1.5):\n\
+duckdb -c \"SET VARIABLE run_dir = 'runs/demo'; .read sql/views.sql; .read sql/table_a1.sql\""
+    )
+}
+
 /// `chessbench sql`'s options (command line only).
 #[derive(Debug, Clone, clap::Args)]
 pub struct SqlOptions {
     /// Run directory.
     #[arg(value_name = "RUN_DIR", value_hint = clap::ValueHint::DirPath)]
     pub run: PathBuf,
-    /// A SQL file, or a built-in query: table_a1, dataset_stats, overlap,
-    /// sampling, training, ablations, label_sources, views.
     #[arg(
         value_name = "QUERY",
+        help = format!(
+            "A SQL file, or a built-in query: {}",
+            crate::store::sql_files::builtin_names()
+        ),
         required_unless_present = "execute",
         conflicts_with = "execute"
     )]

@@ -311,7 +311,7 @@ fn check_run(py: Python<'_>, run: std::path::PathBuf) -> PyResult<()> {
 /// by name.
 #[pyfunction]
 fn sql_files() -> Vec<(&'static str, &'static str)> {
-    BUILTIN.to_vec()
+    BUILTIN.iter().map(|b| (b.name, b.text)).collect()
 }
 
 #[pymodule]

@@ -436,7 +436,7 @@ pub fn run(config: &AblateConfig, progress: bool) -> Result<Summary, AblateError
     let grid = &config.grid;
     // Every variant reads the grid's run: refuse one that is not a run
     // before anything is written under it.
-    if !grid.run.join("manifest.json").is_file() {
+    if !grid.run.join(crate::store::commit::MANIFEST).is_file() {
         return Err(StoreError::NotARun(grid.run.clone()).into());
     }
     let shard = config.shard;
@@ -487,7 +487,7 @@ pub fn run(config: &AblateConfig, progress: bool) -> Result<Summary, AblateError
         if data_failures.iter().any(|(id, _)| *id == d.id) {
             continue;
         }
-        let n = if d.dir.join("manifest.json").is_file() {
+        let n = if d.dir.join(crate::store::commit::MANIFEST).is_file() {
             missing(&d.annotate)?
         } else {
             1
@@ -659,9 +659,9 @@ fn link_run(base: &Path, dir: &Path, eval_splits: &[String]) -> Result<(), Store
         .strip_prefix(base)
         .map(|rel| rel.components().count())
         .unwrap_or(0);
-    let manifest = dir.join("manifest.json");
+    let manifest = dir.join(crate::store::commit::MANIFEST);
     if !manifest.exists() {
-        let from = base.join("manifest.json");
+        let from = base.join(crate::store::commit::MANIFEST);
         let bytes = std::fs::read(&from).map_err(|e| StoreError::io(&from, e))?;
         // Written beside, then linked into place only if absent: a shard
         // that got there first (and may have recorded its annotation in it)

@@ -54,7 +54,7 @@ pub enum SqlError {
     Duckdb(#[from] duckdb::Error),
     #[error(
         "{0:?} is neither a SQL file nor a built-in query (built-ins: {names})",
-        names = BUILTIN.map(|b| b.0).join(", ")
+        names = crate::store::sql_files::builtin_names()
     )]
     UnknownQuery(String),
     #[error("{}: {source}", path.display())]
@@ -83,8 +83,8 @@ pub(crate) fn query_text(arg: &str) -> Result<(String, String), SqlError> {
     let name = arg.trim_start_matches("sql/").trim_end_matches(".sql");
     BUILTIN
         .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(n, text)| (format!("sql/{n}.sql"), (*text).to_owned()))
+        .find(|b| b.name == name)
+        .map(|b| (format!("sql/{}.sql", b.name), b.text.to_owned()))
         .ok_or_else(|| SqlError::UnknownQuery(arg.to_owned()))
 }
 
@@ -170,13 +170,20 @@ pub(crate) fn spill_root(run: &Path) -> PathBuf {
 }
 
 /// Tables whose absence is an error when a query uses them (rejects and
-/// failures are legitimately empty), and the stage that writes them.
+/// failures are legitimately empty), and the stage that writes them, in
+/// the words of views.sql's own errors (a test holds them the same).
 const REQUIRED: [(&str, &str); 5] = [
-    ("games", "not ingested: run `chessbench ingest RUN` first"),
-    ("boards", "not ingested: run `chessbench ingest RUN` first"),
+    (
+        "games",
+        "not ingested: run `chessbench ingest RUN INPUT` first",
+    ),
+    (
+        "boards",
+        "not ingested: run `chessbench ingest RUN INPUT` first",
+    ),
     (
         "legal_moves",
-        "not ingested: run `chessbench ingest RUN` first",
+        "not ingested: run `chessbench ingest RUN INPUT` first",
     ),
     (
         "state_values",
@@ -388,5 +395,80 @@ impl Session {
             ))
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every table's columns and types as DuckDB binds `views.sql` over
+    /// `run` (a view is bound, not run, by DESCRIBE, so a table without
+    /// files gives its empty-view columns, not its error).
+    fn described(run: &Path) -> Vec<(String, Vec<(String, String)>)> {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(&format!(
+            "SET VARIABLE run_dir = {};\n{VIEWS_SQL}",
+            literal(&run.to_string_lossy())
+        ))
+        .unwrap();
+        Table::ALL
+            .iter()
+            .map(|t| {
+                let mut stmt = conn.prepare(&format!("DESCRIBE {}", t.name())).unwrap();
+                let columns = stmt
+                    .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+                    .unwrap()
+                    .collect::<Result<Vec<_>, _>>()
+                    .unwrap();
+                (t.name().to_owned(), columns)
+            })
+            .collect()
+    }
+
+    /// A run without any table's files reads, through `views.sql`'s empty
+    /// views, with the columns and types the same views give once each
+    /// table has a file written with `store::schema`'s schema: the column
+    /// lists written out in views.sql agree with the schema.
+    #[test]
+    fn empty_views_have_the_written_tables_columns() {
+        let empty = tempfile::tempdir().unwrap();
+        let written = tempfile::tempdir().unwrap();
+        for table in Table::ALL {
+            let dir = written.path().join(partition_dir(table, "train"));
+            fs::create_dir_all(&dir).unwrap();
+            let file = fs::File::create(dir.join("part-00000.parquet")).unwrap();
+            let mut w = parquet::arrow::ArrowWriter::try_new(file, table.schema(), None).unwrap();
+            w.write(&RecordBatch::new_empty(table.schema())).unwrap();
+            w.close().unwrap();
+        }
+        // The hint for a dropped view is the one views.sql gives that table.
+        for (table, hint) in REQUIRED {
+            let at = VIEWS_SQL
+                .find(&format!("VIEW {table} AS"))
+                .unwrap_or_else(|| panic!("views.sql has no view {table}"));
+            let view = &VIEWS_SQL[at..];
+            let view = &view[..view.find(";\n").unwrap_or(view.len())];
+            assert!(
+                view.contains(hint),
+                "{table}: {hint:?} is not views.sql's hint"
+            );
+        }
+        let (empty, written) = (described(empty.path()), described(written.path()));
+        for ((table, columns), (_, expected)) in empty.iter().zip(&written) {
+            assert_eq!(columns, expected, "{table}: views.sql's empty view");
+            assert_eq!(
+                expected.len(),
+                Table::ALL
+                    .iter()
+                    .find(|t| t.name() == table)
+                    .unwrap()
+                    .schema()
+                    .fields()
+                    .len()
+                    + 1,
+                "{table}: the schema's columns and split"
+            );
+        }
     }
 }

@@ -534,7 +534,7 @@ impl Loader {
             }
         }
         if units.is_empty() {
-            if !config.run.join("manifest.json").is_file() {
+            if !config.run.join(crate::store::commit::MANIFEST).is_file() {
                 return Err(StoreError::NotARun(config.run.clone()).into());
             }
             return Err(DataError::Empty {

@@ -450,9 +450,6 @@ fn train_on<B: TrainBackend>(
     // first step.
     let products = <B as ModelBackend>::products();
     let out = config.out_dir();
-    if options.restart && out.exists() {
-        clear_for_restart(&out)?;
-    }
     let shape = config.shape();
     let buckets =
         ValueBuckets::new(config.buckets).map_err(|_| DataError::Buckets(config.buckets))?;
@@ -465,14 +462,18 @@ fn train_on<B: TrainBackend>(
         mut optimiser,
         mut state,
         resumed_from,
-    } = resume_or_start::<B>(config, &out, &shape, adam, &device)?;
-    // The data is opened before anything is written: a run that is not
-    // one, or has no records, leaves no training directory behind.
+    } = resume_or_start::<B>(config, &out, options.restart, &shape, adam, &device)?;
+    // The data is opened before anything is written or removed: a run that
+    // is not one, or has no records, leaves no training directory behind,
+    // and `--restart` keeps the earlier run's files until the data opens.
     let eval = match &config.eval_split {
         Some(split) => Some(eval_set(config, split)?),
         None => None,
     };
     let mut loader = Loader::new(training_data(config, Shard::ALL), state.position)?;
+    if options.restart && out.exists() {
+        clear_for_restart(&out)?;
+    }
     let (metrics_path, eval_path) = open_logs(config, &out, state.step)?;
     let epoch_records = loader.records().max(1);
 
@@ -652,17 +653,19 @@ struct Started<B: TrainBackend> {
     resumed_from: Option<u64>,
 }
 
-/// The latest checkpoint in `out` when there is one (refused when its
-/// recipe differs from `config` in a way that matters), else fresh
-/// parameters drawn from `config.seed`.
+/// The latest checkpoint in `out` when there is one and this is not a
+/// `restart` (refused when its recipe differs from `config` in a way that
+/// matters), else fresh parameters drawn from `config.seed`.
 fn resume_or_start<B: TrainBackend>(
     config: &TrainConfig,
     out: &Path,
+    restart: bool,
     shape: &crate::model::ModelShape,
     adam: AdamSettings,
     device: &B::Device,
 ) -> Result<Started<B>, TrainError> {
-    let started = match latest(out)? {
+    let latest = if restart { None } else { latest(out)? };
+    let started = match latest {
         Some(dir) => {
             let (dir, saved): (PathBuf, TrainState) = read_state(&dir)?;
             let diffs = config.incompatible_with(&saved.config);

@@ -467,6 +467,30 @@ fn a_killed_run_resumes_on_the_exact_loss_trajectory() {
         err.contains("loss: checkpoint has \"hl_gauss\", now \"l2\"") && err.contains("--restart"),
         "{err}"
     );
+    // A restart whose data does not open (this run has no values from the
+    // evaluation database) fails before it removes anything.
+    let failed = train(
+        "resume_b",
+        &[
+            "--steps",
+            "3",
+            "--restart",
+            "--label-source",
+            "lichess_evals",
+        ],
+    );
+    assert!(!failed.status.success());
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert!(err.contains("from label source lichess_evals"), "{err}");
+    assert!(ckpts.join("step-000000016").join("model.mpk").is_file());
+    assert_eq!(trajectory("resume_b"), b, "the earlier run's log is kept");
+    // A restart that opens its data starts over with the new recipe.
+    ok(&train(
+        "resume_b",
+        &["--steps", "3", "--restart", "--loss", "l2"],
+    ));
+    assert_eq!(trajectory("resume_b").len(), 3);
+    assert!(!ckpts.join("step-000000016").exists());
     // The eval ran at the end on the test split.
     let eval = std::fs::read_to_string(annotated().join("train/resume_a/eval.csv")).unwrap();
     let last = eval.lines().last().unwrap();

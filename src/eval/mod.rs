@@ -62,6 +62,9 @@ pub enum EvalError {
     },
     #[error(transparent)]
     Sql(#[from] SqlError),
+    /// Writing a report file (the store's error names the file).
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,

@@ -423,15 +423,7 @@ fn opponent_player(config: &EvalConfig, o: &Opponent) -> Result<Box<dyn Player>,
 }
 
 fn write(path: &Path, text: &str) -> Result<(), EvalError> {
-    write_atomic(path, text.as_bytes()).map_err(report_err(path))
-}
-
-/// A report file's store error as the evaluation's, naming the file.
-fn report_err(path: &Path) -> impl FnOnce(crate::store::StoreError) -> EvalError + '_ {
-    move |e| EvalError::Io {
-        path: path.to_owned(),
-        source: std::io::Error::other(e.to_string()),
-    }
+    Ok(write_atomic(path, text.as_bytes())?)
 }
 
 /// Runs the evaluation `config` describes and writes the report.
@@ -686,7 +678,7 @@ fn write_report(
     // First: withdraw the marker of any earlier report, whose files the
     // ones below replace one at a time.
     let marker = out.join("eval.json");
-    remove_file_if_exists(&marker).map_err(report_err(&marker))?;
+    remove_file_if_exists(&marker)?;
     let mut cal = String::from("predictor,lo,hi,moves,mean_predicted,mean_stockfish\n");
     for m in s.metrics.iter().chain(&s.oracle) {
         for c in &m.calibration {

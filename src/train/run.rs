@@ -58,6 +58,9 @@ pub enum TrainError {
     Data(#[from] DataError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// Writing a log or the summary (the store's error names the file).
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
     #[error("{}: {source}", path.display())]
     Optimiser { path: PathBuf, source: OptimError },
     #[error("{}: {source}", path.display())]
@@ -248,10 +251,7 @@ fn cut_log(path: &Path, header: &str, step: u64) -> Result<(), TrainError> {
             }
         }
     }
-    crate::store::commit::write_atomic(path, kept.as_bytes()).map_err(|e| TrainError::Io {
-        path: path.to_owned(),
-        source: std::io::Error::other(e.to_string()),
-    })
+    Ok(crate::store::commit::write_atomic(path, kept.as_bytes())?)
 }
 
 fn append(path: &Path, line: &str) -> Result<(), TrainError> {
@@ -789,10 +789,7 @@ fn write_summary(out: &Path, summary: &Summary) -> Result<(), TrainError> {
 /// Writes `value` as pretty JSON to `path`, atomically.
 fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), TrainError> {
     let json = serde_json::to_vec_pretty(value).unwrap_or_default();
-    crate::store::commit::write_atomic(path, &json).map_err(|e| TrainError::Io {
-        path: path.to_owned(),
-        source: std::io::Error::other(e.to_string()),
-    })
+    Ok(crate::store::commit::write_atomic(path, &json)?)
 }
 
 /// The last row of `eval.csv` (a run resumed after it finished).

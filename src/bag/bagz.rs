@@ -186,8 +186,9 @@ pub struct BagWriter {
 /// (`sync_file_range`) and drops the range written before them from the page
 /// cache. A 1.1 TB export then streams through a few dozen MiB of page cache
 /// instead of filling it and making the kernel reclaim pages under every
-/// write: at 10^6 games (19 GB of bags) that reclaim tripled the kernel's
-/// time per byte written.
+/// write, which multiplied the kernel's time per byte written at 10^6 games
+/// (bench/results/amd2-2026-11-29/README.md, "Figures once kept in the
+/// source").
 const WRITE_BEHIND: u64 = 32 << 20;
 
 impl BagWriter {

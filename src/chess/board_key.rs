@@ -3,8 +3,9 @@
 //! ChessBench identifies a board by its full FEN (halfmove clock and fullmove
 //! number included, en passant square only when a legal en passant capture
 //! exists, as python-chess and shakmaty's `EnPassantMode::Legal` print it).
-//! Rendering a FEN costs ~300 ns; ingest needs the identity of every ply, so
-//! it uses this key instead and renders the FEN once per *distinct* board.
+//! Rendering a FEN costs several times as much as this key; ingest needs the
+//! identity of every ply, so it uses the key and renders the FEN once per
+//! *distinct* board.
 //! Equal keys <=> equal FENs (tested against the golden boards).
 //!
 //! Layout (five little-endian u64 words, 40 bytes):
@@ -309,9 +310,11 @@ impl BoardKey {
     }
 
     /// Appends the FEN (EnPassantMode::Legal, as python-chess prints it).
-    /// Ingest writes one per distinct board (10^7 games: 521M): ~80 ns each
-    /// on this project's machine, where a loop over the occupied squares
-    /// took ~150 ns (random-game positions, timed in a release build).
+    /// Ingest writes one per distinct board (10^7 games: 521M), so it is
+    /// written rank by rank from templates rather than by a loop over the
+    /// occupied squares, which took about twice as long
+    /// (bench/results/amd2-2026-11-29/README.md, "Figures once kept in the
+    /// source").
     pub(crate) fn write_fen(&self, out: &mut String) {
         // At most 64 + 7 + 2 + 5 + 3 + 9 + 11 bytes (a rank's template
         // writes 8, of which it keeps its length); assembled on the stack.

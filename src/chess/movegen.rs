@@ -3,11 +3,11 @@
 //!
 //! Ingest lists the legal moves of every distinct board it finds (the
 //! action-value records of Table A1: 15.3B for the paper's 10^7 games).
-//! Rebuilding a shakmaty position from the key (~65 ns), generating its
-//! moves (~195 ns), looking up each move's action and sorting them
-//! (~200 ns) took ~460 ns a board; this takes ~190 ns (10^6 boards of
-//! generated games, release build, this project's 2-core machine). The
-//! moves come out already sorted: the vocabulary lists actions by origin
+//! Generating them straight from the key's planes skips rebuilding a
+//! shakmaty position and looking up and sorting each move's action, which
+//! took more than twice as long a board
+//! (bench/results/amd2-2026-11-29/README.md, "Figures once kept in the
+//! source"). The moves come out already sorted: the vocabulary lists actions by origin
 //! square (a1..h8), and within one origin the destinations a queen reaches
 //! in ascending order, then those a knight reaches in ascending order
 //! ([`super::actions`]). A piece other than a knight moves only to queen
@@ -210,8 +210,7 @@ pub(crate) fn legal_actions(key: &BoardKey, out: &mut Vec<u16>) -> Result<bool, 
 /// Appends the legal moves of `pos` to `out` as ascending ChessBench
 /// action indices (what `legal_moves` holds for the board), and says
 /// whether the side to move is in check. The same moves as shakmaty's
-/// `legal_moves` mapped to actions and sorted, in half the time (~195 ns
-/// a board against ~400).
+/// `legal_moves` mapped to actions and sorted, in about half the time.
 pub fn legal_actions_of(pos: &Chess, out: &mut Vec<u16>) -> bool {
     // A position shakmaty accepted is a consistent board with both kings.
     legal_actions(&BoardKey::placement(pos), out).unwrap_or_default()

@@ -197,9 +197,9 @@ const REQUIRED: [(&str, &str); 5] = [
 
 /// DuckDB's share of a stage's budget. Its `memory_limit` governs its buffer
 /// manager only: allocations outside it (Parquet readers, result batches,
-/// this process) came to ~600 MB more at 10^6 games (`sql sampling`: 2.2 GB
-/// peak under a 1.5 GiB DuckDB limit), so it gets five eighths of the
-/// budget.
+/// this process) came to about two fifths more at 10^6 games
+/// (bench/results/amd2-2026-11-29/README.md, "Figures once kept in the
+/// source"), so it gets five eighths of the budget.
 fn duckdb_share(memory_limit: u64) -> u64 {
     memory_limit / 8 * 5
 }

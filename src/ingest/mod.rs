@@ -133,8 +133,9 @@ fn dedup_shards(threads: usize) -> usize {
 /// Threads merging a split's spilled runs while its boards are written, for
 /// `threads` threads writing them: one merge (the reading thread's own) up
 /// to 3 threads, then one a pair of threads, up to 4. The reading thread
-/// feeds every writer; alone, its merge (~80 ns a board over 64 runs on
-/// the project's VM) would cap the boards phase at ~12M boards/s.
+/// feeds every writer; alone, its merge would cap the boards phase at a
+/// rate many writing threads exceed (bench/results/amd2-2026-11-29/README.md,
+/// "Figures once kept in the source").
 fn merge_threads(threads: usize) -> usize {
     (threads / 2).clamp(1, 4)
 }

@@ -4,10 +4,10 @@
 //! Scratch files that are written once and read back once (ingest's spilled
 //! boards) gain nothing from the page cache, and filling it costs a copy
 //! into memory the kernel must first find: on a virtual machine whose host
-//! backs guest memory on first touch (this project's machines), writing
-//! 2 GB through the page cache took 4.1 s where `O_DIRECT` wrote it in
-//! 0.95 s, and reading 2 GB cold took 3.97 s (515 MB/s) through it against
-//! 1.51 s (1.4 GB/s) in 1 MiB direct reads. [`DirectWriter`] gathers whole
+//! backs guest memory on first touch (this project's machines), writing and
+//! reading through the page cache took several times as long as direct
+//! transfers (bench/results/amd2-2026-11-29/README.md, "Figures once kept
+//! in the source"). [`DirectWriter`] gathers whole
 //! 4 KiB blocks in an aligned buffer and writes them straight to the disk;
 //! the unaligned tail goes through the page cache in
 //! [`DirectWriter::finish`]. [`DirectReader`] reads whole buffers of blocks

@@ -69,7 +69,8 @@ pub(crate) fn properties(table: Table) -> WriterProperties {
             .build(),
         Table::Boards => b
             // Level 1 is both faster and, on FEN columns, smaller than 3
-            // (1.89 vs 1.95 MB for the 151,284 boards of Lichess 2022-06).
+            // (bench/results/amd2-2026-11-29/README.md, "Figures once kept
+            // in the source").
             .set_compression(zstd(1))
             .set_max_row_group_row_count(Some(BOARDS_ROW_GROUP_ROWS))
             .set_column_dictionary_enabled(col("board_id"), false)

@@ -50,8 +50,8 @@ use std::{path::PathBuf, process::Command, time::Instant};
 use chessbench::{
     chess::RecordSet,
     eval::{
-        model::Model,
         policy::{host_times, pass_phases, predict, predict_many, predict_many_timed},
+        trained::Model,
     },
     model::{DeviceKind, Precision, Preset},
 };
@@ -282,7 +282,7 @@ fn jax_reference(preset: Preset, positions: &[Chess], device: DeviceKind, ours: 
             .cycle()
             .take(positions.len().max(1000))
             .collect();
-        let rows = chessbench::eval::model::sequences_per_pass(&shape)
+        let rows = chessbench::eval::trained::sequences_per_pass(&shape)
             .min(chessbench::eval::policy::BATCH_SEQUENCES);
         runs.push(("f32", write_fens("many.txt", &many), rows, ours.0));
     }

@@ -21,7 +21,7 @@ use std::{path::PathBuf, process::Command, time::Instant};
 use chessbench::{
     chess::RecordSet,
     model::{ModelShape, Preset},
-    train::parity::{Recipe, paired_run},
+    train::parity::{ParityRecipe, paired_run},
 };
 use safetensors::SafeTensors;
 
@@ -66,7 +66,7 @@ fn main() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
     let shape = ModelShape::preset(Preset::Tiny, RecordSet::ActionValue, 32);
-    let recipe = Recipe {
+    let recipe = ParityRecipe {
         batch_size: 128,
         learning_rate: 2e-3,
         steps,

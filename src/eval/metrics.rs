@@ -317,7 +317,7 @@ fn score_in_batches(
 }
 
 /// Boards per batch of [`score_model`] (about 30 legal moves each: near
-/// [`crate::eval::model::BATCH_SEQUENCES`]).
+/// [`crate::eval::trained::BATCH_SEQUENCES`]).
 const BOARDS_PER_BATCH: usize = 1024;
 
 /// Adds one board's prediction `p` against its Stockfish labels.
@@ -462,8 +462,8 @@ mod tests {
     fn metrics_of_boards_scored_together_equal_boards_scored_alone() {
         use crate::{
             eval::{
-                model::Model,
                 policy::{PolicyOptions, predict, predict_many},
+                trained::Model,
             },
             model::{DeviceKind, Preset},
         };

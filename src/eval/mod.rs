@@ -23,11 +23,11 @@ use crate::{duckdb_session::SqlError, model::CheckpointError, uci_client::Engine
 pub(crate) mod elo;
 pub(crate) mod game;
 pub(crate) mod metrics;
-pub mod model;
 pub mod policy;
 pub(crate) mod puzzles;
 pub mod run;
 pub mod tournament;
+pub mod trained;
 pub mod uci_server;
 
 pub use run::{EvalOptions, run};

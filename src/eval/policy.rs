@@ -26,7 +26,7 @@ use shakmaty::{CastlingMode, Chess, Move, Position, uci::UciMove};
 use super::{
     EvalError,
     game::{Game, fen_of},
-    model::{Model, PassPhases},
+    trained::{Model, PassPhases},
 };
 use crate::{
     chess::{RecordSet, actions::vocabulary, push_sequence, tokens::tokenize},
@@ -221,8 +221,9 @@ impl<'a> Readout<'a> {
     /// (`sum_k p_k * centre_k`, the paper's value read-out); NaN without
     /// buckets.
     fn expected_value(&self, row: &[f32]) -> f64 {
-        self.buckets
-            .map_or(f64::NAN, |b| super::model::expected_value(row, b.values()))
+        self.buckets.map_or(f64::NAN, |b| {
+            super::trained::expected_value(row, b.values())
+        })
     }
 }
 
@@ -259,7 +260,7 @@ fn prediction(
     }
 }
 
-pub use super::model::BATCH_SEQUENCES;
+pub use super::trained::BATCH_SEQUENCES;
 
 /// A batch of boards, tokenised: their legal moves and their sequences.
 struct Batch {

@@ -581,8 +581,8 @@ mod tests {
         use crate::{
             chess::RecordSet,
             eval::{
-                model::Model,
                 policy::{NeuralPlayer, PolicyOptions},
+                trained::Model,
             },
             model::{DeviceKind, Preset},
         };

@@ -28,10 +28,10 @@ use super::{
     EvalError,
     elo::{self, Rating},
     metrics::{self, StaticMetrics},
-    model::Model,
     policy::{Decisive, EnginePlayer, NeuralPlayer, Player, PolicyOptions},
     puzzles::{self, PuzzleResult, PuzzleSummary},
     tournament::{self, Opponent, PlayedGame, SpecError},
+    trained::Model,
 };
 use crate::{
     chess::RecordSet,

@@ -694,8 +694,8 @@ mod tests {
         use crate::{
             chess::RecordSet,
             eval::{
-                model::Model,
                 policy::{Decisive, EnginePlayer, NeuralPlayer, PolicyOptions},
+                trained::Model,
             },
             model::{DeviceKind, Preset},
         };

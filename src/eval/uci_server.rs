@@ -15,8 +15,8 @@ use shakmaty::{CastlingMode, Chess, uci::UciMove};
 use super::{
     EvalError,
     game::{Game, PlayError, check_uci_move, parse_fen},
-    model::Model,
     policy::{NeuralPlayer, Player, PolicyOptions},
+    trained::Model,
 };
 use crate::{
     chess::value::centipawns_to_win_probability,

@@ -355,7 +355,7 @@ struct Rendered {
 /// `legal_moves` row group, each with its number in the part.
 enum Piece {
     Chunk(usize, Rendered),
-    Moves(usize, Box<legal_moves::EncodedRowGroup>),
+    Moves(usize, Box<legal_moves::EncodedMovesGroup>),
 }
 
 /// Legal moves of consecutive boards: `counts[i]` actions of board
@@ -416,7 +416,7 @@ struct PartSink {
     /// ahead of it.
     groups_cut: usize,
     next_group: usize,
-    encoded: BTreeMap<usize, legal_moves::EncodedRowGroup>,
+    encoded: BTreeMap<usize, legal_moves::EncodedMovesGroup>,
     /// The last row group is cut (every chunk taken).
     all_cut: bool,
     /// Buffers of chunks taken, each back to the reader once this many

@@ -77,14 +77,14 @@ impl Weights {
 pub struct CheckpointInfo {
     /// Optimiser steps done.
     pub step: u64,
-    pub config: Recipe,
+    pub config: InferenceRecipe,
     /// The model's shape, so inference can rebuild it.
     pub shape: ModelShape,
 }
 
 /// The part of a training recipe inference needs.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Recipe {
+pub struct InferenceRecipe {
     /// The training run's name.
     pub name: String,
     /// The record set the model learned, which sets its policy.

@@ -103,7 +103,7 @@ impl LegalMovesWriter {
 
     /// Appends a row group encoded by [`encode_row_group`] with this
     /// writer's [`columns`](Self::columns).
-    pub(crate) fn append(&mut self, group: EncodedRowGroup) -> Result<(), StoreError> {
+    pub(crate) fn append(&mut self, group: EncodedMovesGroup) -> Result<(), StoreError> {
         let path = &self.path;
         let mut rg = self.writer.next_row_group().map_err(perr(path))?;
         for (bytes, close) in group.chunks {
@@ -236,7 +236,7 @@ struct Packed {
 
 /// One `legal_moves` row group, its three column chunks encoded and
 /// compressed, ready to be appended ([`LegalMovesWriter::append`]).
-pub(crate) struct EncodedRowGroup {
+pub(crate) struct EncodedMovesGroup {
     chunks: [(Bytes, ColumnCloseResult); 3],
     rows: u64,
 }
@@ -261,7 +261,7 @@ pub(crate) fn encode_row_group(
     ids: &[u64],
     actions: &[u16],
     threads: Encode,
-) -> Result<EncodedRowGroup, ParquetError> {
+) -> Result<EncodedMovesGroup, ParquetError> {
     debug_assert_eq!(ids.len(), actions.len());
     debug_assert!(actions.len() <= ROW_GROUP_ROWS);
     // The action indices' pages, shared by the action and uci columns, are
@@ -278,7 +278,7 @@ pub(crate) fn encode_row_group(
         Encode::Serial => (board_id_chunk(ids, &columns[0]), index_pages(actions)),
     };
     let pages = pages?;
-    Ok(EncodedRowGroup {
+    Ok(EncodedMovesGroup {
         chunks: [
             board_id?,
             action_chunk(&pages, &columns[1])?,

@@ -55,7 +55,7 @@ impl OrderedFile for RowGroupFile {
 }
 
 impl OrderedFile for LegalMovesWriter {
-    type Piece = legal_moves::EncodedRowGroup;
+    type Piece = legal_moves::EncodedMovesGroup;
     type Done = u64;
     type Error = StoreError;
     fn append(&mut self, group: Self::Piece) -> Result<(), StoreError> {

@@ -42,7 +42,7 @@ pub fn haiku_steps(
     learning_rate: f64,
     steps: usize,
 ) -> Result<(Vec<f32>, Vec<f32>), HaikuError> {
-    let recipe = Recipe {
+    let recipe = ParityRecipe {
         batch_size,
         learning_rate,
         steps,
@@ -55,7 +55,7 @@ pub fn haiku_steps(
 
 /// A training recipe for [`haiku_steps`] and [`paired_run`].
 #[derive(Debug, Clone, Copy)]
-pub struct Recipe {
+pub struct ParityRecipe {
     pub batch_size: usize,
     pub learning_rate: f64,
     pub steps: usize,
@@ -75,7 +75,7 @@ pub fn paired_run(
     params: &Path,
     shape: &ModelShape,
     sequences: &[i32],
-    recipe: &Recipe,
+    recipe: &ParityRecipe,
     test: &[i32],
 ) -> Result<(Vec<f32>, f64), HaikuError> {
     let t = shape.seq_len;
@@ -102,10 +102,10 @@ fn train_from_haiku(
     params: &Path,
     shape: &ModelShape,
     sequences: &[i32],
-    recipe: &Recipe,
+    recipe: &ParityRecipe,
 ) -> Result<(Vec<f32>, Predictor<Flex>), HaikuError> {
     type A = Autodiff<Flex>;
-    let Recipe {
+    let ParityRecipe {
         batch_size,
         learning_rate,
         steps,

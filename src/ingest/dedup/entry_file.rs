@@ -221,7 +221,7 @@ impl Fix {
 }
 
 /// Reads a [`Run`]: its file's entries, with its fix applied.
-pub(super) struct RunReader {
+pub(super) struct SpilledRunReader {
     reader: EntryReader,
     fix: Option<Fix>,
     /// Position in the file of the next entry read.
@@ -233,13 +233,13 @@ pub(super) struct RunReader {
     count: usize,
 }
 
-impl RunReader {
+impl SpilledRunReader {
     pub(super) fn open(
         run: Run,
         mode: ReadMode,
         format: SpillFormat,
-    ) -> Result<RunReader, IngestError> {
-        Ok(RunReader {
+    ) -> Result<SpilledRunReader, IngestError> {
+        Ok(SpilledRunReader {
             reader: EntryReader::open(&run.path, mode, format)?,
             fix: run.fix,
             at: 0,

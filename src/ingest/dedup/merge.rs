@@ -13,7 +13,7 @@ use std::{
 use super::{
     super::IngestError,
     entry::{Entry, SpillFormat},
-    entry_file::{ReadMode, Run, RunReader},
+    entry_file::{ReadMode, Run, SpilledRunReader},
 };
 
 /// Entries a merge decodes at a time from each run (3.5 KiB a run, beside
@@ -31,7 +31,7 @@ pub(crate) struct MergeRuns {
 
 /// A run's decoded entries not yet merged.
 struct RunCursor {
-    reader: RunReader,
+    reader: SpilledRunReader,
     batch: Vec<Entry>,
     at: usize,
 }
@@ -49,7 +49,7 @@ impl MergeRuns {
         let mut runs = Vec::with_capacity(paths.len());
         let mut heads = BinaryHeap::with_capacity(paths.len());
         for (i, run) in paths.into_iter().enumerate() {
-            let mut reader = RunReader::open(run, mode, format)?;
+            let mut reader = SpilledRunReader::open(run, mode, format)?;
             let mut batch = Vec::with_capacity(MERGE_BATCH);
             reader.next_batch(&mut bytes, &mut batch)?;
             if let Some(e) = batch.first() {

@@ -464,9 +464,12 @@ mod tests {
 
     /// Reads a run to the end, `batch` entries at a time.
     fn read_run(run: Run, batch: usize, format: SpillFormat) -> Vec<Entry> {
-        let mut reader =
-            super::super::entry_file::RunReader::open(run, ReadMode::Cached(1 << 16), format)
-                .unwrap();
+        let mut reader = super::super::entry_file::SpilledRunReader::open(
+            run,
+            ReadMode::Cached(1 << 16),
+            format,
+        )
+        .unwrap();
         let (mut buf, mut out, mut all) = (vec![0u8; batch * format.entry_bytes()], vec![], vec![]);
         loop {
             reader.next_batch(&mut buf, &mut out).unwrap();

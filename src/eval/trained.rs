@@ -10,7 +10,7 @@ use crate::{
     model::{
         Architecture, CheckpointInfo, DeviceKind, ModelBackend, ModelShape, Precision, Predictor,
         Preset, Weights,
-        checkpoint::{self, Recipe},
+        checkpoint::{self, InferenceRecipe},
         cpu::CpuPredictor,
         tokens_tensor,
     },
@@ -327,7 +327,7 @@ impl Model {
             checkpoint: PathBuf::from("(random)"),
             state: CheckpointInfo {
                 step: 0,
-                config: Recipe {
+                config: InferenceRecipe {
                     name: "random".into(),
                     policy,
                 },

@@ -518,15 +518,20 @@ mod tests {
                 },
                 together
             );
-            // A board whose scores rank differently, or fall in another
-            // calibration bin, must owe it to near-equal scores (a float
-            // tie); it is counted and left out.
+            // A board whose scores rank differently, tie where the others
+            // do not (Kendall's tau-b counts a tie apart), or fall in
+            // another calibration bin, must owe it to near-equal scores (a
+            // float tie); it is counted and left out.
             let bins = CALIBRATION_BINS as f64;
             let ranks = |scores: &[f64]| {
                 let mut order: Vec<usize> = (0..scores.len()).collect();
                 order.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]).then(a.cmp(&b)));
+                let tied: Vec<bool> = order
+                    .windows(2)
+                    .map(|w| scores[w[0]] == scores[w[1]])
+                    .collect();
                 let bin: Vec<i64> = scores.iter().map(|x| (x * bins).floor() as i64).collect();
-                (order, bin)
+                (order, tied, bin)
             };
             let close_call = |scores: &[f64]| {
                 let mut s = scores.to_vec();

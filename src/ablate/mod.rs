@@ -848,7 +848,7 @@ fn metrics(summary: &train::run::Summary, e: &EvalSummary) -> Vec<(String, Optio
     // A run finished by an earlier invocation logs no step now: its last
     // logged loss.
     let last_logged = || {
-        report::read_curve(&summary.out_dir.join("metrics.csv"), "loss")
+        report::train_loss(&summary.out_dir)
             .last()
             .map(|&(_, loss)| loss)
     };

@@ -20,7 +20,11 @@ use super::{
     paper,
     results::{self, Row},
 };
-use crate::{store::commit::write_atomic, ui::Report};
+use crate::{
+    store::commit::write_atomic,
+    train::logs::{self, EvalRow, MetricsRow},
+    ui::Report,
+};
 
 /// What `--report` wrote.
 #[derive(Debug, Clone, Serialize)]
@@ -93,24 +97,20 @@ pub fn write(config: &AblateConfig) -> Result<ReportSummary, AblateError> {
     let plots_dir = dir.join("plots");
     std::fs::create_dir_all(&plots_dir)?;
     let mut plots = Vec::new();
-    for (file, title, csv, column) in [
-        ("train_loss.svg", "train loss", "metrics.csv", "loss"),
-        (
-            "eval_log_loss.svg",
-            "eval-split log-loss (EMA)",
-            "eval.csv",
-            "log_loss",
-        ),
-        (
-            "eval_accuracy.svg",
-            "eval-split accuracy (EMA)",
-            "eval.csv",
-            "accuracy",
-        ),
-    ] {
+    type Curve = fn(&Path) -> Vec<(f64, f64)>;
+    let curves: [(&str, &str, Curve); 3] = [
+        ("train_loss.svg", "train loss", train_loss),
+        ("eval_log_loss.svg", "eval-split log-loss (EMA)", |out| {
+            eval_curve(out, |r| r.log_loss)
+        }),
+        ("eval_accuracy.svg", "eval-split accuracy (EMA)", |out| {
+            eval_curve(out, |r| r.accuracy)
+        }),
+    ];
+    for (file, title, curve) in curves {
         let mut series = Vec::new();
         for v in &grid.variants {
-            let points = read_curve(&v.train.out_dir().join(csv), column);
+            let points = curve(&v.train.out_dir());
             if !points.is_empty() {
                 series.push((v.id.clone(), points));
             }
@@ -146,25 +146,21 @@ pub fn write(config: &AblateConfig) -> Result<ReportSummary, AblateError> {
     })
 }
 
-/// `(step, value)` of `column` in a training run's CSV log (none when the
-/// file is missing).
-pub(crate) fn read_curve(file: &Path, column: &str) -> Vec<(f64, f64)> {
-    let Ok(text) = std::fs::read_to_string(file) else {
-        return Vec::new();
-    };
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
-    let (Some(step), Some(col)) = (
-        header.iter().position(|h| *h == "step"),
-        header.iter().position(|h| *h == column),
-    ) else {
-        return Vec::new();
-    };
-    lines
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            Some((f.get(step)?.parse().ok()?, f.get(col)?.parse().ok()?))
-        })
+/// `(step, mean training loss)` of the training run in `out`, from its
+/// `metrics.csv` (none when the file is missing).
+pub(crate) fn train_loss(out: &Path) -> Vec<(f64, f64)> {
+    logs::read::<MetricsRow>(&out.join("metrics.csv"))
+        .into_iter()
+        .map(|r| (r.step as f64, r.loss))
+        .collect()
+}
+
+/// `(step, value)` of one of `eval.csv`'s figures for the training run in
+/// `out` (none when the file is missing).
+fn eval_curve(out: &Path, value: fn(&EvalRow) -> f64) -> Vec<(f64, f64)> {
+    logs::read::<EvalRow>(&out.join("eval.csv"))
+        .iter()
+        .map(|r| (r.step as f64, value(r)))
         .collect()
 }
 

@@ -10,6 +10,7 @@
 //!   one pass over flat buffers;
 //! - [`checkpoint`], [`run`]: writing checkpoints, exact resume, logs, the
 //!   loop;
+//! - [`logs`]: the typed rows of `metrics.csv` and `eval.csv`;
 //! - [`config`]: the `[train]` table, validated;
 //! - [`throughput`]: the step alone, timed (benchmarks);
 //! - [`agreement`]: one step on two backends from the same weights (the
@@ -18,6 +19,7 @@
 pub mod agreement;
 pub mod config;
 pub mod data;
+pub(crate) mod logs;
 pub mod loss;
 pub(crate) mod optim;
 pub mod parity;

@@ -34,6 +34,7 @@ use thiserror::Error;
 use super::{
     config::TrainConfig,
     data::{DataConfig, DataError, Loader},
+    logs::{self, EvalRow, MetricsRow},
     loss::{self, ValueSupport},
     optim::{AdamSettings, OptimError, Optimiser, scalar},
     sampler::{Position, Sampling},
@@ -232,13 +233,9 @@ pub fn run(config: &TrainConfig, options: &RunOptions) -> Result<Summary, TrainE
     }
 }
 
-const METRICS_HEADER: &str =
-    "step,epoch,samples,loss,grad_norm,learning_rate,samples_per_s,data_wait_share,elapsed_s";
-const EVAL_HEADER: &str =
-    "step,split,records,log_loss,marginal_log_loss,accuracy,value_mse,elapsed_s";
-
-/// Keeps the header and the rows whose first field (the step) is at most
-/// `step`; creates the file with `header` when it is missing.
+/// Keeps the header and the rows whose first field (the step, in both
+/// logs) is at most `step`; creates the file with `header` when it is
+/// missing.
 fn cut_log(path: &Path, header: &str, step: u64) -> Result<(), TrainError> {
     let mut kept = format!("{header}\n");
     if let Ok(file) = fs::File::open(path) {
@@ -262,10 +259,6 @@ fn append(path: &Path, line: &str) -> Result<(), TrainError> {
         .map_err(io(path))?;
     writeln!(f, "{line}").map_err(io(path))?;
     f.sync_data().map_err(io(path))
-}
-
-fn fmt_opt(v: Option<f64>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_default()
 }
 
 /// Records held in memory for evaluation.
@@ -541,21 +534,18 @@ fn train_on<B: TrainBackend>(
             let secs = interval_start.elapsed().as_secs_f64();
             let rate = interval_samples as f64 / secs.max(1e-9);
             let elapsed = elapsed_before + run_start.elapsed().as_secs_f64();
-            append(
-                &metrics_path,
-                &format!(
-                    "{},{},{},{},{},{},{},{},{}",
-                    state.step,
-                    state.samples as f64 / epoch_records as f64,
-                    state.samples,
-                    mean_loss,
-                    fmt_opt(norm),
-                    config.learning_rate,
-                    rate,
-                    interval_wait / secs.max(1e-9),
-                    elapsed
-                ),
-            )?;
+            let row = MetricsRow {
+                step: state.step,
+                epoch: state.samples as f64 / epoch_records as f64,
+                samples: state.samples,
+                loss: mean_loss,
+                grad_norm: norm,
+                learning_rate: config.learning_rate,
+                samples_per_s: rate,
+                data_wait_share: interval_wait / secs.max(1e-9),
+                elapsed_s: elapsed,
+            };
+            append(&metrics_path, &row.line())?;
             bar.set_position(state.step);
             bar.set_message(format!("loss {mean_loss:.4} · {rate:.0} samples/s"));
             last_loss = Some(mean_loss);
@@ -742,8 +732,8 @@ fn open_logs(
     fs::create_dir_all(out).map_err(io(out))?;
     let metrics_path = out.join("metrics.csv");
     let eval_path = out.join("eval.csv");
-    cut_log(&metrics_path, METRICS_HEADER, step)?;
-    cut_log(&eval_path, EVAL_HEADER, step)?;
+    cut_log(&metrics_path, MetricsRow::HEADER, step)?;
+    cut_log(&eval_path, EvalRow::HEADER, step)?;
     write_json(&out.join("config.json"), config)?;
     Ok((metrics_path, eval_path))
 }
@@ -755,20 +745,17 @@ fn log_eval(
     elapsed_s: f64,
     bar: &ProgressBar,
 ) -> Result<(), TrainError> {
-    append(
-        eval_path,
-        &format!(
-            "{},{},{},{},{},{},{},{}",
-            r.step,
-            r.split,
-            r.records,
-            r.log_loss,
-            r.marginal_log_loss,
-            r.accuracy,
-            fmt_opt(r.value_mse),
-            elapsed_s
-        ),
-    )?;
+    let row = EvalRow {
+        step: r.step,
+        split: r.split.clone(),
+        records: r.records,
+        log_loss: r.log_loss,
+        marginal_log_loss: r.marginal_log_loss,
+        accuracy: r.accuracy,
+        value_mse: r.value_mse,
+        elapsed_s,
+    };
+    append(eval_path, &row.line())?;
     let line = format!(
         "step {}: {} log-loss {:.4} (marginal baseline {:.4}), accuracy {:.3}",
         r.step, r.split, r.log_loss, r.marginal_log_loss, r.accuracy
@@ -794,17 +781,15 @@ fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), TrainErr
 
 /// The last row of `eval.csv` (a run resumed after it finished).
 fn read_last_eval(path: &Path) -> Option<EvalResult> {
-    let text = fs::read_to_string(path).ok()?;
-    let line = text.lines().skip(1).last()?;
-    let f: Vec<&str> = line.split(',').collect();
+    let row = logs::read::<EvalRow>(path).pop()?;
     Some(EvalResult {
-        step: f.first()?.parse().ok()?,
-        split: (*f.get(1)?).to_owned(),
-        records: f.get(2)?.parse().ok()?,
-        log_loss: f.get(3)?.parse().ok()?,
-        marginal_log_loss: f.get(4)?.parse().ok()?,
-        accuracy: f.get(5)?.parse().ok()?,
-        value_mse: f.get(6).and_then(|v| v.parse().ok()),
+        step: row.step,
+        split: row.split,
+        records: row.records,
+        log_loss: row.log_loss,
+        marginal_log_loss: row.marginal_log_loss,
+        accuracy: row.accuracy,
+        value_mse: row.value_mse,
     })
 }
 

@@ -1,5 +1,5 @@
 //! `make bench-evals`: how fast the Lichess evaluation database streams
-//! (`chessbench::annotate::cloud::read` on one thread, `read_parallel` on
+//! (`chessbench::annotate::lichess_evals::reader::read` on one thread, `read_parallel` on
 //! every core), and in how much memory.
 //!
 //! The input is **synthetic, Lichess-shaped**: CHESSBENCH_BENCH_LINES
@@ -37,8 +37,8 @@ use std::{
 };
 
 use chessbench::{
-    annotate::cloud::{CloudFormat, ReadEvent, read, read_parallel},
-    chess::cloud_eval,
+    annotate::lichess_evals::reader::{EvalsFormat, ReadEvent, read, read_parallel},
+    chess::lichess_evals,
 };
 use shakmaty::{CastlingMode, Chess, EnPassantMode, Position, fen::Fen, uci::UciMove};
 
@@ -186,9 +186,9 @@ fn main() {
     };
     // What annotating a position takes: its search chosen, every
     // variation replayed.
-    let label = |pos: Chess, e: cloud_eval::CloudEval| {
-        let search = cloud_eval::choose(&e.searches).expect("a search");
-        cloud_eval::labels(&pos, search)
+    let label = |pos: Chess, e: lichess_evals::EvalsPosition| {
+        let search = lichess_evals::choose(&e.searches).expect("a search");
+        lichess_evals::labels(&pos, search)
             .expect("legal lines")
             .actions
             .len()
@@ -199,7 +199,7 @@ fn main() {
         let pass = if threads == 1 {
             read(
                 &path,
-                CloudFormat::JsonLines,
+                EvalsFormat::JsonLines,
                 |key| wants(key, every),
                 |_, _, pos, e| actions += label(pos, e),
                 |line, r| panic!("line {line}: {r}"),
@@ -207,7 +207,7 @@ fn main() {
         } else {
             read_parallel(
                 &path,
-                CloudFormat::JsonLines,
+                EvalsFormat::JsonLines,
                 threads,
                 |key| wants(key, every),
                 |_, pos, e| label(pos, e),
@@ -413,7 +413,7 @@ fn end_to_end(dir: &Path, rounds: usize) {
     // Four passes: the boards' index and labels in four parts.
     let four = format!(
         "{}B",
-        2 * boards * chessbench::annotate::evals::BYTES_PER_BOARD / 4
+        2 * boards * chessbench::annotate::lichess_evals::BYTES_PER_BOARD / 4
     );
     let settings: [(&str, Vec<&str>); 2] = [
         ("default memory limit", vec![]),
@@ -432,7 +432,7 @@ fn end_to_end(dir: &Path, rounds: usize) {
         let t = Instant::now();
         read(
             &path,
-            CloudFormat::JsonLines,
+            EvalsFormat::JsonLines,
             |_| false,
             |_, _, _, _| {},
             |line, r| panic!("line {line}: {r}"),

@@ -122,7 +122,7 @@ WITH b AS (
     SELECT split, count(*) AS boards FROM boards GROUP BY split
 ), s AS (
     SELECT split, count(*) AS annotated, avg(depth) AS depth, avg(nodes) AS nodes
-    FROM state_values WHERE source <> 'lichess_evals' GROUP BY split
+    FROM state_values WHERE cb_label_of(source) = 'stockfish' GROUP BY split
 ), f AS (
     SELECT split, count(*) AS failures FROM failures GROUP BY split
 )

@@ -93,17 +93,29 @@ CREATE OR REPLACE VIEW legal_moves AS SELECT * FROM query(cb_view_sql('legal_mov
     'NULL::UBIGINT AS board_id, NULL::USMALLINT AS action, NULL::VARCHAR AS uci',
     'not ingested: run `chessbench ingest RUN INPUT` first'));
 
+-- The label sources (src/store/source.rs; a test holds these macros against
+-- it). A value file's name gives its `source`: the stem of a source's chunk
+-- files (`chunk-*` Stockfish, `evals-*` the evaluation database), `part-*`
+-- imported .bag files. A source's rows are read under the `label_source` of
+-- cb_label_of(source); under 'both' each board takes the values of the
+-- source of highest cb_precedence that labels it.
+CREATE OR REPLACE TEMP MACRO cb_source_of_file(name) AS
+    CASE WHEN name LIKE 'evals-%' THEN 'lichess_evals' WHEN name LIKE 'part-%' THEN 'bag' ELSE 'stockfish' END;
+CREATE OR REPLACE TEMP MACRO cb_label_of(source) AS
+    CASE source WHEN 'lichess_evals' THEN 'lichess_evals' ELSE 'stockfish' END;
+CREATE OR REPLACE TEMP MACRO cb_precedence(source) AS
+    CASE source WHEN 'lichess_evals' THEN 1 ELSE 0 END;
+CREATE OR REPLACE TEMP MACRO cb_label_choices() AS 'stockfish, lichess_evals or both';
+
 -- The value tables' `source` comes from each file's name, which the writers
--- keep in step with the stored column: `evals-*` the evaluation database,
--- `part-*` imported .bag files, `chunk-*` Stockfish. Files from before the
--- stored column existed lack it, so it is never read: a run mixing old and
--- new files reads as one table, at the cost of a plain scan.
+-- keep in step with the stored column. Files from before the stored column
+-- existed lack it, so it is never read: a run mixing old and new files
+-- reads as one table, at the cost of a plain scan.
 CREATE OR REPLACE TEMP MACRO cb_values_sql(tbl, n_files, columns, hint) AS
     CASE
         WHEN n_files > 0 THEN
             'SELECT COLUMNS(c -> c NOT IN (''source'', ''filename'', ''split'')), '
-            || 'CASE WHEN parse_filename(filename) LIKE ''evals-%'' THEN ''lichess_evals'' '
-            || 'WHEN parse_filename(filename) LIKE ''part-%'' THEN ''bag'' ELSE ''stockfish'' END AS source, split '
+            || 'cb_source_of_file(parse_filename(filename)) AS source, split '
             || 'FROM read_parquet(''' || replace(getvariable('cb_run'), '''', '''''') || '/' || tbl
             || '/split=*/*.parquet'', hive_partitioning = true, hive_types = {''split'': VARCHAR}, filename = true)'
         ELSE cb_view_sql(tbl, n_files, columns, hint)
@@ -149,33 +161,34 @@ CREATE OR REPLACE VIEW ablations AS SELECT * FROM query(
 -- The chosen label source (see above); any other value is an error.
 CREATE OR REPLACE TEMP MACRO cb_label_source() AS coalesce(getvariable('label_source'), 'stockfish');
 
--- Boards the evaluation database labels.
-CREATE OR REPLACE VIEW cb_evals_boards AS
-SELECT split, board_id FROM state_values WHERE source = 'lichess_evals';
+-- Boards a source of precedence above Stockfish's labels, with the highest
+-- precedence among their sources: under 'both' a row of a lower source is
+-- left out.
+CREATE OR REPLACE VIEW cb_overriding AS
+SELECT split, board_id, max(cb_precedence(source)) AS precedence
+FROM state_values WHERE cb_precedence(source) > 0 GROUP BY split, board_id;
 
 CREATE OR REPLACE VIEW sv_chosen AS
 SELECT * FROM state_values
-WHERE (cb_label_source() = 'stockfish' AND source <> 'lichess_evals')
-   OR (cb_label_source() IN ('lichess_evals', 'both') AND source = 'lichess_evals')
+WHERE cb_label_source() <> 'both' AND cb_label_of(source) = cb_label_source()
 UNION ALL
-SELECT s.* FROM state_values AS s ANTI JOIN cb_evals_boards AS e USING (split, board_id)
-WHERE cb_label_source() = 'both' AND s.source <> 'lichess_evals'
+SELECT s.* FROM state_values AS s LEFT JOIN cb_overriding AS o USING (split, board_id)
+WHERE cb_label_source() = 'both' AND cb_precedence(s.source) >= coalesce(o.precedence, 0)
 UNION ALL
 SELECT * FROM state_values
-WHERE cb_label_source() NOT IN ('stockfish', 'lichess_evals', 'both')
-  AND error('label_source must be stockfish, lichess_evals or both, not ' || cb_label_source());
+WHERE cb_label_source() <> 'both' AND cb_label_of(cb_label_source()) <> cb_label_source()
+  AND error('label_source must be ' || cb_label_choices() || ', not ' || cb_label_source());
 
 CREATE OR REPLACE VIEW av_chosen AS
 SELECT * FROM action_values
-WHERE (cb_label_source() = 'stockfish' AND source <> 'lichess_evals')
-   OR (cb_label_source() IN ('lichess_evals', 'both') AND source = 'lichess_evals')
+WHERE cb_label_source() <> 'both' AND cb_label_of(source) = cb_label_source()
 UNION ALL
-SELECT a.* FROM action_values AS a ANTI JOIN cb_evals_boards AS e USING (split, board_id)
-WHERE cb_label_source() = 'both' AND a.source <> 'lichess_evals'
+SELECT a.* FROM action_values AS a LEFT JOIN cb_overriding AS o USING (split, board_id)
+WHERE cb_label_source() = 'both' AND cb_precedence(a.source) >= coalesce(o.precedence, 0)
 UNION ALL
 SELECT * FROM action_values
-WHERE cb_label_source() NOT IN ('stockfish', 'lichess_evals', 'both')
-  AND error('label_source must be stockfish, lichess_evals or both, not ' || cb_label_source());
+WHERE cb_label_source() <> 'both' AND cb_label_of(cb_label_source()) <> cb_label_source()
+  AND error('label_source must be ' || cb_label_choices() || ', not ' || cb_label_source());
 
 -- A board's game phase: the endgame once at most six pieces besides kings
 -- and pawns are left, else the opening before ply 20 of the game it first

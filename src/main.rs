@@ -56,25 +56,13 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             let options: AnnotateOptions = options::load(m, a.pipeline.config.as_deref())?;
             let mut config = options.resolve(|k| std::env::var(k).ok(), a.overwrite)?;
             config.progress = progress;
-            let run = config.run.clone();
-            if a.plan && config.evals.is_some() {
-                let coverage = annotate::evals::plan(&config)
-                    .with_context(|| format!("measuring the coverage of {}", run.display()))?;
-                emit(&coverage, json)?;
-            } else if a.plan {
-                let p = annotate::plan(&config)
-                    .with_context(|| format!("planning the annotation of {}", run.display()))?;
-                emit(&p, json)?;
-            } else if config.evals.is_some() {
-                let summary = annotate::evals::run(&config).with_context(|| {
-                    format!("labelling {} from the evaluation database", run.display())
-                })?;
-                emit(&summary, json)?;
+            let task = if a.plan {
+                annotate::Task::Plan
             } else {
-                let summary = annotate::run(&config)
-                    .with_context(|| format!("annotating {}", run.display()))?;
-                emit(&summary, json)?;
-            }
+                annotate::Task::Write
+            };
+            let outcome = annotate::execute(&config, task).with_context(|| config.doing(task))?;
+            emit(&outcome, json)?;
         }
         Command::Stats(a) => {
             let stats = a

@@ -19,7 +19,7 @@ use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_128;
 
 use crate::store::{
-    LabelSource, RunDir, StoreError, Table, cache::prefetch, commit::RunReader, open_parquet,
+    RunDir, Source, StoreError, Table, cache::prefetch, commit::RunReader, open_parquet,
     parquet_files,
 };
 
@@ -78,10 +78,11 @@ pub struct SplitStats {
     pub state_values: u64,
     /// Rows of `action_values` from Stockfish or imported `.bag` files.
     pub action_values: u64,
-    /// Boards labelled from the Lichess evaluation database (`annotate
-    /// --evals`: rows of its `evals-*` files of `state_values`).
+    /// Boards labelled by the sources besides Stockfish's: the Lichess
+    /// evaluation database (`annotate --evals`: rows of its `evals-*` files
+    /// of `state_values`).
     pub evals_state_values: u64,
-    /// Action values from the evaluation database.
+    /// Action values from the sources besides Stockfish's.
     pub evals_action_values: u64,
     /// Boards the engine could not annotate (rows of `failures`).
     pub failures: u64,
@@ -101,15 +102,16 @@ pub struct RunStats {
     pub overlap_passes: Option<u64>,
 }
 
-/// Rows and bytes of a table partition: rows of the files from the
-/// evaluation database (`evals-*`) apart from the others.
+/// Rows and bytes of a table partition: rows of Stockfish's files (its
+/// own and imported `.bag` files) apart from the other sources' (the
+/// evaluation database's `evals-*`).
 fn rows_and_bytes(dir: &Path) -> Result<(u64, u64, u64), StatsError> {
     let (mut rows, mut evals_rows, mut bytes) = (0u64, 0u64, 0u64);
     for path in parquet_files(dir)? {
         let b = open_parquet(&path)?;
         let n = b.metadata().file_metadata().num_rows() as u64;
-        if LabelSource::LichessEvals
-            .reads_file(path.file_name().and_then(|n| n.to_str()).unwrap_or(""))
+        if Source::of_file(path.file_name().and_then(|n| n.to_str()).unwrap_or(""))
+            != Source::Stockfish
         {
             evals_rows += n;
         } else {

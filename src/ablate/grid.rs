@@ -667,10 +667,10 @@ mod tests {
         assert_eq!(
             sources,
             [
-                ("base".to_owned(), LabelSource::Stockfish),
+                ("base".to_owned(), LabelSource::default()),
                 (
                     "label_source=lichess_evals".to_owned(),
-                    LabelSource::LichessEvals
+                    LabelSource::Only(crate::store::Source::LichessEvals)
                 ),
                 ("label_source=both".to_owned(), LabelSource::Both),
             ]

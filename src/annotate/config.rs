@@ -318,6 +318,20 @@ pub struct AnnotateConfig {
 }
 
 impl AnnotateConfig {
+    /// What [`super::execute`] does with this config, for an error's
+    /// context: `annotating runs/demo`.
+    pub fn doing(&self, task: super::Task) -> String {
+        let run = self.run.display();
+        match (&self.evals, task) {
+            (Some(_), super::Task::Plan) => format!("measuring the coverage of {run}"),
+            (Some(_), super::Task::Write) => {
+                format!("labelling {run} from the evaluation database")
+            }
+            (None, super::Task::Plan) => format!("planning the annotation of {run}"),
+            (None, super::Task::Write) => format!("annotating {run}"),
+        }
+    }
+
     /// The settings that must not change while a split is being annotated
     /// (resumes and shards must agree on them).
     pub(crate) fn fingerprint(&self) -> serde_json::Value {

@@ -8,9 +8,8 @@
 //! a killed run resumes where it stopped, and any number of shards (Slurm
 //! array tasks, Kubernetes pods) can work on one run directory at once.
 
-pub mod cloud;
 pub mod config;
-pub mod evals;
+pub mod lichess_evals;
 pub mod plan;
 mod pool;
 pub(crate) mod rows;
@@ -38,8 +37,8 @@ use self::{
 use crate::{
     chess::legal::PrepareError,
     store::{
-        Manifest, StoreError, Table,
-        chunks::{self as store_chunks, Stem, chunk_shard},
+        Manifest, Source, StoreError, Table,
+        chunks::{self as store_chunks, chunk_shard},
         commit::{MANIFEST, RunDir, open_lock_file, partition_dir, update_manifest, write_atomic},
         failpoint,
         manifest::{AnnotateRecord, EngineRecord, ShardRecord},
@@ -66,10 +65,11 @@ pub enum AnnotateError {
     #[error("run {} has no boards yet; run `chessbench ingest` first", .0.display())]
     NoSplits(PathBuf),
     #[error(
-        "split {split}: annotation was started with other settings ({existing}); now: {now}. Resume with the same settings, or pass --overwrite to start the split over"
+        "split {split}: its {label} labels were written with other settings ({existing}); now: {now}. Resume with the same settings (and file), or pass --overwrite to write that source's labels afresh (other sources' labels stay)"
     )]
     SettingsChanged {
         split: String,
+        label: Source,
         existing: String,
         now: String,
     },
@@ -124,19 +124,11 @@ pub enum AnnotateError {
     )]
     EvalsSharded(String),
     #[error(
-        "split {split}: its evaluation-database labels came from another file or settings ({existing}); now: {now}. Give the same file and settings to resume, or pass --overwrite to replace those labels (Stockfish's values stay)"
-    )]
-    EvalsSettingsChanged {
-        split: String,
-        existing: String,
-        now: String,
-    },
-    #[error(
         "split {0}: Stockfish's annotation left the boards these labels cover to them (--only-missing); replacing the labels would leave those boards without values. Start Stockfish's annotation over first, searching every board (`annotate --overwrite` without --only-missing), or give the same file to resume"
     )]
     EvalsRelied(String),
     #[error(transparent)]
-    Cloud(#[from] cloud::CloudError),
+    EvalsRead(#[from] lichess_evals::reader::EvalsReadError),
 }
 
 /// Per-split result of a run.
@@ -258,48 +250,89 @@ fn boards_fingerprint(manifest: &Manifest, split: &str) -> serde_json::Value {
         })
 }
 
-/// Checks (or records) the settings a split is annotated with.
-fn check_settings(
-    config: &AnnotateConfig,
-    manifest: &Manifest,
+/// Checks (or, on a split's first run, records) what a split's chunks of
+/// `source` are written with, in the source's settings file: `now` is a
+/// JSON object whose `boards` is [`boards_fingerprint`]. Re-ingested boards
+/// fail with [`AnnotateError::BoardsChanged`], other settings with
+/// [`AnnotateError::SettingsChanged`]. `upgrade` brings a file an earlier
+/// version wrote to today's form before comparing.
+pub(crate) fn check_settings(
+    run: &std::path::Path,
     split: &str,
+    source: Source,
+    now: serde_json::Value,
+    upgrade: impl FnOnce(&mut serde_json::Value),
 ) -> Result<(), AnnotateError> {
-    let dir = store_chunks::entries_dir(&config.run, split);
-    let path = dir.join("settings.json");
-    let now = serde_json::json!({
-        "settings": config.fingerprint(),
-        "boards": boards_fingerprint(manifest, split),
-    });
+    let path = store_chunks::entries_dir(run, split).join(source.settings_file());
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             let mut existing: serde_json::Value = serde_json::from_str(&text)
                 .map_err(|e| StoreError::Corrupt(path.clone(), e.to_string()))?;
-            // Runs annotated before enum values had one spelling recorded
-            // the default mode as `per-move`.
-            if existing["settings"]["mode"] == "per-move" {
-                existing["settings"]["mode"] = "per_move".into();
-            }
-            // Runs annotated before Stockfish could leave boards to the
-            // evaluation database searched every board.
-            if let Some(settings) = existing["settings"].as_object_mut() {
-                settings.entry("only_missing").or_insert(false.into());
-            }
+            upgrade(&mut existing);
             if existing["boards"] != now["boards"] {
                 return Err(AnnotateError::BoardsChanged {
                     split: split.to_owned(),
                 });
             }
-            if existing["settings"] != now["settings"] {
+            if existing != now {
+                let without_boards = |v: &serde_json::Value| {
+                    let mut v = v.clone();
+                    if let Some(o) = v.as_object_mut() {
+                        o.remove("boards");
+                    }
+                    v.to_string()
+                };
                 return Err(AnnotateError::SettingsChanged {
                     split: split.to_owned(),
-                    existing: existing["settings"].to_string(),
-                    now: now["settings"].to_string(),
+                    label: source,
+                    existing: without_boards(&existing),
+                    now: without_boards(&now),
                 });
             }
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_settings(&path, &now),
         Err(e) => Err(StoreError::io(&path, e).into()),
+    }
+}
+
+/// Deletes a split's chunks of `source` and its settings file
+/// (`--overwrite`); the other sources' chunks stay.
+pub(crate) fn remove_source(
+    run: &std::path::Path,
+    split: &str,
+    source: Source,
+) -> Result<(), AnnotateError> {
+    store_chunks::remove_source(run, split, source)?;
+    let settings = store_chunks::entries_dir(run, split).join(source.settings_file());
+    if settings.exists() {
+        std::fs::remove_file(&settings).map_err(|e| StoreError::io(&settings, e))?;
+    }
+    Ok(())
+}
+
+/// The settings of Stockfish's annotation of a split, for [`check_settings`].
+fn stockfish_settings(
+    config: &AnnotateConfig,
+    manifest: &Manifest,
+    split: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "settings": config.fingerprint(),
+        "boards": boards_fingerprint(manifest, split),
+    })
+}
+
+/// Settings files of Stockfish's annotation written by earlier versions:
+/// before enum values had one spelling the default mode was recorded as
+/// `per-move`, and before Stockfish could leave boards to the evaluation
+/// database `only_missing` was not recorded (every board was searched).
+fn upgrade_stockfish_settings(existing: &mut serde_json::Value) {
+    if existing["settings"]["mode"] == "per-move" {
+        existing["settings"]["mode"] = "per_move".into();
+    }
+    if let Some(settings) = existing["settings"].as_object_mut() {
+        settings.entry("only_missing").or_insert(false.into());
     }
 }
 
@@ -331,7 +364,7 @@ fn failed_chunks(
     let mine =
         |c: u64| c < total && chunk_shard(c, shard.count) == shard.index && done.contains(&c);
     Ok(
-        store_chunks::failed_boards(&config.run, split, Stem::Search, mine)?
+        store_chunks::failed_boards(&config.run, split, Source::Stockfish, mine)?
             .into_iter()
             .collect(),
     )
@@ -456,7 +489,7 @@ pub fn missing_chunks(config: &AnnotateConfig) -> Result<u64, AnnotateError> {
     let mut missing = 0;
     for (name, n) in scope(config, &manifest)? {
         let expected = n.div_ceil(config.chunk_boards);
-        let done = store_chunks::committed(&config.run, &name, Stem::Search)?
+        let done = store_chunks::committed(&config.run, &name, Source::Stockfish)?
             .iter()
             .filter(|&&c| c < expected)
             .count() as u64;
@@ -465,7 +498,61 @@ pub fn missing_chunks(config: &AnnotateConfig) -> Result<u64, AnnotateError> {
     Ok(missing)
 }
 
-/// Runs the annotate stage.
+/// What one `chessbench annotate` does with its config: write the labels,
+/// or only measure what writing them would do (`--plan`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Task {
+    Write,
+    Plan,
+}
+
+/// What [`execute`] did: the report of the source and task the config
+/// chose.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Done {
+    /// Stockfish's searches ([`run`]).
+    Annotated(Summary),
+    /// Stockfish's plan ([`plan`]).
+    Planned(plan::Plan),
+    /// The evaluation database's labels ([`lichess_evals::run`]).
+    LichessEvals(lichess_evals::EvalsSummary),
+    /// The evaluation database's coverage of the run ([`lichess_evals::plan`]).
+    LichessEvalsCoverage(lichess_evals::reader::Coverage),
+}
+
+impl Report for Done {
+    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
+        match self {
+            Done::Annotated(r) => r.render(out),
+            Done::Planned(r) => r.render(out),
+            Done::LichessEvals(r) => r.render(out),
+            Done::LichessEvalsCoverage(r) => r.render(out),
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        match self {
+            Done::Annotated(r) => r.warnings(),
+            Done::Planned(r) => r.warnings(),
+            Done::LichessEvals(r) => r.warnings(),
+            Done::LichessEvalsCoverage(r) => r.warnings(),
+        }
+    }
+}
+
+/// Runs the annotate stage: the source the config names (an evaluation
+/// database file, else Stockfish's searches), for `task`.
+pub fn execute(config: &AnnotateConfig, task: Task) -> Result<Done, AnnotateError> {
+    Ok(match (&config.evals, task) {
+        (Some(_), Task::Plan) => Done::LichessEvalsCoverage(lichess_evals::plan(config)?),
+        (Some(_), Task::Write) => Done::LichessEvals(lichess_evals::run(config)?),
+        (None, Task::Plan) => Done::Planned(plan(config)?),
+        (None, Task::Write) => Done::Annotated(run(config)?),
+    })
+}
+
+/// Runs Stockfish's annotation.
 pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
     let started = Instant::now();
     let _run = RunDir::open_shared(&config.run)?;
@@ -488,15 +575,21 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
             // Stockfish's chunks and settings only: the evaluation
             // database's labels stay (`annotate --evals --overwrite` redoes
             // those).
-            store_chunks::remove_stem(&config.run, name, Stem::Search)?;
-            let settings = store_chunks::entries_dir(&config.run, name).join("settings.json");
-            if settings.exists() {
-                std::fs::remove_file(&settings).map_err(|e| StoreError::io(&settings, e))?;
-            }
+            remove_source(&config.run, name, Source::Stockfish)?;
         }
-        check_settings(config, &manifest, name)?;
-        let mut done =
-            store_chunks::recover(&config.run, name, Stem::Search, (shard.index, shard.count))?;
+        check_settings(
+            &config.run,
+            name,
+            Source::Stockfish,
+            stockfish_settings(config, &manifest, name),
+            upgrade_stockfish_settings,
+        )?;
+        let mut done = store_chunks::recover(
+            &config.run,
+            name,
+            Source::Stockfish,
+            (shard.index, shard.count),
+        )?;
         let total = n.div_ceil(config.chunk_boards);
         let mine: Vec<u64> = (0..total)
             .filter(|&c| chunk_shard(c, shard.count) == shard.index)
@@ -523,8 +616,10 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
             // shards reading it), with its interrupted commits completed:
             // the boards it labels, all of them.
             let _evals = evals_lock(config, false)?;
-            store_chunks::recover(&config.run, name, Stem::Evals, (0, 1))?;
-            store_chunks::labelled_boards(&config.run, name)?
+            for source in Source::Stockfish.overridden_by() {
+                store_chunks::recover(&config.run, name, source, (0, 1))?;
+            }
+            store_chunks::labelled_boards(&config.run, name, Source::Stockfish.overridden_by())?
         } else {
             Vec::new()
         };

@@ -142,7 +142,11 @@ pub fn plan(config: &AnnotateConfig) -> Result<Plan, AnnotateError> {
     let mut sample = Vec::new();
     for (name, n) in scope {
         let skip = if config.only_missing {
-            crate::store::chunks::labelled_boards(&config.run, &name)?
+            crate::store::chunks::labelled_boards(
+                &config.run,
+                &name,
+                crate::store::Source::Stockfish.overridden_by(),
+            )?
         } else {
             Vec::new()
         };

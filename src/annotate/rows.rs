@@ -12,11 +12,7 @@ use arrow_array::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    store::{
-        StoreError, Table, ValueSource,
-        chunks::{self, Stem},
-        unix_now,
-    },
+    store::{Source, StoreError, Table, chunks, unix_now},
     uci_client::oracle::{Annotated, Eval},
 };
 
@@ -115,19 +111,21 @@ pub(crate) fn recommit_chunk(
     by: Provenance<'_>,
 ) -> Result<ChunkEntry, StoreError> {
     let old: ChunkEntry =
-        chunks::read_entry(run, split, Stem::Search, chunk)?.ok_or_else(|| {
-            StoreError::Missing(chunks::entries_dir(run, split).join(Stem::Search.name(chunk)))
+        chunks::read_entry(run, split, Source::Stockfish, chunk)?.ok_or_else(|| {
+            StoreError::Missing(
+                chunks::entries_dir(run, split).join(chunks::chunk_name(Source::Stockfish, chunk)),
+            )
         })?;
     let [sv, av, fail] = outcome_columns(retried);
     let mut merged = Vec::with_capacity(2);
     for (table, new) in [(Table::StateValues, sv), (Table::ActionValues, av)] {
-        let kept = chunks::read_table(run, split, Stem::Search, chunk, table)?;
+        let kept = chunks::read_table(run, split, Source::Stockfish, chunk, table)?;
         merged
             .push(merge_by_board(kept, new).map_err(|e| {
                 StoreError::Corrupt(chunks::entries_dir(run, split), e.to_string())
             })?);
     }
-    chunks::uncommit(run, split, Stem::Search, chunk)?;
+    chunks::uncommit(run, split, Source::Stockfish, chunk)?;
     let [sv, av]: [Vec<ArrayRef>; 2] = merged.try_into().expect("two tables");
     let base = ChunkEntry {
         chunk,
@@ -158,16 +156,21 @@ fn write(
         (Table::ActionValues, av),
         (Table::Failures, fail),
     ];
-    chunks::write_chunk(run, split, Stem::Search, base.chunk, columns, |tables| {
-        ChunkEntry {
+    chunks::write_chunk(
+        run,
+        split,
+        Source::Stockfish,
+        base.chunk,
+        columns,
+        |tables| ChunkEntry {
             state_values: counts[0],
             action_values: counts[1],
             failures: counts[2],
             tables: tables.to_vec(),
             finished_at: unix_now(),
             ..base
-        }
-    })
+        },
+    )
 }
 
 /// The `state_values`, `action_values` and `failures` columns of boards'
@@ -276,7 +279,7 @@ impl SvColumns {
             Arc::new(UInt64Array::from(self.nodes)),
             Arc::new(UInt32Array::from(self.time_ms)),
             Arc::new(UInt16Array::from(self.best_action)),
-            ValueSource::Stockfish.column(n),
+            Source::Stockfish.column_value().column(n),
         ]
     }
 }
@@ -316,7 +319,7 @@ impl AvColumns {
             Arc::new(UInt16Array::from(self.depth)),
             Arc::new(UInt64Array::from(self.nodes)),
             Arc::new(UInt32Array::from(self.time_ms)),
-            ValueSource::Stockfish.column(n),
+            Source::Stockfish.column_value().column(n),
         ]
     }
 }
@@ -406,7 +409,7 @@ mod tests {
         let first = commit_chunk(run, "train", 2, 8, &boards, &work, by).unwrap();
         assert_eq!((first.state_values, first.failures), (2, 2));
         assert_eq!(
-            chunks::failed_boards(run, "train", Stem::Search, |_| true).unwrap(),
+            chunks::failed_boards(run, "train", Source::Stockfish, |_| true).unwrap(),
             vec![(2, vec![9, 11])]
         );
         // Board 9 annotated now, board 11 fails again.
@@ -422,7 +425,7 @@ mod tests {
             (4, 3, 6, 1)
         );
         assert_eq!(again.searches, 18);
-        let table = |t| chunks::read_table(run, "train", Stem::Search, 2, t).unwrap();
+        let table = |t| chunks::read_table(run, "train", Source::Stockfish, 2, t).unwrap();
         let sv = table(Table::StateValues).unwrap();
         assert_eq!(ids(&sv), [8, 9, 10]);
         let wp = sv
@@ -441,7 +444,7 @@ mod tests {
         assert_eq!((last.state_values, last.failures), (4, 0));
         assert!(table(Table::Failures).is_none());
         assert!(
-            chunks::failed_boards(run, "train", Stem::Search, |_| true)
+            chunks::failed_boards(run, "train", Source::Stockfish, |_| true)
                 .unwrap()
                 .is_empty()
         );
@@ -473,7 +476,7 @@ mod tests {
         assert_eq!(entry.failures, 1);
         assert_eq!(entry.tables, [Table::StateValues, Table::Failures]);
         assert_eq!(
-            chunks::committed(run, "train", Stem::Search).unwrap(),
+            chunks::committed(run, "train", Source::Stockfish).unwrap(),
             std::collections::BTreeSet::from([7])
         );
         assert!(

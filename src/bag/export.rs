@@ -67,10 +67,8 @@ pub struct BagExportOptions {
     /// Replace existing files.
     #[arg(long)]
     pub overwrite: bool,
-    /// Values to export where a board has more than one source: stockfish
-    /// (the paper's), lichess_evals (the Lichess evaluation database's only),
-    /// both (the database's where it labels a board, Stockfish's elsewhere).
-    #[arg(long, value_enum, default_value_t = LabelSource::Stockfish)]
+    /// Values to export where a board has more than one source.
+    #[arg(long, value_enum, default_value_t = LabelSource::default())]
     pub label_source: LabelSource,
     #[command(flatten)]
     pub budget: crate::options::Budget,

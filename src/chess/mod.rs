@@ -3,9 +3,9 @@
 
 pub mod actions;
 pub(crate) mod board_key;
-pub mod cloud_eval;
 pub mod generate;
 pub(crate) mod legal;
+pub mod lichess_evals;
 pub(crate) mod movegen;
 #[cfg(test)]
 pub(crate) mod random_games;

@@ -455,20 +455,146 @@ mod tests {
             );
         }
         let (empty, written) = (described(empty.path()), described(written.path()));
-        for ((table, columns), (_, expected)) in empty.iter().zip(&written) {
-            assert_eq!(columns, expected, "{table}: views.sql's empty view");
+        for (table, ((name, columns), (_, expected))) in
+            Table::ALL.iter().zip(empty.iter().zip(&written))
+        {
+            assert_eq!(columns, expected, "{name}: views.sql's empty view");
             assert_eq!(
                 expected.len(),
-                Table::ALL
-                    .iter()
-                    .find(|t| t.name() == table)
-                    .unwrap()
-                    .schema()
-                    .fields()
-                    .len()
-                    + 1,
-                "{table}: the schema's columns and split"
+                table.schema().fields().len() + 1,
+                "{name}: the schema's columns and split"
             );
         }
+    }
+
+    /// views.sql's label-source macros agree with `store::source`: each
+    /// source's chunk files read as its name, its rows under its own
+    /// `label_source` and in its order of precedence; and `sv_chosen` /
+    /// `av_chosen` choose, for every `label_source`, the rows the training
+    /// loader reads ([`LabelSource::reads`], and under `both` no row of a
+    /// board that a later source labels).
+    #[test]
+    fn views_choose_label_sources_as_the_loader_does() {
+        use crate::store::{LabelSource, Source, ValueSource};
+        let run = tempfile::tempdir().unwrap();
+        // (file, boards): boards 2 and 3 have values from two sources.
+        let files: Vec<(String, Vec<u64>)> = vec![
+            (
+                format!("{}00000000.parquet", Source::Stockfish.stem()),
+                vec![1, 2, 3],
+            ),
+            (
+                format!("{}00000000.parquet", Source::LichessEvals.stem()),
+                vec![2, 3, 4],
+            ),
+            ("part-00000.parquet".to_owned(), vec![2, 5]),
+        ];
+        let conn = Connection::open_in_memory().unwrap();
+        // The value columns views.sql's record views bind (values arbitrary).
+        let values = "0.5 AS win_prob, NULL::INTEGER AS cp, NULL::INTEGER AS mate, \
+                      0::USMALLINT AS depth, 0::UBIGINT AS nodes, 0::UINTEGER AS time_ms";
+        for (table, columns) in [
+            (
+                Table::StateValues,
+                "'full' AS kind, 0::USMALLINT AS best_action",
+            ),
+            (Table::ActionValues, "0::USMALLINT AS action"),
+        ] {
+            let dir = run.path().join(partition_dir(table, "train"));
+            fs::create_dir_all(&dir).unwrap();
+            for (file, boards) in &files {
+                let ids: Vec<String> = boards.iter().map(|b| format!("({b})")).collect();
+                conn.execute_batch(&format!(
+                    "COPY (SELECT b::UBIGINT AS board_id, {columns}, {values} FROM (VALUES {}) t(b)) TO {} (FORMAT parquet)",
+                    ids.join(", "),
+                    literal(&dir.join(file).to_string_lossy())
+                ))
+                .unwrap();
+            }
+        }
+        conn.execute_batch(&format!(
+            "SET VARIABLE run_dir = {};\n{VIEWS_SQL}",
+            literal(&run.path().to_string_lossy())
+        ))
+        .unwrap();
+        let text = |sql: &str| -> String { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        for (i, source) in Source::ALL.into_iter().enumerate() {
+            let file = format!("{}00000007.parquet", source.stem());
+            assert_eq!(
+                text(&format!("SELECT cb_source_of_file('{file}')")),
+                source.name()
+            );
+            assert_eq!(
+                text(&format!("SELECT cb_label_of('{source}')")),
+                source.name()
+            );
+            let precedence: i64 = conn
+                .query_row(&format!("SELECT cb_precedence('{source}')"), [], |r| {
+                    r.get(0)
+                })
+                .unwrap();
+            assert_eq!(precedence, i as i64, "{source}");
+        }
+        assert_eq!(
+            text("SELECT cb_source_of_file('part-00000.parquet')"),
+            ValueSource::Bag.name()
+        );
+        assert_eq!(
+            text(&format!(
+                "SELECT cb_label_of('{}')",
+                ValueSource::Bag.name()
+            )),
+            Source::of_file("part-00000.parquet").name()
+        );
+        let choices = <LabelSource as clap::ValueEnum>::value_variants();
+        for &choice in choices {
+            let mut expected: Vec<(u64, String)> = Vec::new();
+            for (file, boards) in &files {
+                let source = Source::of_file(file);
+                if !choice.reads(source) {
+                    continue;
+                }
+                let overriding: Vec<u64> = files
+                    .iter()
+                    .filter(|(f, _)| source.overridden_by().any(|s| s == Source::of_file(f)))
+                    .flat_map(|(_, b)| b.iter().copied())
+                    .collect();
+                let value = text(&format!("SELECT cb_source_of_file('{file}')"));
+                for &b in boards {
+                    if choice != LabelSource::Both || !overriding.contains(&b) {
+                        expected.push((b, value.clone()));
+                    }
+                }
+            }
+            expected.sort();
+            conn.execute_batch(&format!("SET VARIABLE label_source = '{choice}'"))
+                .unwrap();
+            for view in ["sv_chosen", "av_chosen"] {
+                let mut stmt = conn
+                    .prepare(&format!("SELECT board_id, source FROM {view} ORDER BY ALL"))
+                    .unwrap();
+                let got: Vec<(u64, String)> = stmt
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .unwrap()
+                    .collect::<Result<_, _>>()
+                    .unwrap();
+                assert_eq!(got, expected, "{view} under label_source {choice}");
+            }
+        }
+        let names: Vec<&str> = choices.iter().map(|c| c.name()).collect();
+        let (last, rest) = names.split_last().unwrap();
+        conn.execute_batch("SET VARIABLE label_source = 'bag'")
+            .unwrap();
+        let err = conn
+            .query_row("SELECT count(*) FROM sv_chosen", [], |r| r.get::<_, i64>(0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "label_source must be {} or {last}, not bag",
+                rest.join(", ")
+            )),
+            "{err}"
+        );
     }
 }

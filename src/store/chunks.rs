@@ -8,8 +8,8 @@
 //! balanced slice that any number of processes compute independently.
 //!
 //! Each source of values has its own files over the same chunks, named by
-//! its [`Stem`]: `chunk-NNNNNNNN` for Stockfish's searches, `evals-NNNNNNNN`
-//! for the Lichess evaluation database. A chunk of one stem commits in three
+//! its [`Source`]: `chunk-NNNNNNNN` for Stockfish's searches, `evals-NNNNNNNN`
+//! for the Lichess evaluation database. A chunk of one source commits in three
 //! steps:
 //! 1. its rows are written to `TABLE/split=S/STEM-NNNNNNNN.parquet.tmp`
 //!    ([`write_table`]), fsynced;
@@ -38,7 +38,7 @@ use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::{
-    StoreError, Table,
+    Source, StoreError, Table,
     commit::{partition_dir, remove_dir_if_exists, remove_file_if_exists, sync_dir, write_atomic},
     failpoint, open_columns, parquet_files,
     writer::PartWriter,
@@ -57,30 +57,9 @@ pub(crate) fn chunk_shard(chunk: u64, count: u32) -> u32 {
     (xxh3_64_with_seed(&chunk.to_le_bytes(), SHARD_SEED) % u64::from(count)) as u32
 }
 
-/// Which source's files a chunk's are: each commits on its own, so one
-/// source's chunks never stand for another's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum Stem {
-    /// Stockfish's searches (`chessbench annotate`).
-    Search,
-    /// The Lichess evaluation database (`chessbench annotate --evals`).
-    Evals,
-}
-
-impl Stem {
-    pub(crate) const ALL: [Stem; 2] = [Stem::Search, Stem::Evals];
-
-    fn prefix(self) -> &'static str {
-        match self {
-            Stem::Search => "chunk-",
-            Stem::Evals => "evals-",
-        }
-    }
-
-    /// `chunk-00000012`.
-    pub(crate) fn name(self, chunk: u64) -> String {
-        format!("{}{chunk:08}", self.prefix())
-    }
+/// `chunk-00000012`: a chunk's name among its source's files.
+pub(crate) fn chunk_name(source: Source, chunk: u64) -> String {
+    format!("{}{chunk:08}", source.stem())
 }
 
 /// `RUN/annotate/split=S`: the split's chunk entries (and its
@@ -89,14 +68,21 @@ pub(crate) fn entries_dir(run: &Path, split: &str) -> PathBuf {
     run.join(ENTRIES).join(format!("split={split}"))
 }
 
-fn entry_path(run: &Path, split: &str, stem: Stem, chunk: u64) -> PathBuf {
-    entries_dir(run, split).join(format!("{}.json", stem.name(chunk)))
+fn entry_path(run: &Path, split: &str, source: Source, chunk: u64) -> PathBuf {
+    entries_dir(run, split).join(format!("{}.json", chunk_name(source, chunk)))
 }
 
-fn data_path(run: &Path, table: Table, split: &str, stem: Stem, chunk: u64, tmp: bool) -> PathBuf {
+fn data_path(
+    run: &Path,
+    table: Table,
+    split: &str,
+    source: Source,
+    chunk: u64,
+    tmp: bool,
+) -> PathBuf {
     let name = format!(
         "{}.parquet{}",
-        stem.name(chunk),
+        chunk_name(source, chunk),
         if tmp { ".tmp" } else { "" }
     );
     run.join(partition_dir(table, split)).join(name)
@@ -104,8 +90,8 @@ fn data_path(run: &Path, table: Table, split: &str, stem: Stem, chunk: u64, tmp:
 
 /// The chunk number of a file name `STEM-N.parquet` (`tmp` false) or
 /// `STEM-N.parquet.tmp` (`tmp` true).
-fn chunk_of(stem: Stem, name: &str) -> Option<(u64, bool)> {
-    let rest = name.strip_prefix(stem.prefix())?;
+fn chunk_of(source: Source, name: &str) -> Option<(u64, bool)> {
+    let rest = name.strip_prefix(source.stem())?;
     let (num, tmp) = match rest.strip_suffix(".parquet.tmp") {
         Some(n) => (n, true),
         None => (rest.strip_suffix(".parquet")?, false),
@@ -113,8 +99,12 @@ fn chunk_of(stem: Stem, name: &str) -> Option<(u64, bool)> {
     Some((num.parse().ok()?, tmp))
 }
 
-/// Committed chunks of a split and stem (from the entries directory).
-pub(crate) fn committed(run: &Path, split: &str, stem: Stem) -> Result<BTreeSet<u64>, StoreError> {
+/// Committed chunks of a split and source (from the entries directory).
+pub(crate) fn committed(
+    run: &Path,
+    split: &str,
+    source: Source,
+) -> Result<BTreeSet<u64>, StoreError> {
     let dir = entries_dir(run, split);
     let mut done = BTreeSet::new();
     let entries = match fs::read_dir(&dir) {
@@ -127,7 +117,7 @@ pub(crate) fn committed(run: &Path, split: &str, stem: Stem) -> Result<BTreeSet<
         let name = entry.file_name();
         if let Some(n) = name
             .to_str()
-            .and_then(|n| n.strip_prefix(stem.prefix()))
+            .and_then(|n| n.strip_prefix(source.stem()))
             .and_then(|n| n.strip_suffix(".json"))
             .and_then(|n| n.parse::<u64>().ok())
         {
@@ -137,12 +127,12 @@ pub(crate) fn committed(run: &Path, split: &str, stem: Stem) -> Result<BTreeSet<
     Ok(done)
 }
 
-/// The files of a split's value tables of one stem, as (table, chunk,
+/// The files of a split's value tables of one source, as (table, chunk,
 /// whether it is a `.tmp` file, path).
-fn stem_files(
+fn source_files(
     run: &Path,
     split: &str,
-    stem: Stem,
+    source: Source,
 ) -> Result<Vec<(Table, u64, bool, PathBuf)>, StoreError> {
     let mut found = Vec::new();
     for table in Table::ANNOTATE {
@@ -157,7 +147,7 @@ fn stem_files(
             if let Some((chunk, tmp)) = entry
                 .file_name()
                 .to_str()
-                .and_then(|name| chunk_of(stem, name))
+                .and_then(|name| chunk_of(source, name))
             {
                 found.push((table, chunk, tmp, entry.path()));
             }
@@ -166,49 +156,49 @@ fn stem_files(
     Ok(found)
 }
 
-/// The `.tmp` files of a split's value tables of one stem, as (table,
+/// The `.tmp` files of a split's value tables of one source, as (table,
 /// chunk, path).
 fn tmp_files(
     run: &Path,
     split: &str,
-    stem: Stem,
+    source: Source,
 ) -> Result<Vec<(Table, u64, PathBuf)>, StoreError> {
-    Ok(stem_files(run, split, stem)?
+    Ok(source_files(run, split, source)?
         .into_iter()
         .filter(|f| f.2)
         .map(|(table, chunk, _, path)| (table, chunk, path))
         .collect())
 }
 
-/// Repairs the chunks of one stem and shard (index, count) after a crash:
+/// Repairs the chunks of one source and shard (index, count) after a crash:
 /// rolls committed chunks forward, deletes the files of uncommitted ones
 /// (`.tmp` files a crash left before the commit point, and files under
-/// their final names whose entry [`uncommit`] or [`remove_stem`] removed
+/// their final names whose entry [`uncommit`] or [`remove_source`] removed
 /// before a crash). Returns the committed chunks.
 pub(crate) fn recover(
     run: &Path,
     split: &str,
-    stem: Stem,
+    source: Source,
     shard: (u32, u32),
 ) -> Result<BTreeSet<u64>, StoreError> {
-    let done = committed(run, split, stem)?;
-    for (table, chunk, tmp, path) in stem_files(run, split, stem)? {
+    let done = committed(run, split, source)?;
+    for (table, chunk, tmp, path) in source_files(run, split, source)? {
         if chunk_shard(chunk, shard.1) != shard.0 {
             continue; // another shard's, maybe being written right now
         }
         // A file that is gone meanwhile was repaired by another process
-        // holding the same stem's lock shared (the evaluation database's
+        // holding the same source's lock shared (the evaluation database's
         // readers): nothing left to do for it.
         let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
         if done.contains(&chunk) {
             if tmp {
-                let to = data_path(run, table, split, stem, chunk, false);
+                let to = data_path(run, table, split, source, chunk, false);
                 match fs::rename(&path, &to) {
                     Err(e) if !gone(&e) => return Err(StoreError::io(&to, e)),
                     _ => {}
                 }
             }
-        } else if tmp || !entry_path(run, split, stem, chunk).exists() {
+        } else if tmp || !entry_path(run, split, source, chunk).exists() {
             // A final-name file is deleted only when its entry is missing
             // by its own name too, not just from the listing (a network
             // file system may list a directory from a stale cache).
@@ -225,10 +215,10 @@ pub(crate) fn recover(
 pub(crate) fn read_entry<E: serde::de::DeserializeOwned>(
     run: &Path,
     split: &str,
-    stem: Stem,
+    source: Source,
     chunk: u64,
 ) -> Result<Option<E>, StoreError> {
-    let path = entry_path(run, split, stem, chunk);
+    let path = entry_path(run, split, source, chunk);
     match fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
@@ -241,11 +231,16 @@ pub(crate) fn read_entry<E: serde::de::DeserializeOwned>(
 /// Takes a committed chunk back, so that it is written again: its entry
 /// goes first (the commit point, undone), then its files. A crash between
 /// leaves files without an entry, which [`recover`] deletes.
-pub(crate) fn uncommit(run: &Path, split: &str, stem: Stem, chunk: u64) -> Result<(), StoreError> {
-    remove_file_if_exists(&entry_path(run, split, stem, chunk))?;
+pub(crate) fn uncommit(
+    run: &Path,
+    split: &str,
+    source: Source,
+    chunk: u64,
+) -> Result<(), StoreError> {
+    remove_file_if_exists(&entry_path(run, split, source, chunk))?;
     for table in Table::ANNOTATE {
         for tmp in [false, true] {
-            remove_file_if_exists(&data_path(run, table, split, stem, chunk, tmp))?;
+            remove_file_if_exists(&data_path(run, table, split, source, chunk, tmp))?;
         }
     }
     Ok(())
@@ -256,11 +251,11 @@ pub(crate) fn uncommit(run: &Path, split: &str, stem: Stem, chunk: u64) -> Resul
 pub(crate) fn read_table(
     run: &Path,
     split: &str,
-    stem: Stem,
+    source: Source,
     chunk: u64,
     table: Table,
 ) -> Result<Option<RecordBatch>, StoreError> {
-    let path = data_path(run, table, split, stem, chunk, false);
+    let path = data_path(run, table, split, source, chunk, false);
     if !path.exists() {
         return Ok(None);
     }
@@ -275,7 +270,7 @@ pub(crate) fn read_table(
         .map_err(|e| StoreError::Corrupt(path, e.to_string()))
 }
 
-/// The chunks of a split and stem with a `failures` file (those holding a
+/// The chunks of a split and source with a `failures` file (those holding a
 /// board the engine could not annotate: a chunk without failures writes no
 /// such file) that `wanted` accepts, each with its failed board ids. One
 /// directory listing, then only the wanted files are read (a shard reads
@@ -283,15 +278,15 @@ pub(crate) fn read_table(
 pub(crate) fn failed_boards(
     run: &Path,
     split: &str,
-    stem: Stem,
+    source: Source,
     wanted: impl Fn(u64) -> bool,
 ) -> Result<Vec<(u64, Vec<u64>)>, StoreError> {
     let mut found = Vec::new();
-    for (table, chunk, tmp, _) in stem_files(run, split, stem)? {
+    for (table, chunk, tmp, _) in source_files(run, split, source)? {
         if table != Table::Failures || tmp || !wanted(chunk) {
             continue;
         }
-        let Some(batch) = read_table(run, split, stem, chunk, table)? else {
+        let Some(batch) = read_table(run, split, source, chunk, table)? else {
             continue;
         };
         let ids = batch
@@ -300,7 +295,7 @@ pub(crate) fn failed_boards(
             .downcast_ref::<UInt64Array>()
             .ok_or_else(|| {
                 StoreError::Corrupt(
-                    data_path(run, table, split, stem, chunk, false),
+                    data_path(run, table, split, source, chunk, false),
                     "board_id is not u64".into(),
                 )
             })?;
@@ -331,9 +326,9 @@ pub(crate) fn interrupted_commit(run: &Path) -> Result<Option<InterruptedCommit>
         let Some(split) = name.to_str().and_then(|n| n.strip_prefix("split=")) else {
             continue;
         };
-        for stem in Stem::ALL {
-            let done = committed(run, split, stem)?;
-            if let Some((table, chunk, path)) = tmp_files(run, split, stem)?
+        for source in Source::ALL {
+            let done = committed(run, split, source)?;
+            if let Some((table, chunk, path)) = tmp_files(run, split, source)?
                 .into_iter()
                 .find(|(_, chunk, _)| done.contains(chunk))
             {
@@ -360,17 +355,17 @@ pub(crate) fn remove_split(run: &Path, split: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Deletes the committed chunks of one stem of a split, entries and files
-/// (the chunks of the other stem stay). Entries go first: a crash between
+/// Deletes the committed chunks of one source of a split, entries and files
+/// (the chunks of the other source stay). Entries go first: a crash between
 /// leaves files without entries, which [`recover`] deletes, never entries
 /// without their files.
-pub(crate) fn remove_stem(run: &Path, split: &str, stem: Stem) -> Result<(), StoreError> {
-    for chunk in committed(run, split, stem)? {
-        let path = entry_path(run, split, stem, chunk);
+pub(crate) fn remove_source(run: &Path, split: &str, source: Source) -> Result<(), StoreError> {
+    for chunk in committed(run, split, source)? {
+        let path = entry_path(run, split, source, chunk);
         fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
     }
     sync_dir(Some(&entries_dir(run, split)));
-    for (_, _, _, path) in stem_files(run, split, stem)? {
+    for (_, _, _, path) in source_files(run, split, source)? {
         fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
     }
     Ok(())
@@ -380,9 +375,9 @@ pub(crate) fn remove_stem(run: &Path, split: &str, stem: Stem) -> Result<(), Sto
 /// point (a full disk, say), so that nothing of it is left taking room; the
 /// next annotate would delete them too ([`recover`]). Best effort: a file
 /// that cannot be removed is left for that.
-pub(crate) fn discard(run: &Path, split: &str, stem: Stem, chunk: u64) {
+pub(crate) fn discard(run: &Path, split: &str, source: Source, chunk: u64) {
     for table in Table::ANNOTATE {
-        let _ = fs::remove_file(data_path(run, table, split, stem, chunk, true));
+        let _ = fs::remove_file(data_path(run, table, split, source, chunk, true));
     }
 }
 
@@ -391,14 +386,14 @@ pub(crate) fn discard(run: &Path, split: &str, stem: Stem, chunk: u64) {
 pub(crate) fn write_table(
     run: &Path,
     split: &str,
-    stem: Stem,
+    source: Source,
     chunk: u64,
     table: Table,
     batch: &RecordBatch,
 ) -> Result<(), StoreError> {
     let dir = run.join(partition_dir(table, split));
     fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-    let path = data_path(run, table, split, stem, chunk, true);
+    let path = data_path(run, table, split, source, chunk, true);
     let mut w = PartWriter::create(&path, table)?;
     w.write(batch)?;
     w.finish().map(drop)
@@ -412,7 +407,7 @@ pub(crate) fn write_table(
 pub(crate) fn write_chunk<E: Serialize>(
     run: &Path,
     split: &str,
-    stem: Stem,
+    source: Source,
     chunk: u64,
     columns: Vec<(Table, Vec<ArrayRef>)>,
     entry: impl FnOnce(&[Table]) -> E,
@@ -425,17 +420,17 @@ pub(crate) fn write_chunk<E: Serialize>(
         if batch.num_rows() == 0 && table != Table::StateValues {
             return Ok(());
         }
-        write_table(run, split, stem, chunk, table, &batch)?;
+        write_table(run, split, source, chunk, table, &batch)?;
         tables.push(table);
         Ok(())
     });
     if let Err(e) = written {
-        discard(run, split, stem, chunk);
+        discard(run, split, source, chunk);
         return Err(e);
     }
     failpoint::hit(failpoint::Point::ChunkWritten);
     let entry = entry(&tables);
-    commit(run, split, stem, chunk, &entry, &tables)?;
+    commit(run, split, source, chunk, &entry, &tables)?;
     Ok(entry)
 }
 
@@ -445,7 +440,7 @@ pub(crate) fn write_chunk<E: Serialize>(
 pub(crate) fn commit(
     run: &Path,
     split: &str,
-    stem: Stem,
+    source: Source,
     chunk: u64,
     entry: &impl Serialize,
     tables: &[Table],
@@ -454,14 +449,14 @@ pub(crate) fn commit(
     fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
     let bytes = serde_json::to_vec_pretty(entry)
         .map_err(|e| StoreError::Corrupt(dir.clone(), e.to_string()))?;
-    if let Err(e) = write_atomic(&entry_path(run, split, stem, chunk), &bytes) {
-        discard(run, split, stem, chunk);
+    if let Err(e) = write_atomic(&entry_path(run, split, source, chunk), &bytes) {
+        discard(run, split, source, chunk);
         return Err(e);
     }
     failpoint::hit(failpoint::Point::EntryWritten);
     for (i, &table) in tables.iter().enumerate() {
-        let to = data_path(run, table, split, stem, chunk, false);
-        fs::rename(data_path(run, table, split, stem, chunk, true), &to)
+        let to = data_path(run, table, split, source, chunk, false);
+        fs::rename(data_path(run, table, split, source, chunk, true), &to)
             .map_err(|e| StoreError::io(&to, e))?;
         if i == 0 {
             failpoint::hit(failpoint::Point::FirstRename);
@@ -470,17 +465,24 @@ pub(crate) fn commit(
     Ok(())
 }
 
-/// The board ids of a split that the evaluation database labels (its
-/// committed `evals-*` state values), sorted: the boards `--only-missing`
-/// leaves to it. 8 bytes a labelled board.
-pub(crate) fn labelled_boards(run: &Path, split: &str) -> Result<Vec<u64>, StoreError> {
+/// The board ids of a split that any of `sources` labels (their committed
+/// state values), sorted and distinct: for the evaluation database, the
+/// boards `--only-missing` leaves to it; for the sources that override
+/// one under `--label-source both` ([`Source::overridden_by`]), the boards
+/// whose rows of that one are skipped. 8 bytes a labelled board.
+pub(crate) fn labelled_boards(
+    run: &Path,
+    split: &str,
+    sources: impl IntoIterator<Item = Source>,
+) -> Result<Vec<u64>, StoreError> {
+    let sources: Vec<Source> = sources.into_iter().collect();
     let mut ids = Vec::new();
     for path in parquet_files(&run.join(partition_dir(Table::StateValues, split)))? {
-        let is_evals = path
+        let labels = path
             .file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with(Stem::Evals.prefix()));
-        if !is_evals {
+            .is_some_and(|n| sources.contains(&Source::of_file(n)));
+        if !labels {
             continue;
         }
         let reader = open_columns(&path, &["board_id"])?
@@ -507,7 +509,7 @@ pub(crate) fn labelled_boards(run: &Path, split: &str) -> Result<Vec<u64>, Store
 mod tests {
     use super::*;
 
-    const S: Stem = Stem::Search;
+    const S: Source = Source::Stockfish;
 
     #[test]
     fn shards_partition_the_chunks_evenly() {
@@ -525,56 +527,108 @@ mod tests {
 
     #[test]
     fn file_names() {
-        let s = Stem::Search;
+        let s = Source::Stockfish;
         assert_eq!(chunk_of(s, "chunk-00000007.parquet"), Some((7, false)));
         assert_eq!(chunk_of(s, "chunk-00000007.parquet.tmp"), Some((7, true)));
         assert_eq!(chunk_of(s, "part-00000.parquet"), None);
         assert_eq!(chunk_of(s, "chunk-x.parquet"), None);
         assert_eq!(chunk_of(s, "evals-00000007.parquet"), None);
         assert_eq!(
-            chunk_of(Stem::Evals, "evals-00000007.parquet"),
+            chunk_of(Source::LichessEvals, "evals-00000007.parquet"),
             Some((7, false))
         );
     }
 
-    /// Each stem's chunks commit, list and go on their own.
+    /// Each source's chunks commit, list and go on their own.
     #[test]
     fn stems_keep_their_own_chunks() {
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path();
         let batch = RecordBatch::new_empty(Table::StateValues.schema());
-        for stem in Stem::ALL {
-            write_table(run, "train", stem, 3, Table::StateValues, &batch).unwrap();
+        for source in Source::ALL {
+            write_table(run, "train", source, 3, Table::StateValues, &batch).unwrap();
             commit(
                 run,
                 "train",
-                stem,
+                source,
                 3,
                 &serde_json::json!({}),
                 &[Table::StateValues],
             )
             .unwrap();
         }
-        write_table(run, "train", Stem::Evals, 4, Table::StateValues, &batch).unwrap();
+        write_table(
+            run,
+            "train",
+            Source::LichessEvals,
+            4,
+            Table::StateValues,
+            &batch,
+        )
+        .unwrap();
         assert_eq!(
-            recover(run, "train", Stem::Search, (0, 1)).unwrap(),
+            recover(run, "train", Source::Stockfish, (0, 1)).unwrap(),
             BTreeSet::from([3])
         );
-        // The Search stem's recovery leaves the other stem's files alone.
-        assert!(data_path(run, Table::StateValues, "train", Stem::Evals, 4, true).exists());
+        // Stockfish's recovery leaves the other source's files alone.
+        assert!(
+            data_path(
+                run,
+                Table::StateValues,
+                "train",
+                Source::LichessEvals,
+                4,
+                true
+            )
+            .exists()
+        );
         assert_eq!(
-            recover(run, "train", Stem::Evals, (0, 1)).unwrap(),
+            recover(run, "train", Source::LichessEvals, (0, 1)).unwrap(),
             BTreeSet::from([3])
         );
-        assert!(!data_path(run, Table::StateValues, "train", Stem::Evals, 4, true).exists());
-        remove_stem(run, "train", Stem::Evals).unwrap();
-        assert!(committed(run, "train", Stem::Evals).unwrap().is_empty());
-        assert!(!data_path(run, Table::StateValues, "train", Stem::Evals, 3, false).exists());
+        assert!(
+            !data_path(
+                run,
+                Table::StateValues,
+                "train",
+                Source::LichessEvals,
+                4,
+                true
+            )
+            .exists()
+        );
+        remove_source(run, "train", Source::LichessEvals).unwrap();
+        assert!(
+            committed(run, "train", Source::LichessEvals)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            !data_path(
+                run,
+                Table::StateValues,
+                "train",
+                Source::LichessEvals,
+                3,
+                false
+            )
+            .exists()
+        );
         assert_eq!(
-            committed(run, "train", Stem::Search).unwrap(),
+            committed(run, "train", Source::Stockfish).unwrap(),
             BTreeSet::from([3])
         );
-        assert!(data_path(run, Table::StateValues, "train", Stem::Search, 3, false).exists());
+        assert!(
+            data_path(
+                run,
+                Table::StateValues,
+                "train",
+                Source::Stockfish,
+                3,
+                false
+            )
+            .exists()
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub(crate) mod manifest;
 pub(crate) mod memory;
 pub(crate) mod parallel;
 pub(crate) mod schema;
+pub(crate) mod source;
 pub mod sql_files;
 pub(crate) mod writer;
 
@@ -22,7 +23,8 @@ use thiserror::Error;
 
 pub(crate) use commit::RunDir;
 pub(crate) use manifest::Manifest;
-pub use schema::{LabelSource, Table, ValueSource};
+pub use schema::Table;
+pub use source::{LabelSource, Source, ValueSource};
 
 /// Checks that `run` is a run directory whose tables can be read: it has a
 /// manifest, and a commit a crashed process left half done is finished

@@ -113,11 +113,8 @@ pub struct TrainOptions {
     /// Record sampler.
     #[arg(long, value_enum, default_value_t = Sampling::Uniform, help_heading = "Recipe")]
     pub sampling: Sampling,
-    /// Values to learn from where a board has more than one source:
-    /// stockfish (the paper's), lichess_evals (the Lichess evaluation
-    /// database's only), both (the database's where it labels a board,
-    /// Stockfish's elsewhere).
-    #[arg(long, value_enum, default_value_t = LabelSource::Stockfish, help_heading = "Recipe")]
+    /// Values to learn from where a board has more than one source.
+    #[arg(long, value_enum, default_value_t = LabelSource::default(), help_heading = "Recipe")]
     #[serde(default)]
     pub label_source: LabelSource,
     /// Seed of the initialisation and the sampler.

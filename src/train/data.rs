@@ -3,6 +3,7 @@
 //! Parquet tables in sampler order, with prefetching worker threads.
 
 use std::{
+    collections::BTreeMap,
     path::{Path, PathBuf},
     sync::{Arc, Condvar, Mutex},
     thread,
@@ -28,8 +29,8 @@ use crate::{
     },
     options::Shard,
     store::{
-        LabelSource, StoreError, Table, chunks, commit::partition_dir, open_columns, open_parquet,
-        parquet_files,
+        LabelSource, Source, StoreError, Table, chunks, commit::partition_dir, open_columns,
+        open_parquet, parquet_files,
     },
 };
 
@@ -48,14 +49,14 @@ pub enum DataError {
     #[error("{}: {message}", path.display())]
     Table { path: PathBuf, message: String },
     #[error(
-        "split {split:?} of run {} has no {table} records from label source {label_source} (annotate it first: `chessbench annotate`, or `--evals FILE` for lichess_evals)",
-        run.display()
+        "split {split:?} of run {} has no {table} records from label source {label_source} (label it first: {})",
+        run.display(), label_source.how_to_label()
     )]
     Empty {
         run: PathBuf,
         split: String,
         table: &'static str,
-        label_source: &'static str,
+        label_source: LabelSource,
     },
     #[error("invalid K = {0} value buckets: expected 2..={NUM_ACTIONS}")]
     Buckets(usize),
@@ -130,9 +131,9 @@ struct Unit {
     /// Distinct boards the row group can refer to at most (its board id
     /// span, from the footer's statistics; else its rows).
     boards: u64,
-    /// Its rows of boards the evaluation database labels are skipped
-    /// (Stockfish's file under [`LabelSource::Both`]).
-    skip_labelled: bool,
+    /// The label source of its file: under [`LabelSource::Both`] its rows
+    /// of boards a later source labels are skipped ([`Shared::labelled`]).
+    source: Source,
 }
 
 /// Bytes per record while a window is built (its records as read, their
@@ -388,11 +389,12 @@ fn read_unit(
     unit: &Unit,
     policy: RecordSet,
     buckets: &ValueBuckets,
-    labelled: &[u64],
+    labelled: &BTreeMap<Source, Vec<u64>>,
     out: &mut UnitRecords,
 ) -> Result<(), DataError> {
     let path = &unit.path;
-    let skip = |id: u64| unit.skip_labelled && labelled.binary_search(&id).is_ok();
+    let overridden = labelled.get(&unit.source);
+    let skip = |id: u64| overridden.is_some_and(|l| l.binary_search(&id).is_ok());
     let columns: &[&str] = match policy {
         RecordSet::ActionValue => &["board_id", "action", "win_prob"],
         RecordSet::StateValue => &["board_id", "win_prob"],
@@ -448,12 +450,13 @@ struct Shared {
     units: Vec<Unit>,
     /// Rows of all units (records of one uniform epoch; for behavioural
     /// cloning this counts terminal boards, and under [`LabelSource::Both`]
-    /// Stockfish's rows of boards the evaluation database labels, which are
-    /// skipped).
+    /// the rows of boards a later source labels, which are skipped).
     rows: u64,
-    /// Boards the evaluation database labels, sorted (only under
-    /// [`LabelSource::Both`]).
-    labelled: Vec<u64>,
+    /// Under [`LabelSource::Both`], for each source that a later one
+    /// overrides, the boards the later ones label, sorted: that source's
+    /// rows of them are skipped (Stockfish's of the boards the evaluation
+    /// database labels).
+    labelled: BTreeMap<Source, Vec<u64>>,
     boards: BoardIndex,
     buckets: ValueBuckets,
     budget: Arc<Budget>,
@@ -494,16 +497,21 @@ impl Loader {
         let table = value_table(config.policy);
         let mut units = Vec::new();
         let mut rows = 0u64;
-        let labelled = match config.label_source {
-            LabelSource::Both => chunks::labelled_boards(&config.run, &config.split)?,
-            _ => Vec::new(),
-        };
+        let mut labelled = BTreeMap::new();
+        if config.label_source == LabelSource::Both {
+            for source in Source::ALL {
+                let ids =
+                    chunks::labelled_boards(&config.run, &config.split, source.overridden_by())?;
+                if !ids.is_empty() {
+                    labelled.insert(source, ids);
+                }
+            }
+        }
         for path in parquet_files(&config.run.join(partition_dir(table, &config.split)))? {
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if !config.label_source.reads_file(name) {
+            let source = Source::of_file(path.file_name().and_then(|n| n.to_str()).unwrap_or(""));
+            if !config.label_source.reads(source) {
                 continue;
             }
-            let skip_labelled = !labelled.is_empty() && !LabelSource::LichessEvals.reads_file(name);
             let b = open_parquet(&path)?;
             let board_id = b
                 .parquet_schema()
@@ -529,7 +537,7 @@ impl Loader {
                     row_group: rg,
                     rows: n,
                     boards: span.map_or(n, |s| s.min(n)),
-                    skip_labelled,
+                    source,
                 });
             }
         }
@@ -541,7 +549,7 @@ impl Loader {
                 run: config.run.clone(),
                 split: config.split.clone(),
                 table: table.name(),
-                label_source: config.label_source.name(),
+                label_source: config.label_source,
             });
         }
         let boards = BoardIndex::open(&config.run, &config.split)?;
@@ -653,7 +661,7 @@ impl Loader {
                         run: self.config.run.clone(),
                         split: self.config.split.clone(),
                         table: value_table(self.config.policy).name(),
-                        label_source: self.config.label_source.name(),
+                        label_source: self.config.label_source,
                     });
                 }
                 self.current = Some(window);

@@ -334,7 +334,7 @@ fn eval_set(config: &TrainConfig, split: &str) -> Result<EvalSet, TrainError> {
     // reference; a split only the evaluation database labels is scored on
     // its labels.
     let reference = DataConfig {
-        label_source: LabelSource::Stockfish,
+        label_source: LabelSource::default(),
         ..data_config(config, split, 1, EVAL_SEED)
     };
     let mut loader = match Loader::new(reference, Position::default()) {

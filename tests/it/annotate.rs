@@ -758,7 +758,9 @@ fn evals_file(run: &Path, dir: &Path) -> EvalsFile {
 
 #[test]
 fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
-    use chessbench::annotate::cloud::{CloudError, CloudFormat, INDEX_BYTES_PER_BOARD, coverage};
+    use chessbench::annotate::lichess_evals::reader::{
+        EvalsFormat, EvalsReadError, INDEX_BYTES_PER_BOARD, coverage,
+    };
 
     if !have_stockfish() {
         return;
@@ -783,9 +785,9 @@ fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
         "the shared key covers two boards"
     );
     let splits = ["train".to_owned()];
-    let full = coverage(run, &splits, &path, CloudFormat::JsonLines, 1 << 30, 1).unwrap();
+    let full = coverage(run, &splits, &path, EvalsFormat::JsonLines, 1 << 30, 1).unwrap();
     // Read on three threads, the same counts and rejects.
-    let three = coverage(run, &splits, &path, CloudFormat::JsonLines, 1 << 30, 3).unwrap();
+    let three = coverage(run, &splits, &path, EvalsFormat::JsonLines, 1 << 30, 3).unwrap();
     assert_eq!(three, full);
     let c = &full.splits["train"].all;
     assert_eq!(c.boards, fens.len() as u64);
@@ -801,7 +803,7 @@ fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
     // The phases partition the split: their counts add up to it, and the
     // every-997th sample reaches more than one phase.
     let phases = &full.splits["train"].phases;
-    type Field = fn(&chessbench::annotate::cloud::Counts) -> u64;
+    type Field = fn(&chessbench::annotate::lichess_evals::reader::Counts) -> u64;
     let fields: [Field; 2] = [|c| c.boards, |c| c.covered];
     for f in fields {
         assert_eq!(phases.values().map(f).sum::<u64>(), f(c), "{phases:?}");
@@ -819,7 +821,7 @@ fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
     // Within a limit that holds a third of the index: three passes, the
     // same counts.
     let small = fens.len() as u64 * INDEX_BYTES_PER_BOARD * 2 / 3 + 1;
-    let parts = coverage(run, &splits, &path, CloudFormat::JsonLines, small, 2).unwrap();
+    let parts = coverage(run, &splits, &path, EvalsFormat::JsonLines, small, 2).unwrap();
     assert!(parts.passes >= 2, "{parts:?}");
     assert_eq!(parts.splits, full.splits);
     // Standard input cannot be read twice.
@@ -828,11 +830,11 @@ fn the_evaluation_database_covers_the_boards_that_share_its_positions() {
             run,
             &splits,
             std::path::Path::new("-"),
-            CloudFormat::JsonLines,
+            EvalsFormat::JsonLines,
             small,
             2
         ),
-        Err(CloudError::OnePass { .. })
+        Err(EvalsReadError::OnePass { .. })
     ));
 }
 

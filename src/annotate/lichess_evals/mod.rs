@@ -2,9 +2,9 @@
 //! state values for every board whose four FEN fields match a position of
 //! the database (many boards may share one position), and action values
 //! for the moves that begin one of its principal variations
-//! ([`crate::chess::cloud_eval`]). Rows carry source `lichess_evals`, the
+//! ([`crate::chess::lichess_evals`]). Rows carry source `lichess_evals`, the
 //! search's depth and nodes (knodes x 1000), and go to their own chunk files
-//! (`evals-NNNNNNNN.parquet`, [`Stem::Evals`]) beside Stockfish's, so the
+//! (`evals-NNNNNNNN.parquet`, [`SOURCE`]) beside Stockfish's, so the
 //! two sources never overwrite each other and SQL can compare them.
 //!
 //! The file is read once per pass. A pass holds the board index and the
@@ -26,17 +26,15 @@ use arrow_array::{
 };
 use serde::Serialize;
 
-use super::{
-    AnnotateError,
-    cloud::{self, BoardIndex, CloudError, CloudFormat, CloudPass, ReadEvent},
-    config::AnnotateConfig,
-    scope,
-};
+pub mod reader;
+
+use reader::{BoardIndex, EvalsFormat, EvalsPass, EvalsReadError, ReadEvent};
+
+use super::{AnnotateError, config::AnnotateConfig, scope};
 use crate::{
-    chess::cloud_eval::{self, CloudLabels, CloudReject, SideScore},
+    chess::lichess_evals::{self, EvalsLabels, EvalsReject, SideScore},
     store::{
-        Manifest, StoreError, Table, ValueSource,
-        chunks::{self, Stem},
+        Manifest, Source, StoreError, Table, chunks,
         commit::{MANIFEST, RunDir},
         unix_now,
     },
@@ -47,12 +45,15 @@ use crate::{
     ui::{Report, group},
 };
 
+/// The source these labels are.
+const SOURCE: Source = Source::LichessEvals;
+
 /// Bytes a pass holds per board of its chunks: the board index's entry
-/// ([`cloud::INDEX_BYTES_PER_BOARD`]) and, for a labelled board, its id, the
+/// ([`reader::INDEX_BYTES_PER_BOARD`]) and, for a labelled board, its id, the
 /// index of its labels, and a share of the labels themselves (a depth,
 /// knodes, a state score and one score per variation's first move; the
 /// database has one to five variations a position).
-pub const BYTES_PER_BOARD: u64 = cloud::INDEX_BYTES_PER_BOARD + 96;
+pub const BYTES_PER_BOARD: u64 = reader::INDEX_BYTES_PER_BOARD + 96;
 
 /// A committed chunk's record (`annotate/split=S/evals-NNNNNNNN.json`).
 #[derive(Debug, Clone, Serialize)]
@@ -84,11 +85,11 @@ pub struct EvalsSummary {
     #[serde(skip)]
     pub run: PathBuf,
     pub file: PathBuf,
-    pub format: Option<CloudFormat>,
+    pub format: Option<EvalsFormat>,
     pub passes: u64,
     /// Every pass's reading, summed (rejects included: lines that are not
     /// positions, and positions whose searches cannot label them).
-    pub read: CloudPass,
+    pub read: EvalsPass,
     /// The first line rejected for each reason, with why.
     pub first_rejects: BTreeMap<&'static str, (u64, String)>,
     pub seconds: f64,
@@ -99,43 +100,22 @@ pub struct EvalsSummary {
     pub splits: Vec<(String, EvalsSplit)>,
 }
 
-/// The settings a split's evaluation-database chunks were written with; a
-/// rerun must agree, or start over with `--overwrite`.
-fn check_settings(
+/// The settings a split's evaluation-database chunks are written with
+/// (for [`super::check_settings`]); a rerun must agree, or start over with
+/// `--overwrite`.
+fn evals_settings(
     config: &AnnotateConfig,
     manifest: &Manifest,
     split: &str,
     file: &Path,
-) -> Result<(), AnnotateError> {
-    let path = chunks::entries_dir(&config.run, split).join("evals-settings.json");
-    let now = serde_json::json!({
+) -> serde_json::Value {
+    serde_json::json!({
         "file": file.file_name().map(|n| n.to_string_lossy().into_owned()),
         "bytes": std::fs::metadata(file).ok().filter(|m| m.is_file()).map(|m| m.len()),
         "chunk_boards": config.chunk_boards,
         "max_boards": config.max_boards,
         "boards": super::boards_fingerprint(manifest, split),
-    });
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let existing: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| StoreError::Corrupt(path.clone(), e.to_string()))?;
-            if existing["boards"] != now["boards"] {
-                return Err(AnnotateError::BoardsChanged {
-                    split: split.to_owned(),
-                });
-            }
-            if existing != now {
-                return Err(AnnotateError::EvalsSettingsChanged {
-                    split: split.to_owned(),
-                    existing: existing.to_string(),
-                    now: now.to_string(),
-                });
-            }
-            Ok(())
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => super::write_settings(&path, &now),
-        Err(e) => Err(StoreError::io(&path, e).into()),
-    }
+    })
 }
 
 /// A split's pending chunks.
@@ -160,9 +140,9 @@ fn passes(pending: &[Pending], chunk_boards: u64, room: u64) -> Vec<Vec<(usize, 
 pub fn run(config: &AnnotateConfig) -> Result<EvalsSummary, AnnotateError> {
     let started = Instant::now();
     let file = config.evals.clone().expect("run only with --evals");
-    let format = CloudFormat::of(&file);
+    let format = EvalsFormat::of(&file);
     if file != Path::new("-") && !file.is_file() {
-        return Err(CloudError::Io {
+        return Err(EvalsReadError::Io {
             path: file.clone(),
             source: io::Error::new(io::ErrorKind::NotFound, "no such file"),
         }
@@ -202,14 +182,16 @@ pub fn run(config: &AnnotateConfig) -> Result<EvalsSummary, AnnotateError> {
     let mut pending = Vec::new();
     for (name, n) in &scope {
         if config.overwrite {
-            let settings = chunks::entries_dir(&config.run, name).join("evals-settings.json");
-            if settings.exists() {
-                std::fs::remove_file(&settings).map_err(|e| StoreError::io(&settings, e))?;
-            }
-            chunks::remove_stem(&config.run, name, Stem::Evals)?;
+            super::remove_source(&config.run, name, SOURCE)?;
         }
-        check_settings(config, &manifest, name, &file)?;
-        let done = chunks::recover(&config.run, name, Stem::Evals, (0, 1))?;
+        super::check_settings(
+            &config.run,
+            name,
+            SOURCE,
+            evals_settings(config, &manifest, name, &file),
+            |_| {},
+        )?;
+        let done = chunks::recover(&config.run, name, SOURCE, (0, 1))?;
         let total = n.div_ceil(config.chunk_boards);
         let todo: Vec<u64> = (0..total).filter(|c| !done.contains(c)).collect();
         summary.splits.push((
@@ -306,7 +288,7 @@ fn one_pass_if_stdin(
             .iter()
             .map(|p| p.chunks.len() as u64 * config.chunk_boards)
             .sum();
-        return Err(CloudError::OnePass {
+        return Err(EvalsReadError::OnePass {
             boards,
             passes: plan.len() as u64,
         }
@@ -319,7 +301,7 @@ fn one_pass_if_stdin(
 /// (`--only-missing`) in chunks it has committed: replacing the labels
 /// would leave those boards without a value.
 fn left_to_evals(config: &AnnotateConfig, split: &str) -> Result<bool, AnnotateError> {
-    let path = chunks::entries_dir(&config.run, split).join("settings.json");
+    let path = chunks::entries_dir(&config.run, split).join(Source::Stockfish.settings_file());
     let only_missing = match std::fs::read_to_string(&path) {
         Ok(text) => {
             serde_json::from_str::<serde_json::Value>(&text)
@@ -329,13 +311,13 @@ fn left_to_evals(config: &AnnotateConfig, split: &str) -> Result<bool, AnnotateE
         Err(e) if e.kind() == io::ErrorKind::NotFound => false,
         Err(e) => return Err(StoreError::io(&path, e).into()),
     };
-    Ok(only_missing && !chunks::committed(&config.run, split, Stem::Search)?.is_empty())
+    Ok(only_missing && !chunks::committed(&config.run, split, Source::Stockfish)?.is_empty())
 }
 
 /// One pass's labels: the distinct labels read, and per split the boards
 /// they label as (board id, labels index), sorted after the pass.
 struct PassLabels {
-    labels: Vec<CloudLabels>,
+    labels: Vec<EvalsLabels>,
     boards: Vec<Vec<(u64, u32)>>,
 }
 
@@ -353,7 +335,7 @@ impl PassLabels {
 fn read_pass(
     config: &AnnotateConfig,
     file: &Path,
-    format: CloudFormat,
+    format: EvalsFormat,
     names: &[String],
     chunks_of_pass: &[(usize, u64)],
     summary: &mut EvalsSummary,
@@ -376,7 +358,7 @@ fn read_pass(
     let mut labelled = 0u64;
     let mut shown = 0u64;
     let mut first_rejects = std::mem::take(&mut summary.first_rejects);
-    let mut note = |line: u64, r: &CloudReject| {
+    let mut note = |line: u64, r: &EvalsReject| {
         first_rejects
             .entry(r.code())
             .or_insert_with(|| (line, r.to_string()));
@@ -384,15 +366,15 @@ fn read_pass(
     // Keys are read and positions labelled on every worker thread; the
     // labels reach this thread in file order, so the first of a repeated
     // position labels its boards, as on one thread.
-    let pass = cloud::read_parallel(
+    let pass = reader::read_parallel(
         file,
         format,
         config.workers,
         |key| index.wants(key),
         |_, pos, e| {
-            cloud_eval::choose(&e.searches)
-                .ok_or(CloudReject::NoSearch)
-                .and_then(|search| cloud_eval::labels(&pos, search))
+            lichess_evals::choose(&e.searches)
+                .ok_or(EvalsReject::NoSearch)
+                .and_then(|search| lichess_evals::labels(&pos, search))
         },
         |event| match event {
             ReadEvent::Position(line, key, result) => {
@@ -405,7 +387,7 @@ fn read_pass(
                     }
                 };
                 // A position the file repeats labels its boards once: the first.
-                if !seen.insert(cloud::key_hash(key)) {
+                if !seen.insert(reader::key_hash(key)) {
                     return;
                 }
                 let at = out.labels.len() as u32;
@@ -452,7 +434,7 @@ fn score(s: SideScore) -> (Option<i32>, Option<i32>, f64) {
 /// The move a position's labels rank best, as Stockfish's annotation
 /// ranks them ([`oracle::best_action`]): the highest win probability, then
 /// the faster mate, then the lowest action.
-fn best_action(l: &CloudLabels) -> Option<u16> {
+fn best_action(l: &EvalsLabels) -> Option<u16> {
     let evals: Vec<(u16, Eval)> = l
         .actions
         .iter()
@@ -528,7 +510,7 @@ fn commit_chunk(
             av.action.push(action);
         }
     }
-    let source = ValueSource::LichessEvals;
+    let source = SOURCE.column_value();
     let m = av.board_id.len();
     let sv_columns: Vec<ArrayRef> = vec![
         Arc::new(UInt64Array::from(sv.board_id)),
@@ -559,7 +541,7 @@ fn commit_chunk(
         (Table::StateValues, sv_columns),
         (Table::ActionValues, av_columns),
     ];
-    chunks::write_chunk(run, split, Stem::Evals, chunk, columns, |_| EvalsEntry {
+    chunks::write_chunk(run, split, SOURCE, chunk, columns, |_| EvalsEntry {
         chunk,
         first_board,
         boards,
@@ -571,24 +553,24 @@ fn commit_chunk(
 }
 
 /// `annotate --evals FILE --plan`: how much of the run's splits the file
-/// labels, per split and game phase ([`cloud::coverage`]), before any row
+/// labels, per split and game phase ([`reader::coverage`]), before any row
 /// is written.
-pub fn plan(config: &AnnotateConfig) -> Result<cloud::Coverage, AnnotateError> {
+pub fn plan(config: &AnnotateConfig) -> Result<reader::Coverage, AnnotateError> {
     let file = config.evals.clone().expect("plan only with --evals");
     let _run = RunDir::open_shared(&config.run)?;
     let manifest = Manifest::read(&config.run.join(MANIFEST))?;
     let names: Vec<String> = scope(config, &manifest)?.into_iter().map(|s| s.0).collect();
-    Ok(cloud::coverage(
+    Ok(reader::coverage(
         &config.run,
         &names,
         &file,
-        CloudFormat::of(&file),
+        EvalsFormat::of(&file),
         config.memory_limit,
         config.workers,
     )?)
 }
 
-impl Report for cloud::Coverage {
+impl Report for reader::Coverage {
     fn render(&self, out: &mut dyn Write) -> io::Result<()> {
         let share = |a: u64, b: u64| {
             if b == 0 {
@@ -723,7 +705,7 @@ mod tests {
 
     #[test]
     fn the_best_action_is_the_highest_win_probability() {
-        let l = CloudLabels {
+        let l = EvalsLabels {
             depth: 20,
             knodes: 1,
             state: (Some(30), None),
@@ -736,7 +718,7 @@ mod tests {
         assert_eq!(best_action(&l), Some(7));
         assert_eq!(score((None, Some(-2))).2, 0.0);
         // Equal win probabilities: the faster mate, then the lower action.
-        let mates = CloudLabels {
+        let mates = EvalsLabels {
             actions: vec![
                 (5, (None, Some(5))),
                 (7, (None, Some(1))),

@@ -60,7 +60,7 @@ impl WhiteScore {
 
 /// One principal variation of a search.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CloudPv {
+pub struct EvalsPv {
     pub score: WhiteScore,
     /// The moves in UCI, castling as king-takes-rook, as written.
     pub line: String,
@@ -68,25 +68,25 @@ pub struct CloudPv {
 
 /// One search of a position.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CloudSearch {
+pub struct EvalsSearch {
     pub depth: u16,
     pub knodes: u64,
     /// Best first.
-    pub pvs: Vec<CloudPv>,
+    pub pvs: Vec<EvalsPv>,
 }
 
 /// One position of the database.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CloudEval {
+pub struct EvalsPosition {
     /// The four FEN fields as written (no move counters).
     pub fen: String,
-    pub searches: Vec<CloudSearch>,
+    pub searches: Vec<EvalsSearch>,
 }
 
 /// Why a line or row of the database is not used: each a reject with its
 /// reason, never a crash.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum CloudReject {
+pub enum EvalsReject {
     #[error("not the evaluation database's JSON: {0}")]
     Json(String),
     #[error("not a flattened evaluation row (fen,line,depth,knodes,cp,mate): {0}")]
@@ -105,16 +105,16 @@ pub enum CloudReject {
     },
 }
 
-impl CloudReject {
+impl EvalsReject {
     /// A short code for the reason, as the rejects' `reason` column holds.
     pub fn code(&self) -> &'static str {
         match self {
-            CloudReject::Json(_) => "bad_json",
-            CloudReject::Row(_) => "bad_row",
-            CloudReject::Fen { .. } => "illegal_fen",
-            CloudReject::NoSearch => "no_search",
-            CloudReject::Score => "bad_score",
-            CloudReject::Move { .. } => "illegal_move",
+            EvalsReject::Json(_) => "bad_json",
+            EvalsReject::Row(_) => "bad_row",
+            EvalsReject::Fen { .. } => "illegal_fen",
+            EvalsReject::NoSearch => "no_search",
+            EvalsReject::Score => "bad_score",
+            EvalsReject::Move { .. } => "illegal_move",
         }
     }
 }
@@ -144,38 +144,38 @@ struct JsonPv {
     line: String,
 }
 
-fn score(cp: Option<i32>, mate: Option<i32>) -> Result<WhiteScore, CloudReject> {
+fn score(cp: Option<i32>, mate: Option<i32>) -> Result<WhiteScore, EvalsReject> {
     match (cp, mate) {
         (Some(cp), None) => Ok(WhiteScore::Cp(cp)),
         (None, Some(n)) if n != 0 => Ok(WhiteScore::Mate(n)),
-        _ => Err(CloudReject::Score),
+        _ => Err(EvalsReject::Score),
     }
 }
 
 /// Parses one line of `lichess_db_eval.jsonl`.
-pub fn parse_json_line(line: &str) -> Result<CloudEval, CloudReject> {
-    let raw: JsonLine = serde_json::from_str(line).map_err(|e| CloudReject::Json(e.to_string()))?;
+pub fn parse_json_line(line: &str) -> Result<EvalsPosition, EvalsReject> {
+    let raw: JsonLine = serde_json::from_str(line).map_err(|e| EvalsReject::Json(e.to_string()))?;
     let searches = raw
         .evals
         .into_iter()
         .map(|s| {
-            Ok(CloudSearch {
+            Ok(EvalsSearch {
                 depth: s.depth,
                 knodes: s.knodes,
                 pvs: s
                     .pvs
                     .into_iter()
                     .map(|p| {
-                        Ok(CloudPv {
+                        Ok(EvalsPv {
                             score: score(p.cp, p.mate)?,
                             line: p.line,
                         })
                     })
-                    .collect::<Result<_, CloudReject>>()?,
+                    .collect::<Result<_, EvalsReject>>()?,
             })
         })
-        .collect::<Result<_, CloudReject>>()?;
-    Ok(CloudEval {
+        .collect::<Result<_, EvalsReject>>()?;
+    Ok(EvalsPosition {
         fen: raw.fen,
         searches,
     })
@@ -187,27 +187,27 @@ pub struct FlatRow {
     pub fen: String,
     pub depth: u16,
     pub knodes: u64,
-    pub pv: CloudPv,
+    pub pv: EvalsPv,
 }
 
 /// Parses one flattened row's fields, `fen,line,depth,knodes,cp,mate` (cp
 /// and mate written as integers or as floats such as `-251.0`, the empty
 /// one absent).
-pub fn parse_flat_row(fields: &[&str]) -> Result<FlatRow, CloudReject> {
+pub fn parse_flat_row(fields: &[&str]) -> Result<FlatRow, EvalsReject> {
     let [fen, line, depth, knodes, cp, mate] = fields else {
-        return Err(CloudReject::Row(format!(
+        return Err(EvalsReject::Row(format!(
             "{} fields, expected 6",
             fields.len()
         )));
     };
-    let number = |name: &str, text: &str| -> Result<Option<f64>, CloudReject> {
+    let number = |name: &str, text: &str| -> Result<Option<f64>, EvalsReject> {
         let text = text.trim();
         if text.is_empty() {
             return Ok(None);
         }
         text.parse()
             .map(Some)
-            .map_err(|_| CloudReject::Row(format!("{name} {text:?} is not a number")))
+            .map_err(|_| EvalsReject::Row(format!("{name} {text:?} is not a number")))
     };
     flat_row(
         fen,
@@ -224,30 +224,30 @@ pub fn parse_flat_row(fields: &[&str]) -> Result<FlatRow, CloudReject> {
 /// A flattened row from its values, however its form typed them: depth,
 /// knodes, cp and mate as numbers (integers, or floats with no fraction),
 /// cp or mate absent.
-pub fn flat_row(fen: &str, line: &str, numbers: [Option<f64>; 4]) -> Result<FlatRow, CloudReject> {
+pub fn flat_row(fen: &str, line: &str, numbers: [Option<f64>; 4]) -> Result<FlatRow, EvalsReject> {
     let [depth, knodes, cp, mate] = numbers;
-    let integer = |name: &str, v: Option<f64>, max: f64| -> Result<Option<i64>, CloudReject> {
+    let integer = |name: &str, v: Option<f64>, max: f64| -> Result<Option<i64>, EvalsReject> {
         match v {
             None => Ok(None),
             Some(v) if v.fract() == 0.0 && v.abs() <= max => Ok(Some(v as i64)),
-            Some(v) => Err(CloudReject::Row(format!(
+            Some(v) => Err(EvalsReject::Row(format!(
                 "{name} {v} is not an integer in range"
             ))),
         }
     };
     let depth = integer("depth", depth, f64::from(u16::MAX))?
         .filter(|d| *d >= 0)
-        .ok_or_else(|| CloudReject::Row("no depth".into()))?;
+        .ok_or_else(|| EvalsReject::Row("no depth".into()))?;
     let knodes = integer("knodes", knodes, 2f64.powi(53))?
         .filter(|k| *k >= 0)
-        .ok_or_else(|| CloudReject::Row("no knodes".into()))?;
+        .ok_or_else(|| EvalsReject::Row("no knodes".into()))?;
     let cp = integer("cp", cp, f64::from(i32::MAX))?.map(|v| v as i32);
     let mate = integer("mate", mate, f64::from(i32::MAX))?.map(|v| v as i32);
     Ok(FlatRow {
         fen: fen.to_owned(),
         depth: depth as u16,
         knodes: knodes as u64,
-        pv: CloudPv {
+        pv: EvalsPv {
             score: score(cp, mate)?,
             line: line.to_owned(),
         },
@@ -256,11 +256,11 @@ pub fn flat_row(fen: &str, line: &str, numbers: [Option<f64>; 4]) -> Result<Flat
 
 /// Groups consecutive flattened rows of one FEN into a position: rows of
 /// the same depth and knodes are one search's variations, in row order.
-pub fn group_rows(rows: Vec<FlatRow>) -> Vec<CloudEval> {
-    let mut out: Vec<CloudEval> = Vec::new();
+pub fn group_rows(rows: Vec<FlatRow>) -> Vec<EvalsPosition> {
+    let mut out: Vec<EvalsPosition> = Vec::new();
     for r in rows {
         if out.last().is_none_or(|e| e.fen != r.fen) {
-            out.push(CloudEval {
+            out.push(EvalsPosition {
                 fen: r.fen.clone(),
                 searches: Vec::new(),
             });
@@ -272,7 +272,7 @@ pub fn group_rows(rows: Vec<FlatRow>) -> Vec<CloudEval> {
             .find(|s| s.depth == r.depth && s.knodes == r.knodes)
         {
             Some(s) => s.pvs.push(r.pv),
-            None => eval.searches.push(CloudSearch {
+            None => eval.searches.push(EvalsSearch {
                 depth: r.depth,
                 knodes: r.knodes,
                 pvs: vec![r.pv],
@@ -286,7 +286,7 @@ pub fn group_rows(rows: Vec<FlatRow>) -> Vec<CloudEval> {
 /// deep ones the one that visited the most nodes; then the one with the
 /// most variations (more moves labelled); then the first listed. Searches
 /// without a variation are never chosen.
-pub fn choose(searches: &[CloudSearch]) -> Option<&CloudSearch> {
+pub fn choose(searches: &[EvalsSearch]) -> Option<&EvalsSearch> {
     searches
         .iter()
         .filter(|s| !s.pvs.is_empty())
@@ -298,8 +298,8 @@ pub fn choose(searches: &[CloudSearch]) -> Option<&CloudSearch> {
 /// are ignored) and its key: the four fields as chessbench writes them,
 /// the en passant square only when a legal en passant capture exists. A
 /// board of a run matches when its FEN's first four fields are this key.
-pub fn position(fen: &str) -> Result<(Chess, String), CloudReject> {
-    let bad = |reason: String| CloudReject::Fen {
+pub fn position(fen: &str) -> Result<(Chess, String), EvalsReject> {
+    let bad = |reason: String| EvalsReject::Fen {
         fen: fen.to_owned(),
         reason,
     };
@@ -333,11 +333,11 @@ pub fn four_fields(pos: &Chess) -> String {
 /// A variation's moves played from `pos`, each checked legal there;
 /// castling may be written either way (`e1h1` or `e1g1`). Returns the
 /// moves.
-pub fn replay(pos: &Chess, line: &str) -> Result<Vec<Move>, CloudReject> {
+pub fn replay(pos: &Chess, line: &str) -> Result<Vec<Move>, EvalsReject> {
     let mut pos = pos.clone();
     let mut moves = Vec::new();
     for (index, uci) in line.split_ascii_whitespace().enumerate() {
-        let bad = || CloudReject::Move {
+        let bad = || EvalsReject::Move {
             line: line.to_owned(),
             index,
             uci: uci.to_owned(),
@@ -357,7 +357,7 @@ pub fn replay(pos: &Chess, line: &str) -> Result<Vec<Move>, CloudReject> {
 /// point of view: the state value's score and, per action (ChessBench's
 /// vocabulary), the score of the first variation that starts with it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CloudLabels {
+pub struct EvalsLabels {
     pub depth: u16,
     pub knodes: u64,
     /// (centipawns, mate in N) of the best variation.
@@ -368,9 +368,9 @@ pub struct CloudLabels {
 
 /// The labels of `search` for the position `pos`. A variation whose moves
 /// are not legal rejects the position: the data is then not what it claims.
-pub fn labels(pos: &Chess, search: &CloudSearch) -> Result<CloudLabels, CloudReject> {
+pub fn labels(pos: &Chess, search: &EvalsSearch) -> Result<EvalsLabels, EvalsReject> {
     let turn = pos.turn();
-    let first = search.pvs.first().ok_or(CloudReject::NoSearch)?;
+    let first = search.pvs.first().ok_or(EvalsReject::NoSearch)?;
     let mut actions: Vec<(u16, SideScore)> = Vec::new();
     for pv in &search.pvs {
         let moves = replay(pos, &pv.line)?;
@@ -385,7 +385,7 @@ pub fn labels(pos: &Chess, search: &CloudSearch) -> Result<CloudLabels, CloudRej
         }
     }
     actions.sort_by_key(|(a, _)| *a);
-    Ok(CloudLabels {
+    Ok(EvalsLabels {
         depth: search.depth,
         knodes: search.knodes,
         state: first.score.for_side(turn),
@@ -484,15 +484,15 @@ mod tests {
         for m in replay(&pos, "d4d5 g8f6 d5c6 b7c6").unwrap() {
             pos.play_unchecked(m);
         }
-        let search = CloudSearch {
+        let search = EvalsSearch {
             depth: 20,
             knodes: 100,
             pvs: vec![
-                CloudPv {
+                EvalsPv {
                     score: WhiteScore::Cp(40),
                     line: "e1h1 e7e6".into(),
                 },
-                CloudPv {
+                EvalsPv {
                     score: WhiteScore::Cp(35),
                     line: "e1g1 e7e5".into(),
                 },
@@ -526,11 +526,11 @@ mod tests {
 
     #[test]
     fn the_deepest_search_is_chosen_then_the_most_nodes_then_the_first() {
-        let s = |depth, knodes, pvs: usize| CloudSearch {
+        let s = |depth, knodes, pvs: usize| EvalsSearch {
             depth,
             knodes,
             pvs: (0..pvs)
-                .map(|i| CloudPv {
+                .map(|i| EvalsPv {
                     score: WhiteScore::Cp(i as i32),
                     line: String::new(),
                 })

@@ -1,5 +1,5 @@
 //! Streaming the Lichess evaluation database
-//! ([`crate::chess::cloud_eval`]) once, in bounded memory: its JSON lines
+//! ([`crate::chess::lichess_evals`]) once, in bounded memory: its JSON lines
 //! (`lichess_db_eval.jsonl`, plain or zstd, a file or standard input) or
 //! its flattened rows (`fen,line,depth,knodes,cp,mate`: Parquet, or CSV
 //! plain or zstd). Each position is offered by its key (the four FEN fields with en
@@ -28,7 +28,7 @@ use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_128;
 
 use crate::{
-    chess::cloud_eval::{self, CloudEval, CloudReject, FlatRow},
+    chess::lichess_evals::{self, EvalsPosition, EvalsReject, FlatRow},
     store::{
         StoreError, Table,
         commit::partition_dir,
@@ -40,7 +40,7 @@ use crate::{
 /// Which published form a file is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
-pub enum CloudFormat {
+pub enum EvalsFormat {
     /// `lichess_db_eval.jsonl`: one position a line, all its searches.
     JsonLines,
     /// One row per principal variation, `fen,line,depth,knodes,cp,mate`,
@@ -51,7 +51,7 @@ pub enum CloudFormat {
     FlatParquet,
 }
 
-impl CloudFormat {
+impl EvalsFormat {
     /// The form a file name says: `.parquet` and `.csv` (or `.csv.zst`)
     /// are flattened rows, anything else (`.jsonl`, `.jsonl.zst`, standard
     /// input) JSON lines.
@@ -59,18 +59,18 @@ impl CloudFormat {
         let name = path.to_string_lossy();
         let name = name.strip_suffix(".zst").unwrap_or(&name);
         if name.ends_with(".parquet") {
-            CloudFormat::FlatParquet
+            EvalsFormat::FlatParquet
         } else if name.ends_with(".csv") {
-            CloudFormat::FlatCsv
+            EvalsFormat::FlatCsv
         } else {
-            CloudFormat::JsonLines
+            EvalsFormat::JsonLines
         }
     }
 }
 
 /// A pass that could not go on: the input itself failed.
 #[derive(Debug, Error)]
-pub enum CloudError {
+pub enum EvalsReadError {
     #[error("cannot read the evaluation database {}: {source}", path.display())]
     Io { path: PathBuf, source: io::Error },
     #[error(transparent)]
@@ -83,7 +83,7 @@ pub enum CloudError {
 
 /// What one pass read.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct CloudPass {
+pub struct EvalsPass {
     /// Lines (JSON lines) or rows (flattened) read.
     pub lines: u64,
     /// Bytes read, decompressed.
@@ -118,15 +118,15 @@ fn open(path: &Path) -> io::Result<Box<dyn BufRead + Send>> {
 /// The key a raw FEN matches boards by. Most database FENs are four
 /// fields without an en passant square and are their own key, borrowed;
 /// any other is parsed, and the square dropped unless a capture exists.
-fn key_of(fen: &str) -> Result<Cow<'_, str>, CloudReject> {
+fn key_of(fen: &str) -> Result<Cow<'_, str>, EvalsReject> {
     if fen.bytes().filter(|&b| b == b' ').count() == 3 && fen.ends_with(" -") {
         return Ok(Cow::Borrowed(fen));
     }
-    cloud_eval::position(fen).map(|(_, key)| Cow::Owned(key))
+    lichess_evals::position(fen).map(|(_, key)| Cow::Owned(key))
 }
 
 /// The rows of a flattened CSV file (its header skipped).
-fn csv_rows(input: impl Read) -> impl Iterator<Item = io::Result<Result<FlatRow, CloudReject>>> {
+fn csv_rows(input: impl Read) -> impl Iterator<Item = io::Result<Result<FlatRow, EvalsReject>>> {
     let mut csv = csv::ReaderBuilder::new()
         .has_headers(true)
         .flexible(true)
@@ -136,11 +136,11 @@ fn csv_rows(input: impl Read) -> impl Iterator<Item = io::Result<Result<FlatRow,
         Ok(false) => None,
         Ok(true) => {
             let fields: Vec<&str> = record.iter().collect();
-            Some(Ok(cloud_eval::parse_flat_row(&fields)))
+            Some(Ok(lichess_evals::parse_flat_row(&fields)))
         }
         Err(e) => match e.into_kind() {
             csv::ErrorKind::Io(e) => Some(Err(e)),
-            other => Some(Ok(Err(CloudReject::Row(format!("{other:?}"))))),
+            other => Some(Ok(Err(EvalsReject::Row(format!("{other:?}"))))),
         },
     })
 }
@@ -148,7 +148,7 @@ fn csv_rows(input: impl Read) -> impl Iterator<Item = io::Result<Result<FlatRow,
 /// The rows of a flattened Parquet file, a batch at a time.
 fn parquet_rows(
     path: &Path,
-) -> io::Result<impl Iterator<Item = io::Result<Result<FlatRow, CloudReject>>>> {
+) -> io::Result<impl Iterator<Item = io::Result<Result<FlatRow, EvalsReject>>>> {
     use arrow_array::{Array, Float64Array, RecordBatch, cast::AsArray, types::Float64Type};
     use arrow_schema::DataType;
 
@@ -192,9 +192,9 @@ fn parquet_rows(
                 *i += 1;
                 let number = |k: usize| (!n[k].is_null(r)).then(|| n[k].value(r));
                 if s[0].is_null(r) {
-                    return Some(Ok(Err(CloudReject::Row("no fen".into()))));
+                    return Some(Ok(Err(EvalsReject::Row("no fen".into()))));
                 }
-                return Some(Ok(cloud_eval::flat_row(
+                return Some(Ok(lichess_evals::flat_row(
                     s[0].value(r),
                     if s[1].is_null(r) { "" } else { s[1].value(r) },
                     [number(0), number(1), number(2), number(3)],
@@ -219,24 +219,24 @@ fn parquet_rows(
 /// after the header). A position nobody wants is not checked.
 pub fn read(
     path: &Path,
-    format: CloudFormat,
+    format: EvalsFormat,
     wanted: impl FnMut(&str) -> bool,
-    position: impl FnMut(u64, &str, Chess, CloudEval),
-    rejected: impl FnMut(u64, &CloudReject),
-) -> Result<CloudPass, CloudError> {
-    let io_err = |source| CloudError::Io {
+    position: impl FnMut(u64, &str, Chess, EvalsPosition),
+    rejected: impl FnMut(u64, &EvalsReject),
+) -> Result<EvalsPass, EvalsReadError> {
+    let io_err = |source| EvalsReadError::Io {
         path: path.to_owned(),
         source,
     };
     let mut pass = Pass {
-        stats: CloudPass::default(),
+        stats: EvalsPass::default(),
         wanted,
         position,
         rejected,
     };
     match format {
-        CloudFormat::JsonLines => pass.json_lines(open(path).map_err(io_err)?),
-        CloudFormat::FlatCsv => {
+        EvalsFormat::JsonLines => pass.json_lines(open(path).map_err(io_err)?),
+        EvalsFormat::FlatCsv => {
             let read = Arc::new(AtomicU64::new(0));
             let input = Counting {
                 inner: open(path).map_err(io_err)?,
@@ -246,7 +246,7 @@ pub fn read(
             pass.stats.bytes = read.load(Ordering::Relaxed);
             done
         }
-        CloudFormat::FlatParquet => {
+        EvalsFormat::FlatParquet => {
             if path == Path::new("-") {
                 return Err(io_err(io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -267,12 +267,12 @@ enum JsonLine {
     /// Empty or white space: neither a position nor a reject.
     Blank,
     /// A line without a readable key.
-    Rejected(CloudReject),
+    Rejected(EvalsReject),
     /// A position nobody wants, left unparsed.
     Unwanted,
     /// A wanted position: its key and its searches with the position set
     /// up and checked legal, or why they could not be.
-    Wanted(String, Result<(Chess, CloudEval), CloudReject>),
+    Wanted(String, Result<(Chess, EvalsPosition), EvalsReject>),
 }
 
 /// Reads one line (`raw`, with or without its newline) as far as its key
@@ -294,20 +294,20 @@ fn json_line(raw: &[u8], wanted: &mut impl FnMut(&str) -> bool) -> JsonLine {
             return JsonLine::Unwanted;
         }
         let set_up = std::str::from_utf8(raw)
-            .map_err(|e| CloudReject::Json(format!("not UTF-8: {e}")))
-            .and_then(|text| cloud_eval::parse_json_line(text.trim_end()))
-            .and_then(|e| cloud_eval::position(&e.fen).map(|(pos, _)| (pos, e)));
+            .map_err(|e| EvalsReject::Json(format!("not UTF-8: {e}")))
+            .and_then(|text| lichess_evals::parse_json_line(text.trim_end()))
+            .and_then(|e| lichess_evals::position(&e.fen).map(|(pos, _)| (pos, e)));
         return JsonLine::Wanted(key.into_owned(), set_up);
     }
     let text = match std::str::from_utf8(raw) {
         Ok(t) => t.trim_end(),
-        Err(e) => return JsonLine::Rejected(CloudReject::Json(format!("not UTF-8: {e}"))),
+        Err(e) => return JsonLine::Rejected(EvalsReject::Json(format!("not UTF-8: {e}"))),
     };
     if text.is_empty() {
         return JsonLine::Blank;
     }
     // Any other line must parse in full to say its key.
-    let e = match cloud_eval::parse_json_line(text) {
+    let e = match lichess_evals::parse_json_line(text) {
         Ok(e) => e,
         Err(r) => return JsonLine::Rejected(r),
     };
@@ -318,7 +318,7 @@ fn json_line(raw: &[u8], wanted: &mut impl FnMut(&str) -> bool) -> JsonLine {
     if !wanted(&key) {
         return JsonLine::Unwanted;
     }
-    let set_up = cloud_eval::position(&e.fen).map(|(pos, _)| (pos, e));
+    let set_up = lichess_evals::position(&e.fen).map(|(pos, _)| (pos, e));
     JsonLine::Wanted(key, set_up)
 }
 
@@ -331,7 +331,7 @@ pub enum ReadEvent<'a, T> {
     /// A wanted position (its line, its key) and what `work` made of it.
     Position(u64, &'a str, T),
     /// A rejected line or position (its line) and why.
-    Rejected(u64, &'a CloudReject),
+    Rejected(u64, &'a EvalsReject),
     /// Positions read so far: after each block of lines (every 65,536
     /// positions for flattened rows and one thread), and at the end.
     Progress(u64),
@@ -348,12 +348,12 @@ pub enum ReadEvent<'a, T> {
 /// are read by [`read`] on the calling thread.
 pub fn read_parallel<T: Send>(
     path: &Path,
-    format: CloudFormat,
+    format: EvalsFormat,
     threads: usize,
     wanted: impl Fn(&str) -> bool + Sync,
-    work: impl Fn(&str, Chess, CloudEval) -> T + Sync,
+    work: impl Fn(&str, Chess, EvalsPosition) -> T + Sync,
     event: impl FnMut(ReadEvent<'_, T>),
-) -> Result<CloudPass, CloudError> {
+) -> Result<EvalsPass, EvalsReadError> {
     read_blocks(path, format, threads, BLOCK_BYTES, wanted, work, event)
 }
 
@@ -371,21 +371,21 @@ struct Block<T> {
 
 enum Found<T> {
     Position(String, T),
-    Rejected(CloudReject),
+    Rejected(EvalsReject),
 }
 
 /// [`read_parallel`] with the block size given (small in the tests, so
 /// that a small file makes many blocks).
 fn read_blocks<T: Send>(
     path: &Path,
-    format: CloudFormat,
+    format: EvalsFormat,
     threads: usize,
     block_bytes: usize,
     wanted: impl Fn(&str) -> bool + Sync,
-    work: impl Fn(&str, Chess, CloudEval) -> T + Sync,
+    work: impl Fn(&str, Chess, EvalsPosition) -> T + Sync,
     mut event: impl FnMut(ReadEvent<'_, T>),
-) -> Result<CloudPass, CloudError> {
-    if format != CloudFormat::JsonLines || threads <= 1 {
+) -> Result<EvalsPass, EvalsReadError> {
+    if format != EvalsFormat::JsonLines || threads <= 1 {
         let event = std::cell::RefCell::new(event);
         let mut positions = 0u64;
         let pass = read(
@@ -407,7 +407,7 @@ fn read_blocks<T: Send>(
         (event.borrow_mut())(ReadEvent::Progress(pass.positions));
         return Ok(pass);
     }
-    let io_err = |source| CloudError::Io {
+    let io_err = |source| EvalsReadError::Io {
         path: path.to_owned(),
         source,
     };
@@ -437,7 +437,7 @@ fn read_blocks<T: Send>(
         }
         drop((todo_rx, done_tx));
         // In file order: a block waits here until those before it are out.
-        let mut stats = CloudPass::default();
+        let mut stats = EvalsPass::default();
         let mut waiting = BTreeMap::new();
         let mut next = 0u64;
         for (seq, block) in &done_rx {
@@ -544,7 +544,7 @@ fn parse_block<T>(
     text: Vec<u8>,
     len: usize,
     wanted: &impl Fn(&str) -> bool,
-    work: &impl Fn(&str, Chess, CloudEval) -> T,
+    work: &impl Fn(&str, Chess, EvalsPosition) -> T,
 ) -> Block<T> {
     let mut block = Block {
         text: Vec::new(),
@@ -585,14 +585,14 @@ fn parse_block<T>(
 /// not, to compare the next row's FEN with).
 struct Group {
     line: u64,
-    key: Result<String, CloudReject>,
+    key: Result<String, EvalsReject>,
     wanted: bool,
     rows: Vec<FlatRow>,
 }
 
 /// One pass's counts and the caller's callbacks.
 struct Pass<W, P, R> {
-    stats: CloudPass,
+    stats: EvalsPass,
     wanted: W,
     position: P,
     rejected: R,
@@ -601,18 +601,18 @@ struct Pass<W, P, R> {
 impl<W, P, R> Pass<W, P, R>
 where
     W: FnMut(&str) -> bool,
-    P: FnMut(u64, &str, Chess, CloudEval),
-    R: FnMut(u64, &CloudReject),
+    P: FnMut(u64, &str, Chess, EvalsPosition),
+    R: FnMut(u64, &EvalsReject),
 {
-    fn reject(&mut self, line: u64, r: CloudReject) {
+    fn reject(&mut self, line: u64, r: EvalsReject) {
         *self.stats.rejected.entry(r.code()).or_default() += 1;
         (self.rejected)(line, &r);
     }
 
     /// Hands a wanted position to the caller once its FEN sets up a legal
     /// position.
-    fn deliver(&mut self, line: u64, key: &str, e: CloudEval) {
-        match cloud_eval::position(&e.fen) {
+    fn deliver(&mut self, line: u64, key: &str, e: EvalsPosition) {
+        match lichess_evals::position(&e.fen) {
             Ok((pos, _)) => (self.position)(line, key, pos, e),
             Err(r) => self.reject(line, r),
         }
@@ -650,7 +650,7 @@ where
     /// the pass.
     fn flat_rows(
         &mut self,
-        rows: impl Iterator<Item = io::Result<Result<FlatRow, CloudReject>>>,
+        rows: impl Iterator<Item = io::Result<Result<FlatRow, EvalsReject>>>,
     ) -> io::Result<()> {
         let mut group: Option<Group> = None;
         for row in rows {
@@ -696,7 +696,7 @@ where
             Err(r) => self.reject(g.line, r),
             Ok(key) if g.wanted => {
                 self.stats.wanted += 1;
-                for e in cloud_eval::group_rows(g.rows) {
+                for e in lichess_evals::group_rows(g.rows) {
                     self.deliver(g.line, &key, e);
                 }
             }
@@ -773,7 +773,7 @@ impl BoardIndex {
         run: &Path,
         splits: &[String],
         keep: impl Fn(usize, u64, u128) -> bool,
-    ) -> Result<Self, CloudError> {
+    ) -> Result<Self, EvalsReadError> {
         let mut entries = Vec::new();
         let mut totals = vec![BTreeMap::<Phase, Counts>::new(); splits.len()];
         for (s, split) in splits.iter().enumerate() {
@@ -896,7 +896,7 @@ pub struct Coverage {
     /// The last pass over the database (every pass reads the same file),
     /// its rejects including positions whose searches cannot label them
     /// (`no_search`, `illegal_move`).
-    pub pass: CloudPass,
+    pub pass: EvalsPass,
     /// Passes over the file: one per partition of the boards that fits in
     /// half of `memory_limit`.
     pub passes: u64,
@@ -913,10 +913,10 @@ pub fn coverage(
     run: &Path,
     splits: &[String],
     path: &Path,
-    format: CloudFormat,
+    format: EvalsFormat,
     memory_limit: u64,
     threads: usize,
-) -> Result<Coverage, CloudError> {
+) -> Result<Coverage, EvalsReadError> {
     let mut out = Coverage::default();
     let mut boards = 0u64;
     for split in splits {
@@ -929,7 +929,7 @@ pub fn coverage(
     let room = (memory_limit / 2).max(1);
     out.passes = (boards * INDEX_BYTES_PER_BOARD).div_ceil(room).max(1);
     if out.passes > 1 && path == Path::new("-") {
-        return Err(CloudError::OnePass {
+        return Err(EvalsReadError::OnePass {
             boards,
             passes: out.passes,
         });
@@ -947,9 +947,9 @@ pub fn coverage(
             threads,
             |key| index.wants(key),
             |_, pos, e| {
-                cloud_eval::choose(&e.searches)
-                    .ok_or(CloudReject::NoSearch)
-                    .and_then(|search| cloud_eval::labels(&pos, search))
+                lichess_evals::choose(&e.searches)
+                    .ok_or(EvalsReject::NoSearch)
+                    .and_then(|search| lichess_evals::labels(&pos, search))
                     .map(|labels| labels.actions.len() as u64)
             },
             |event| {
@@ -1001,7 +1001,7 @@ mod tests {
         let mut keys = Vec::new();
         let pass = read(
             Path::new(SAMPLE),
-            CloudFormat::of(Path::new(SAMPLE)),
+            EvalsFormat::of(Path::new(SAMPLE)),
             |_| true,
             |_, key, _, e| keys.push((key.to_owned(), e.searches[0].pvs.len())),
             |line, r| panic!("line {line}: {r}"),
@@ -1016,8 +1016,8 @@ mod tests {
     /// What a reader handed its caller, as comparable values.
     #[derive(Debug, PartialEq)]
     enum Seen {
-        Position(u64, String, CloudEval, String),
-        Rejected(u64, CloudReject),
+        Position(u64, String, EvalsPosition, String),
+        Rejected(u64, EvalsReject),
     }
 
     #[test]
@@ -1070,7 +1070,7 @@ mod tests {
         let one = std::cell::RefCell::new(Vec::new());
         let one_pass = read(
             &plain,
-            CloudFormat::JsonLines,
+            EvalsFormat::JsonLines,
             wanted,
             |line, key, pos, e| {
                 let seen = Seen::Position(line, key.to_owned(), e, board(&pos));
@@ -1088,7 +1088,7 @@ mod tests {
                 let mut progress = Vec::new();
                 let pass = read_blocks(
                     path,
-                    CloudFormat::JsonLines,
+                    EvalsFormat::JsonLines,
                     threads,
                     block,
                     wanted,
@@ -1121,22 +1121,22 @@ mod tests {
         std::fs::write(&cut, &packed[..packed.len() / 2]).unwrap();
         let one = read(
             &cut,
-            CloudFormat::JsonLines,
+            EvalsFormat::JsonLines,
             wanted,
             |_, _, _, _| {},
             |_, _| {},
         );
-        assert!(matches!(one, Err(CloudError::Io { .. })), "{one:?}");
+        assert!(matches!(one, Err(EvalsReadError::Io { .. })), "{one:?}");
         let many = read_blocks(
             &cut,
-            CloudFormat::JsonLines,
+            EvalsFormat::JsonLines,
             3,
             64,
             wanted,
             |_, _, _| (),
             |_| {},
         );
-        assert!(matches!(many, Err(CloudError::Io { .. })), "{many:?}");
+        assert!(matches!(many, Err(EvalsReadError::Io { .. })), "{many:?}");
     }
 
     #[test]
@@ -1161,7 +1161,7 @@ mod tests {
             let mut bad = Vec::new();
             let pass = read(
                 path,
-                CloudFormat::of(path),
+                EvalsFormat::of(path),
                 |key| key.starts_with("8/8/6K1") || key.starts_with("8/8/8/8/8"),
                 |line, key, _, _| got.push((line, key.to_owned())),
                 |line, r| bad.push((line, r.code())),
@@ -1228,7 +1228,7 @@ mod tests {
             let mut got = Vec::new();
             let pass = read(
                 path,
-                CloudFormat::of(path),
+                EvalsFormat::of(path),
                 |_| true,
                 |line, key, _, e| got.push((line, key.to_owned(), e)),
                 |line, r| panic!("line {line}: {r}"),
@@ -1236,7 +1236,7 @@ mod tests {
             .unwrap();
             (pass.positions, pass.wanted, got)
         };
-        assert_eq!(CloudFormat::of(&path), CloudFormat::FlatParquet);
+        assert_eq!(EvalsFormat::of(&path), EvalsFormat::FlatParquet);
         let parquet = collect(&path);
         assert_eq!(parquet.0, 10);
         assert_eq!(parquet, collect(Path::new(SAMPLE)));
@@ -1258,19 +1258,19 @@ mod tests {
     #[test]
     fn the_form_follows_the_file_name() {
         assert_eq!(
-            CloudFormat::of(Path::new("a.csv.zst")),
-            CloudFormat::FlatCsv
+            EvalsFormat::of(Path::new("a.csv.zst")),
+            EvalsFormat::FlatCsv
         );
-        assert_eq!(CloudFormat::of(Path::new("a.csv")), CloudFormat::FlatCsv);
+        assert_eq!(EvalsFormat::of(Path::new("a.csv")), EvalsFormat::FlatCsv);
         assert_eq!(
-            CloudFormat::of(Path::new("train-00000.parquet")),
-            CloudFormat::FlatParquet
+            EvalsFormat::of(Path::new("train-00000.parquet")),
+            EvalsFormat::FlatParquet
         );
         assert_eq!(
-            CloudFormat::of(Path::new("lichess_db_eval.jsonl.zst")),
-            CloudFormat::JsonLines
+            EvalsFormat::of(Path::new("lichess_db_eval.jsonl.zst")),
+            EvalsFormat::JsonLines
         );
-        assert_eq!(CloudFormat::of(Path::new("-")), CloudFormat::JsonLines);
+        assert_eq!(EvalsFormat::of(Path::new("-")), EvalsFormat::JsonLines);
     }
     /// A small evaluation database made from real Stockfish output, in the
     /// database's own form (scores White's, castling king-takes-rook),
@@ -1369,7 +1369,7 @@ mod tests {
                 .to_string(),
             );
             file.push('\n');
-            let mut actions: Vec<(u16, crate::chess::cloud_eval::SideScore)> = lines
+            let mut actions: Vec<(u16, crate::chess::lichess_evals::SideScore)> = lines
                 .iter()
                 .map(|l| {
                     (
@@ -1392,11 +1392,11 @@ mod tests {
         let mut got = Vec::new();
         let pass = read(
             &path,
-            CloudFormat::JsonLines,
+            EvalsFormat::JsonLines,
             |_| true,
             |_, key, pos, e| {
-                let search = cloud_eval::choose(&e.searches).unwrap();
-                let l = cloud_eval::labels(&pos, search).unwrap();
+                let search = lichess_evals::choose(&e.searches).unwrap();
+                let l = lichess_evals::labels(&pos, search).unwrap();
                 got.push((key.to_owned(), l.state, l.actions));
             },
             |line, r| panic!("line {line}: {r}"),

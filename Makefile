@@ -309,10 +309,10 @@ check-cuda: | $(DUCKDB_LIB)
 ## The project's GPU kernels (fused attention, layer norm, SwiGLU) as
 ## CubeCL compiles them for CUDA, run on the CPU as C++ under a model of
 ## CUDA's memory layouts and launch (no GPU needed; g++, ThreadSanitizer):
-## src/model/cuda_emulator.rs, docs/gpu.md.
+## src/model/gpu/cuda_emulator.rs, docs/gpu.md.
 test-kernels: | $(DUCKDB_LIB)
 	$(CARGO) test --locked --features $(GPU_FEATURES) --lib -- --nocapture \
-	  model::gpu_attention::emulated model::gpu_layers::emulated model::cuda_emulator model::gpu_cache
+	  model::gpu::attention::emulated model::gpu::layers::emulated model::gpu::cuda_emulator model::gpu::cache
 
 # Mesa's loader warns on every start without a runtime directory.
 WGPU_ENV    := XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp}
@@ -320,14 +320,14 @@ WGPU_ENV    := XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp}
 ## The GPU code through a real GPU runtime without a GPU: burn's wgpu
 ## backend on Mesa's lavapipe (software Vulkan; Debian's
 ## mesa-vulkan-drivers, which `.ci/run` installs), or on the machine's GPU.
-## The library's tests (src/model/wgpu.rs): every project kernel variant
+## The library's tests (src/model/gpu/wgpu.rs): every project kernel variant
 ## against its CPU twin (f32, f16; dense and as the blocks' views;
 ## sequences 78, 79; head dimensions 16, 32, 64), the tiny model trained
 ## 20 steps against the CPU with the fused kernels and with burn's; then
 ## the binary (tests/wgpu.rs) on the trained demo run: evaluation and UCI
 ## scores against the CPU's, training and the kernel count.
 test-wgpu: $(RUN)/train/$(TRAIN_NAME)/summary.json | $(DUCKDB_LIB)
-	$(WGPU_ENV) $(CARGO) test --locked --features $(GPU_FEATURES) --lib model::wgpu -- --test-threads=2
+	$(WGPU_ENV) $(CARGO) test --locked --features $(GPU_FEATURES) --lib model::gpu::wgpu -- --test-threads=2
 	$(WGPU_ENV) CHESSBENCH_DEMO_RUN=$(abspath $(RUN)) $(CARGO) test --locked --features $(GPU_FEATURES) --test wgpu -- --test-threads=1
 
 ## The kernels a training step launches after fusion, and those a cold

@@ -3,7 +3,7 @@
 //! directory as the binary's run path, so `chessbench sql` finds it without
 //! `LD_LIBRARY_PATH`. Also names the source the binary is built from
 //! (`CHESSBENCH_SOURCE_ID`): the GPU kernel cache keeps one directory per
-//! source (src/model/gpu_cache.rs).
+//! source (src/model/gpu/cache.rs).
 
 use std::{
     env, fs,
@@ -43,7 +43,7 @@ fn source_id() -> String {
 
 fn main() {
     // `cfg(gpu)`: a GPU backend is built (CUDA or wgpu), and with it the
-    // project's CubeCL kernels (src/model/gpu_*.rs).
+    // project's CubeCL kernels (src/model/gpu/*.rs).
     println!("cargo::rustc-check-cfg=cfg(gpu)");
     if env::var_os("CARGO_FEATURE_CUDA").is_some() || env::var_os("CARGO_FEATURE_WGPU").is_some() {
         println!("cargo::rustc-cfg=gpu");

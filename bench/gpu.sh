@@ -147,7 +147,7 @@ EOF
     /usr/local/cuda*/nsight-systems*/bin/nsys 2>/dev/null | head -1)
   # burn-cuda compiles every kernel at run time (NVRTC) and autotunes some:
   # chessbench keeps compiled kernels and autotune results in one directory
-  # per source build under CHESSBENCH_KERNEL_CACHE (src/model/gpu_cache.rs),
+  # per source build under CHESSBENCH_KERNEL_CACHE (src/model/gpu/cache.rs),
   # here ./target/kernels for the whole measurement (a warm machine keeps
   # it between calls). A cubecl.toml written here tunes at CubeCL's default
   # level, as a user's process does (CUBECL_TUNE=minimal|extensive|full

@@ -7,7 +7,7 @@ lavapipe (a real Vulkan runtime; the same fusion engine, the same project
 kernels and the same CubeCL launches as CUDA, except that the linear
 layers' products are CubeCL's matmul here and cuBLASLt on CUDA): every
 kernel launched after fusion, with the bytes of the buffers it binds
-(vendor/cubecl-runtime logs them; model::kernel_log counts them), per
+(vendor/cubecl-runtime logs them; model::gpu::kernel_log counts them), per
 step and, with --profile, per phase of the step. mixed bf16 is CUDA's
 alone; lavapipe has f16, whose kernels and bytes are bf16's (both 2 bytes,
 the same casts), so f16 stands in for it.

@@ -62,7 +62,7 @@ fn check(
         Precision::Bf16 => (BF16_FORWARD_TOLERANCE, BF16_GRADIENT_TOLERANCE),
         Precision::F16 => panic!("mixed f16 is wgpu's"),
     };
-    chessbench::model::gpu_cache::configure_kernel_cache();
+    chessbench::model::gpu::cache::configure_kernel_cache();
     let shape = ModelShape::preset(preset, policy, buckets);
     let started = std::time::Instant::now();
     let a = cuda_against_cpu(&shape, loss, batch, 7, precision).expect("one step on CPU and CUDA");
@@ -198,7 +198,7 @@ fn nine_million_boards_scored_together_equal_boards_scored_alone() {
 /// through a model of CUDA's layouts and launch (`make test-kernels`).
 #[test]
 fn fused_attention_kernels_equal_the_reference() {
-    kernels_within_bounds(chessbench::model::gpu_attention::kernel_errors::<CudaRuntime>);
+    kernels_within_bounds(chessbench::model::gpu::attention::kernel_errors::<CudaRuntime>);
     model_variants_pass();
 }
 
@@ -207,8 +207,8 @@ fn fused_attention_kernels_equal_the_reference() {
 /// in training (the variant's exact sequence, head dimension, format and
 /// layout), and the backend then reports the fused kernels.
 fn model_variants_pass() {
-    use chessbench::model::{ModelBackend, gpu_backend::self_test_model};
-    chessbench::model::gpu_cache::configure_kernel_cache();
+    use chessbench::model::{ModelBackend, gpu::backend::self_test_model};
+    chessbench::model::gpu::cache::configure_kernel_cache();
     let device = cubecl::cuda::CudaDevice::default();
     let mut verdicts = Vec::new();
     for preset in [Preset::Tiny, Preset::M9] {
@@ -243,7 +243,7 @@ type KernelCheck<S> = fn(
 /// both formats, then fails on any above its bound (or NaN).
 fn kernels_within_bounds<S: std::fmt::Debug>(errors: KernelCheck<S>) {
     use burn::tensor::DType;
-    chessbench::model::gpu_cache::configure_kernel_cache();
+    chessbench::model::gpu::cache::configure_kernel_cache();
     let device = cubecl::cuda::CudaDevice::default();
     let mut failures = Vec::new();
     for (dtype, bound) in [(DType::F32, 1e-4f32), (DType::BF16, 2e-2)] {
@@ -266,6 +266,6 @@ fn kernels_within_bounds<S: std::fmt::Debug>(errors: KernelCheck<S>) {
 /// inputs (`make test-kernels`).
 #[test]
 fn fused_layer_kernels_equal_the_reference() {
-    kernels_within_bounds(chessbench::model::gpu_layers::kernel_errors::<CudaRuntime>);
+    kernels_within_bounds(chessbench::model::gpu::layers::kernel_errors::<CudaRuntime>);
     model_variants_pass();
 }

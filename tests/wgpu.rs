@@ -5,7 +5,7 @@
 //!
 //! Built only with `--features wgpu`; `make test-wgpu` runs it on Mesa's
 //! lavapipe (software Vulkan) in CI, after the library's kernel and
-//! training tests (`model::wgpu`), with `CHESSBENCH_DEMO_RUN` naming the
+//! training tests (`model::gpu::wgpu`), with `CHESSBENCH_DEMO_RUN` naming the
 //! trained demo run (`make train`). Without an adapter, or without the
 //! demo run, it fails: nothing here is skipped.
 #![cfg(feature = "wgpu")]

@@ -1,7 +1,7 @@
 //! Evaluation and play: trained predictors scored as the paper
 //! scores them, and played.
 //!
-//! - [`model`]: a checkpoint loaded for inference (EMA weights by default);
+//! - [`trained`]: a checkpoint loaded for inference (EMA weights by default);
 //! - [`policy`]: the action-value, state-value and behavioural-cloning
 //!   policies (and Stockfish) behind one [`policy::Player`] trait, with the
 //!   paper's repetition and decisiveness workarounds;

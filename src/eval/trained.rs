@@ -219,7 +219,7 @@ fn random_on<B: ModelBackend>(shape: &ModelShape, device: B::Device) -> Box<dyn 
 /// The wgpu device, set up once per process.
 #[cfg(feature = "wgpu")]
 fn wgpu_device() -> Result<cubecl::wgpu::WgpuDevice, EvalError> {
-    crate::model::wgpu::device()
+    crate::model::gpu::wgpu::device()
         .map_err(|e| crate::model::ComputeError::NoAdapter(e.to_string()).into())
 }
 
@@ -266,12 +266,12 @@ impl Model {
             DeviceKind::Cpu => load_cpu(&dir, weights, &state)?,
             #[cfg(feature = "cuda")]
             DeviceKind::Cuda => {
-                crate::model::gpu_cache::configure_kernel_cache();
+                crate::model::gpu::cache::configure_kernel_cache();
                 load_on::<burn::backend::Cuda<f32, i32>>(&dir, weights, &state, Default::default())?
             }
             #[cfg(feature = "wgpu")]
             DeviceKind::Wgpu => {
-                crate::model::gpu_cache::configure_kernel_cache();
+                crate::model::gpu::cache::configure_kernel_cache();
                 load_on::<burn::backend::Wgpu<f32, i32>>(&dir, weights, &state, wgpu_device()?)?
             }
             #[allow(unreachable_patterns)]
@@ -308,12 +308,12 @@ impl Model {
             ),
             #[cfg(feature = "cuda")]
             DeviceKind::Cuda => {
-                crate::model::gpu_cache::configure_kernel_cache();
+                crate::model::gpu::cache::configure_kernel_cache();
                 random_on::<burn::backend::Cuda<f32, i32>>(&shape, Default::default())
             }
             #[cfg(feature = "wgpu")]
             DeviceKind::Wgpu => {
-                crate::model::gpu_cache::configure_kernel_cache();
+                crate::model::gpu::cache::configure_kernel_cache();
                 random_on::<burn::backend::Wgpu<f32, i32>>(&shape, wgpu_device()?)
             }
             #[allow(unreachable_patterns)]

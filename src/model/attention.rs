@@ -25,7 +25,7 @@
 //! `module::attention` takes them; `scale = 1 / sqrt(dim)`.
 //!
 //! The backend side: [`FusedAttention`] is what a backend with such a
-//! kernel implements (CUDA and wgpu: `super::gpu_attention`), and
+//! kernel implements (CUDA and wgpu: `super::gpu::attention`), and
 //! [`fused_attention`] the autodiff operation over it, which saves the
 //! inputs, the output and the log-sum-exp and calls the kernel's backward.
 //! On the CPU both are tested through an implementation of

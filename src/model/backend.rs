@@ -5,7 +5,7 @@
 //! On the CPU (burn's `flex`) the linear layers are burn's own `linear`
 //! and every projection is its own product, exactly as the network has
 //! always run there (the demo's loss trajectory is reproducible to the last
-//! bit). On CUDA ([`super::cuda`]) every operation is a kernel launch and
+//! bit). On CUDA ([`super::gpu::cuda`]) every operation is a kernel launch and
 //! CubeCL's matrix kernels run far below the tensor cores' peak, so the
 //! products go to cuBLASLt when it is there (with their backward), a
 //! block's q, k, v projections and its gate and up projections run as one
@@ -88,7 +88,7 @@ pub trait ModelBackend: Backend {
     }
 
     /// The sum of every element of `t`, as one value: burn's `sum`, unless
-    /// the backend needs another way (wgpu: `gpu_backend::sum_in_rows`).
+    /// the backend needs another way (wgpu: `gpu::backend::sum_in_rows`).
     fn sum_all(t: Tensor<Self, 1>) -> Tensor<Self, 1> {
         t.sum()
     }

@@ -196,8 +196,8 @@ pub fn check_compute(
 
 #[cfg(feature = "wgpu")]
 fn wgpu_f16() -> Result<(), ComputeError> {
-    let device = super::wgpu::device().map_err(|e| ComputeError::NoAdapter(e.to_string()))?;
-    if super::wgpu::supports_f16(&device) {
+    let device = super::gpu::wgpu::device().map_err(|e| ComputeError::NoAdapter(e.to_string()))?;
+    if super::gpu::wgpu::supports_f16(&device) {
         Ok(())
     } else {
         Err(ComputeError::Precision {

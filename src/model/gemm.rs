@@ -1,6 +1,6 @@
 //! The linear layers' products through a vendor GEMM, with their backward:
 //! the backend extension ([`Gemm`]) a GPU backend implements to run the
-//! products in a vendor library (cuBLASLt on CUDA, [`super::cuda`]), the
+//! products in a vendor library (cuBLASLt on CUDA, [`super::gpu::cuda`]), the
 //! autodiff operation over it ([`project`]), and the mapping of burn's
 //! row-major, possibly strided or transposed operands onto a column-major
 //! BLAS call ([`lt_plan`]).

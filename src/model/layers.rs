@@ -1,6 +1,6 @@
 //! A block's layer norm and SwiGLU as single operations with their own
 //! backward, as a GPU kernel computes them, in plain Rust: the
-//! specification the GPU kernels ([`super::gpu_layers`]) follow, proven
+//! specification the GPU kernels ([`super::gpu::layers`]) follow, proven
 //! here against burn's autodiff on the CPU (`make test`).
 //!
 //! Under burn's autodiff both layers are chains of small operations, each

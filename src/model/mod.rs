@@ -10,30 +10,14 @@ pub mod attention;
 pub(crate) mod backend;
 pub(crate) mod checkpoint;
 pub(crate) mod cpu;
-#[cfg(feature = "cuda")]
-pub mod cuda;
-#[cfg(all(test, feature = "cuda"))]
-mod cuda_emulator;
 pub(crate) mod device;
 pub(crate) mod gemm;
-#[cfg(gpu)]
-pub mod gpu_attention;
-#[cfg(gpu)]
-pub mod gpu_backend;
-#[cfg(gpu)]
-pub mod gpu_cache;
-#[cfg(gpu)]
-pub mod gpu_layers;
-#[cfg(gpu)]
-pub mod gpu_pass;
+pub mod gpu;
 pub mod haiku;
-pub mod kernel_log;
 pub(crate) mod layers;
 pub(crate) mod net;
 pub mod op_count;
 pub(crate) mod shape;
-#[cfg(feature = "wgpu")]
-pub mod wgpu;
 
 pub use backend::{AttentionKernel, LayerKernels, ModelBackend, Products, TrainBackend};
 pub use checkpoint::{CheckpointError, InitOptions, InitSummary, init_checkpoint};

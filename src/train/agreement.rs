@@ -361,7 +361,7 @@ pub fn cuda_against_cpu(
     precision: Precision,
 ) -> Result<Agreement, TrainError> {
     use burn::backend::{Autodiff, Cuda, Flex};
-    crate::model::gpu_cache::configure_kernel_cache();
+    crate::model::gpu::cache::configure_kernel_cache();
     compare_backends::<Autodiff<Flex>, Autodiff<Cuda<f32, i32>>>(
         shape,
         loss,

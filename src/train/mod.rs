@@ -8,7 +8,7 @@
 //! - [`loss`]: HL-Gauss, cross-entropy, L2 and the marginal baseline;
 //! - [`optim`]: global-norm clipping, Adam and the parameters' average in
 //!   one pass over flat buffers;
-//! - [`checkpoint`], [`run`]: writing checkpoints, exact resume, logs, the
+//! - [`save`], [`run`]: writing checkpoints, exact resume, logs, the
 //!   loop;
 //! - [`logs`]: the typed rows of `metrics.csv` and `eval.csv`;
 //! - [`config`]: the `[train]` table, validated;

@@ -217,15 +217,15 @@ pub fn run(config: &TrainConfig, options: &RunOptions) -> Result<Summary, TrainE
         }
         #[cfg(feature = "cuda")]
         DeviceKind::Cuda => {
-            crate::model::gpu_cache::configure_kernel_cache();
+            crate::model::gpu::cache::configure_kernel_cache();
             train_on::<Autodiff<burn::backend::Cuda<f32, i32>>>(config, options, Default::default())
         }
         #[cfg(feature = "wgpu")]
         DeviceKind::Wgpu => {
-            crate::model::gpu_cache::configure_kernel_cache();
-            let device = crate::model::wgpu::device()
+            crate::model::gpu::cache::configure_kernel_cache();
+            let device = crate::model::gpu::wgpu::device()
                 .map_err(|e| crate::model::ComputeError::NoAdapter(e.to_string()))?;
-            crate::model::wgpu::check_batch(&device, &config.shape(), config.batch_size)?;
+            crate::model::gpu::wgpu::check_batch(&device, &config.shape(), config.batch_size)?;
             train_on::<Autodiff<burn::backend::Wgpu<f32, i32>>>(config, options, device)
         }
         #[allow(unreachable_patterns)]

@@ -28,7 +28,7 @@ use crate::{
     model::{
         AttentionKernel, DeviceKind, LayerKernels, ModelBackend, ModelShape, Precision, Predictor,
         Products, TrainBackend,
-        kernel_log::{self, Counts, KernelCounts, KernelLog, Launches},
+        gpu::kernel_log::{self, Counts, KernelCounts, KernelLog, Launches},
         op_count::OpCounts,
         tokens_tensor, tune_allocator,
     },
@@ -184,7 +184,7 @@ pub struct StepBench {
     /// Count operations on the CPU ([`crate::model::op_count`]).
     pub count_ops: bool,
     /// Count a GPU step's kernels from CubeCL's logs
-    /// (`model::kernel_log`).
+    /// (`model::gpu::kernel_log`).
     pub count_kernels: bool,
 }
 
@@ -255,9 +255,9 @@ pub fn bench_steps(bench: &StepBench) -> Result<StepTiming, TrainError> {
         }
         #[cfg(feature = "wgpu")]
         DeviceKind::Wgpu => {
-            let device = crate::model::wgpu::device()
+            let device = crate::model::gpu::wgpu::device()
                 .map_err(|e| crate::model::ComputeError::NoAdapter(e.to_string()))?;
-            crate::model::wgpu::check_batch(&device, &bench.shape, bench.batch_size)?;
+            crate::model::gpu::wgpu::check_batch(&device, &bench.shape, bench.batch_size)?;
             run::<Autodiff<burn::backend::Wgpu<f32, i32>>>(bench, device, log)
         }
         #[allow(unreachable_patterns)]
@@ -270,11 +270,11 @@ pub fn bench_steps(bench: &StepBench) -> Result<StepTiming, TrainError> {
 #[cfg(gpu)]
 fn kernel_log(bench: &StepBench) -> Result<Option<KernelLog>, TrainError> {
     if !bench.count_kernels {
-        crate::model::gpu_cache::configure_kernel_cache();
+        crate::model::gpu::cache::configure_kernel_cache();
         return Ok(None);
     }
     let dir = std::env::temp_dir().join(format!("chessbench-kernel-log-{}", std::process::id()));
-    match crate::model::gpu_cache::configure_with_kernel_log(&dir) {
+    match crate::model::gpu::cache::configure_with_kernel_log(&dir) {
         Some(log) => Ok(Some(log)),
         None => Err(TrainError::CountKernelsSettings),
     }
@@ -284,7 +284,7 @@ fn kernel_log(bench: &StepBench) -> Result<Option<KernelLog>, TrainError> {
 fn kernel_variants() -> Vec<String> {
     #[cfg(gpu)]
     {
-        crate::model::gpu_pass::verdicts()
+        crate::model::gpu::pass::verdicts()
             .into_iter()
             .map(|v| {
                 let verdict = match &v.reason {

@@ -1,5 +1,5 @@
 // chessbench: GPL-3.0-or-later. Launches one of the project's CUDA
-// kernels, as CubeCL compiles them to CUDA C (src/model/cuda_emulator.rs
+// kernels, as CubeCL compiles them to CUDA C (src/model/gpu/cuda_emulator.rs
 // writes them with kernels.inc, which includes them), on the CPU (shim.h), the
 // way cubecl-cuda launches them: the tensors' buffers in argument order,
 // then the shapes and strides (the dynamic metadata), then the info struct
@@ -129,7 +129,7 @@ int run(void (*kernel)(A...), unsigned shared, char** argv) {
     return 0;
 }
 
-// The kernels of this build (src/model/cuda_emulator.rs writes it): each
+// The kernels of this build (src/model/gpu/cuda_emulator.rs writes it): each
 // kernel's CUDA C in a namespace of its own, and `dispatch`, which runs the
 // one named KERNEL through `run`.
 #include "kernels.inc"

@@ -1,8 +1,8 @@
 //! The fused attention on burn's GPU backends (CUDA, wgpu): three CubeCL
-//! kernels that follow [`super::attention`]'s tiled algorithm (the forward
+//! kernels that follow [`crate::model::attention`]'s tiled algorithm (the forward
 //! with the saved log-sum-exp, then `dQ` and `dK | dV`), registered as
 //! custom operations of burn's fusion stream and, through
-//! [`super::attention::fused_attention`], as one autodiff operation.
+//! [`crate::model::attention::fused_attention`], as one autodiff operation.
 //!
 //! CubeCL rather than CUDA C through NVRTC: the kernels are Rust in this
 //! crate, launched on CubeCL's own stream with its buffers (no raw
@@ -51,10 +51,10 @@ use burn_cubecl::{
 use burn_fusion::Fusion;
 use burn_ir::{OperationOutput, TensorIr};
 
-use super::{
+use crate::model::{
     attention::{self, FusedAttention, Heads, KEY_TILE},
     backend::AttentionKernel,
-    gpu_pass::{
+    gpu::pass::{
         Family, KernelPass, Layout, Limits, Variant, any_failed, bound_for, errors_within,
         fused_wanted, operands, register_pass, relative_error, variant_enabled,
     },
@@ -110,7 +110,7 @@ pub(crate) fn supported(shape: [usize; 4], dtype: DType, limits: &Limits) -> boo
         && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
-pub use super::backend::ATTENTION_VAR;
+pub use crate::model::backend::ATTENTION_VAR;
 
 /// The variant of the model's attention over `[batch, heads, seq, dim]` in
 /// `dtype`: the blocks hand the kernels q, k and v as views of their
@@ -957,7 +957,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedAtten
 }
 
 /// The kernels on the CPU, launched as the CUDA runtime launches them
-/// ([`super::cuda_emulator`]): inputs as the model hands them over (dense,
+/// ([`crate::model::gpu::cuda_emulator`]): inputs as the model hands them over (dense,
 /// freshly allocated, or views into a projection with an offset), outputs
 /// allocated in [`OUTPUT_LAYOUT`], the geometry of [`geometry`].
 #[cfg(all(test, feature = "cuda"))]
@@ -969,7 +969,7 @@ mod emulated {
     };
     use crate::model::{
         attention::{self, Heads},
-        cuda_emulator::{
+        gpu::cuda_emulator::{
             Device, DeviceTensor, Elem, Kernel, Launch, Outcome, POISON, as_cpp, builder, cuda_c,
             h100, have_gpp, properties, settings,
         },
@@ -1155,7 +1155,7 @@ mod emulated {
                     elem.cpp().trim_start_matches("__")
                 );
                 let source = cuda_source(which, 79, 32, elem.storage());
-                crate::model::cuda_emulator::check_and_dump(&name, function, &source);
+                crate::model::gpu::cuda_emulator::check_and_dump(&name, function, &source);
             }
         }
     }

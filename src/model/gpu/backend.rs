@@ -2,7 +2,7 @@
 //! and its autodiff), whatever the runtime `R`: few large operations
 //! rather than many small ones ([`ModelBackend::FEW_KERNELS`]), the
 //! project's fused attention, layer norm and SwiGLU where each variant
-//! passed its self-test on the device (`gpu_attention`, `gpu_layers`),
+//! passed its self-test on the device (`gpu::attention`, `gpu::layers`),
 //! and the linear layers' products as the runtime prefers them
 //! ([`GpuRuntime`]: cuBLASLt on CUDA where it loads, burn's own
 //! elsewhere).
@@ -15,11 +15,11 @@ use burn::{
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::Fusion;
 
-use super::{
+use crate::model::{
     attention,
     backend::{AttentionKernel, LayerKernels, ModelBackend, Products, burn_swiglu},
-    gpu_attention, gpu_layers,
-    gpu_pass::FusedCube,
+    gpu,
+    gpu::pass::FusedCube,
     layers,
 };
 
@@ -137,7 +137,7 @@ impl<R: GpuRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ModelBacken
     }
 
     fn attend(q: Tensor<Self, 4>, k: Tensor<Self, 4>, v: Tensor<Self, 4>) -> Tensor<Self, 4> {
-        if gpu_attention::use_fused::<R, F, I, BT>(&q.device(), q.dims(), q.dtype()) {
+        if gpu::attention::use_fused::<R, F, I, BT>(&q.device(), q.dims(), q.dtype()) {
             attention::fused_attention_inference(q, k, v)
         } else {
             burn::tensor::module::attention(q, k, v, None, None, Default::default())
@@ -145,7 +145,7 @@ impl<R: GpuRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ModelBacken
     }
 
     fn attention() -> AttentionKernel {
-        gpu_attention::attention_kernel::<R>()
+        gpu::attention::attention_kernel::<R>()
     }
 
     fn norm(norm: &LayerNorm<Self>, x: Tensor<Self, 3>) -> Tensor<Self, 3> {
@@ -156,7 +156,7 @@ impl<R: GpuRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ModelBacken
     }
 
     fn swiglu(both: Tensor<Self, 3>) -> Tensor<Self, 3> {
-        if gpu_layers::use_fused_swiglu::<R, F, I, BT>(&both.device(), both.dims(), both.dtype()) {
+        if gpu::layers::use_fused_swiglu::<R, F, I, BT>(&both.device(), both.dims(), both.dtype()) {
             layers::fused_swiglu_inference(both)
         } else {
             burn_swiglu(both)
@@ -164,7 +164,7 @@ impl<R: GpuRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ModelBacken
     }
 
     fn layers() -> LayerKernels {
-        gpu_layers::layer_kernels::<R>()
+        gpu::layers::layer_kernels::<R>()
     }
 
     fn profiler_range(start: bool) {
@@ -203,7 +203,7 @@ where
     }
 
     fn attend(q: Tensor<Self, 4>, k: Tensor<Self, 4>, v: Tensor<Self, 4>) -> Tensor<Self, 4> {
-        if gpu_attention::use_fused::<R, F, I, BT>(&q.device(), q.dims(), q.dtype()) {
+        if gpu::attention::use_fused::<R, F, I, BT>(&q.device(), q.dims(), q.dtype()) {
             attention::fused_attention(q, k, v)
         } else {
             burn::tensor::module::attention(q, k, v, None, None, Default::default())
@@ -211,7 +211,7 @@ where
     }
 
     fn attention() -> AttentionKernel {
-        gpu_attention::attention_kernel::<R>()
+        gpu::attention::attention_kernel::<R>()
     }
 
     fn norm(norm: &LayerNorm<Self>, x: Tensor<Self, 3>) -> Tensor<Self, 3> {
@@ -222,7 +222,7 @@ where
     }
 
     fn swiglu(both: Tensor<Self, 3>) -> Tensor<Self, 3> {
-        if gpu_layers::use_fused_swiglu::<R, F, I, BT>(&both.device(), both.dims(), both.dtype()) {
+        if gpu::layers::use_fused_swiglu::<R, F, I, BT>(&both.device(), both.dims(), both.dtype()) {
             layers::fused_swiglu(both)
         } else {
             burn_swiglu(both)
@@ -230,7 +230,7 @@ where
     }
 
     fn layers() -> LayerKernels {
-        gpu_layers::layer_kernels::<R>()
+        gpu::layers::layer_kernels::<R>()
     }
 
     fn profiler_range(start: bool) {
@@ -270,7 +270,7 @@ where
     let (gamma, beta) = (norm.gamma.val(), beta.val());
     let fits = gamma.dtype() == x.dtype()
         && beta.dtype() == x.dtype()
-        && gpu_layers::use_fused_norm::<R, F, I, BT>(&x.device(), x.dims(), x.dtype());
+        && gpu::layers::use_fused_norm::<R, F, I, BT>(&x.device(), x.dims(), x.dtype());
     fits.then_some((gamma, beta))
 }
 
@@ -278,33 +278,33 @@ where
 /// project's kernels a predictor of `shape` runs on `device` in
 /// `precision` (its attention, its blocks' and final layer norms, its
 /// SwiGLU; the norms stay f32 in mixed precision), and returns every
-/// verdict of the process so far (`gpu_pass::verdicts`). The CUDA and
+/// verdict of the process so far (`gpu::pass::verdicts`). The CUDA and
 /// wgpu tests assert them; `bench-step` reports them.
 pub fn self_test_model<R: GpuRuntime>(
     device: &R::Device,
-    shape: &super::ModelShape,
-    precision: super::Precision,
-) -> Vec<super::gpu_pass::Verdict> {
+    shape: &crate::model::ModelShape,
+    precision: crate::model::Precision,
+) -> Vec<crate::model::gpu::pass::Verdict> {
     use burn::tensor::DType;
     let products = match precision {
-        super::Precision::F32 => DType::F32,
-        super::Precision::Bf16 => DType::BF16,
-        super::Precision::F16 => DType::F16,
+        crate::model::Precision::F32 => DType::F32,
+        crate::model::Precision::Bf16 => DType::BF16,
+        crate::model::Precision::F16 => DType::F16,
     };
     let (t, d) = (shape.seq_len, shape.d_model);
     if shape.layers > 0 && shape.heads > 0 {
-        gpu_attention::use_fused::<R, f32, i32, u32>(
+        gpu::attention::use_fused::<R, f32, i32, u32>(
             device,
             [2, shape.heads, t, d / shape.heads],
             products,
         );
-        gpu_layers::use_fused_norm::<R, f32, i32, u32>(device, [2, t, d], DType::F32);
-        gpu_layers::use_fused_swiglu::<R, f32, i32, u32>(
+        gpu::layers::use_fused_norm::<R, f32, i32, u32>(device, [2, t, d], DType::F32);
+        gpu::layers::use_fused_swiglu::<R, f32, i32, u32>(
             device,
             [2, t, 2 * shape.widening * d],
             products,
         );
     }
-    gpu_layers::use_fused_norm::<R, f32, i32, u32>(device, [2, 1, d], DType::F32);
-    super::gpu_pass::verdicts()
+    gpu::layers::use_fused_norm::<R, f32, i32, u32>(device, [2, 1, d], DType::F32);
+    crate::model::gpu::pass::verdicts()
 }

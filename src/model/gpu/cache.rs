@@ -139,13 +139,13 @@ pub fn configure_kernel_cache() {
 }
 
 /// [`configure_kernel_cache`], and CubeCL's logs of the kernels launched
-/// and compiled into `dir` ([`super::kernel_log`]): `None` if CubeCL's
+/// and compiled into `dir` ([`crate::model::gpu::kernel_log`]): `None` if CubeCL's
 /// configuration was set before (the logs would not be written).
-pub fn configure_with_kernel_log(dir: &Path) -> Option<super::kernel_log::KernelLog> {
+pub fn configure_with_kernel_log(dir: &Path) -> Option<crate::model::gpu::kernel_log::KernelLog> {
     configure(Some(dir))
 }
 
-fn configure(log_dir: Option<&Path>) -> Option<super::kernel_log::KernelLog> {
+fn configure(log_dir: Option<&Path>) -> Option<crate::model::gpu::kernel_log::KernelLog> {
     static ONCE: Once = Once::new();
     let mut log = None;
     ONCE.call_once(|| {
@@ -179,7 +179,7 @@ fn configure(log_dir: Option<&Path>) -> Option<super::kernel_log::KernelLog> {
             }
         }
         if let Some(dir) = log_dir {
-            match super::kernel_log::enable(&mut config, dir) {
+            match crate::model::gpu::kernel_log::enable(&mut config, dir) {
                 Ok(l) => log = Some(l),
                 Err(e) => eprintln!("warning: cannot write kernel logs in {}: {e}", dir.display()),
             }

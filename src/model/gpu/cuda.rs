@@ -44,11 +44,11 @@ use cudarc::{
     driver,
 };
 
-use super::{
+use crate::model::{
     backend::Products,
     gemm::{self, Gemm, LtMatrix, LtPlan, Operand, burn_gemm, lt_plan},
-    gpu_backend::GpuRuntime,
-    gpu_pass::{KernelPass, operands, panic_message, register_pass},
+    gpu::backend::GpuRuntime,
+    gpu::pass::{KernelPass, operands, panic_message, register_pass},
 };
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
@@ -57,7 +57,7 @@ type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 pub const PRODUCTS_VAR: &str = "CHESSBENCH_PRODUCTS";
 
 /// CUDA's side of the predictor on the fused backend
-/// ([`super::gpu_backend`]): the products in cuBLASLt where it loads and
+/// ([`crate::model::gpu::backend`]): the products in cuBLASLt where it loads and
 /// passes its self-test, NVIDIA's profiler range.
 impl GpuRuntime for CudaRuntime {
     fn products() -> Products {
@@ -75,7 +75,7 @@ impl GpuRuntime for CudaRuntime {
         if vendor_products() {
             gemm::project_inference(x, w)
         } else {
-            super::gpu_backend::flat_linear(x, w)
+            crate::model::gpu::backend::flat_linear(x, w)
         }
     }
 
@@ -92,7 +92,7 @@ impl GpuRuntime for CudaRuntime {
         if vendor_products() {
             gemm::project(x, w)
         } else {
-            super::gpu_backend::flat_linear(x, w)
+            crate::model::gpu::backend::flat_linear(x, w)
         }
     }
 

@@ -25,7 +25,7 @@
 //!
 //! What it cannot show: warp scheduling, the GPU's memory model, the
 //! device's `__expf`, speed. Used by the attention's and the layers'
-//! kernel tests ([`super::gpu_attention`], [`super::gpu_layers`]).
+//! kernel tests ([`crate::model::gpu::attention`], [`crate::model::gpu::layers`]).
 
 use std::{
     path::{Path, PathBuf},
@@ -90,8 +90,8 @@ pub(crate) fn properties() -> DeviceProperties {
 /// clusters, `elect.sync`, the fast `tanh`.
 /// An H100's launch limits, as the kernels' launch reads them from the
 /// device ([`properties`]).
-pub(crate) fn h100() -> crate::model::gpu_pass::Limits {
-    crate::model::gpu_pass::Limits::from_hardware(&properties().hardware)
+pub(crate) fn h100() -> crate::model::gpu::pass::Limits {
+    crate::model::gpu::pass::Limits::from_hardware(&properties().hardware)
 }
 
 pub(crate) fn compilation_options() -> CompilationOptions {

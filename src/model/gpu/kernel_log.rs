@@ -101,7 +101,7 @@ pub struct KernelCounts {
 }
 
 /// Asks CubeCL to log launches and compilations into `dir` (created),
-/// editing `config` before it is installed (`gpu_cache` calls this).
+/// editing `config` before it is installed (`gpu::cache` calls this).
 #[cfg(gpu)]
 pub(crate) fn enable(
     config: &mut CubeClRuntimeConfig,

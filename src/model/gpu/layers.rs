@@ -1,8 +1,8 @@
 //! A block's layer norm and SwiGLU on burn's GPU backends (CUDA, wgpu):
-//! CubeCL kernels that follow [`super::layers`] (forward and backward of
+//! CubeCL kernels that follow [`crate::model::layers`] (forward and backward of
 //! each), registered as custom operations of burn's fusion stream and,
-//! through [`super::layers::fused_layer_norm`] and
-//! [`super::layers::fused_swiglu`], as one autodiff operation each.
+//! through [`crate::model::layers::fused_layer_norm`] and
+//! [`crate::model::layers::fused_swiglu`], as one autodiff operation each.
 //!
 //! - **Layer norm**: a cube of [`norm_units`] units per row at a time, at
 //!   most [`NORM_CUBES`] cubes each walking its share of the rows; a unit
@@ -30,7 +30,7 @@
 //!
 //! Without a GPU, `make test-kernels` runs the kernels' CUDA C on the CPU
 //! under a model of CUDA's layouts and launch (`emulated` below,
-//! `super::cuda_emulator`), and `make test-wgpu` runs them through wgpu on
+//! `crate::model::gpu::cuda_emulator`), and `make test-wgpu` runs them through wgpu on
 //! lavapipe.
 
 use burn::{
@@ -44,10 +44,10 @@ use burn_cubecl::{
 use burn_fusion::Fusion;
 use burn_ir::{OperationOutput, TensorIr};
 
-use super::{
+use crate::model::{
     backend::LayerKernels,
-    gpu_attention::{empty_like, within_u32},
-    gpu_pass::{
+    gpu::attention::{empty_like, within_u32},
+    gpu::pass::{
         Family, KernelPass, Layout, Limits, Variant, any_failed, bound_for, errors_within,
         fused_wanted, operands, register_pass, relative_error, variant_enabled,
     },
@@ -121,7 +121,7 @@ pub(crate) fn swiglu_supported(shape: [usize; 3], dtype: DType, limits: &Limits)
         && fits(limits)
 }
 
-pub use super::backend::LAYERS_VAR;
+pub use crate::model::backend::LAYERS_VAR;
 
 /// Which layer norm and SwiGLU a GPU backend runs: burn's when
 /// `CHESSBENCH_LAYERS` says so, or when a variant of the fused kernels
@@ -1034,7 +1034,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedLayer
 }
 
 /// The kernels on the CPU, launched as the CUDA runtime launches them
-/// ([`super::cuda_emulator`]): inputs dense, freshly allocated (rows
+/// ([`crate::model::gpu::cuda_emulator`]): inputs dense, freshly allocated (rows
 /// padded to CUDA's pitch) and as views (the final norm's last positions,
 /// a product's half), outputs allocated as the launch allocates them, the
 /// geometry of [`norm_geometry`], [`column_geometry`] and
@@ -1048,12 +1048,12 @@ mod emulated {
         norm_inputs, norm_supported, swiglu_geometry, swiglu_supported, test_values,
     };
     use crate::model::{
-        cuda_emulator::{
+        gpu::attention::OUTPUT_LAYOUT,
+        gpu::cuda_emulator::{
             Device, DeviceTensor, Elem, Kernel, Launch, Outcome, POISON, as_cpp, builder, cuda_c,
             h100, have_gpp, properties, settings,
         },
-        gpu_attention::OUTPUT_LAYOUT,
-        gpu_pass::relative_error,
+        gpu::pass::relative_error,
         layers::{self, LAYER_NORM_EPS},
     };
 
@@ -1239,7 +1239,7 @@ mod emulated {
                     format!("{which}-256-{elem_name}")
                 };
                 let source = cuda_source(which, 256, elem.storage());
-                crate::model::cuda_emulator::check_and_dump(&name, function, &source);
+                crate::model::gpu::cuda_emulator::check_and_dump(&name, function, &source);
             }
         }
     }

@@ -6,7 +6,7 @@
 //! the device the first time a variant is about to run ([`Variant`],
 //! [`variant_enabled`]); and how those tests compare results
 //! ([`errors_within`], [`relative_error`]). The products (`cuda`), the
-//! attention (`gpu_attention`) and the layers (`gpu_layers`) build on it.
+//! attention (`gpu::attention`) and the layers (`gpu::layers`) build on it.
 
 use std::{
     any::TypeId,
@@ -158,11 +158,11 @@ impl Limits {
 /// A family of the project's fused kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Family {
-    /// The attention's forward and backward (`gpu_attention`).
+    /// The attention's forward and backward (`gpu::attention`).
     Attention,
-    /// The layer norm's forward and backward (`gpu_layers`).
+    /// The layer norm's forward and backward (`gpu::layers`).
     LayerNorm,
-    /// The SwiGLU's forward and backward (`gpu_layers`).
+    /// The SwiGLU's forward and backward (`gpu::layers`).
     Swiglu,
 }
 

@@ -6,7 +6,7 @@
 //! runs every GPU code path without a GPU (`make test-wgpu`).
 //!
 //! The project's fused attention, layer norm and SwiGLU run here as on
-//! CUDA ([`super::gpu_backend`]), each variant self-tested on the device
+//! CUDA ([`crate::model::gpu::backend`]), each variant self-tested on the device
 //! first, with key tiles sized to the device's shared memory. The linear
 //! layers' products are burn's (CubeCL's matmul; there is no vendor
 //! library to call). f32 everywhere; mixed f16 where the device has f16
@@ -25,18 +25,18 @@ use cubecl::{
     wgpu::{AutoGraphicsApi, RuntimeOptions, WgpuDevice, WgpuRuntime, init_setup},
 };
 
-use super::{gpu_backend::GpuRuntime, gpu_pass::panic_message};
+use crate::model::{gpu::backend::GpuRuntime, gpu::pass::panic_message};
 
 /// wgpu's side of the predictor on the fused backend: burn's products, no
 /// profiler hooks, and whole-tensor sums in two levels
-/// ([`super::gpu_backend::sum_in_rows`]): burn 0.21's `sum` of a tensor
+/// ([`crate::model::gpu::backend::sum_in_rows`]): burn 0.21's `sum` of a tensor
 /// past 2^18 elements is wrong on wgpu (measured on lavapipe: 56% off at
 /// 600,000 elements, 97% at 9 million; its chained reduction runs past
 /// the 65,535 workgroups a wgpu dispatch allows), which would corrupt the
 /// global gradient norm of every model but the tiny one.
 impl GpuRuntime for WgpuRuntime {
     fn sum_all<B: Backend>(t: burn::tensor::Tensor<B, 1>) -> burn::tensor::Tensor<B, 1> {
-        super::gpu_backend::sum_in_rows(t)
+        crate::model::gpu::backend::sum_in_rows(t)
     }
 
     /// wgpu's largest storage buffer (`max_storage_buffer_binding_size`):
@@ -53,20 +53,20 @@ impl GpuRuntime for WgpuRuntime {
 
 /// Checks that a training batch of `batch` sequences of `shape` fits the
 /// device's buffers (their widest activation,
-/// [`super::ModelShape::widest_activation_bytes`]), naming the largest
+/// [`crate::model::ModelShape::widest_activation_bytes`]), naming the largest
 /// batch that does when it does not: wgpu refuses larger buffers with a
 /// panic deep in the first step.
 pub fn check_batch(
     device: &WgpuDevice,
-    shape: &super::ModelShape,
+    shape: &crate::model::ModelShape,
     batch: usize,
-) -> Result<(), super::ComputeError> {
+) -> Result<(), crate::model::ComputeError> {
     let allowed = <WgpuRuntime as GpuRuntime>::max_buffer_bytes(device).unwrap_or(u64::MAX);
     let needed = shape.widest_activation_bytes(batch);
     if needed <= allowed {
         return Ok(());
     }
-    Err(super::ComputeError::Buffer {
+    Err(crate::model::ComputeError::Buffer {
         batch,
         needed,
         allowed,
@@ -162,8 +162,8 @@ mod tests {
         model::{
             ModelShape, Precision, Preset,
             attention::{FusedAttention, Heads},
-            gpu_attention, gpu_layers,
-            gpu_pass::{Family, Layout, Limits, Variant, bound_for, relative_error, with_kernels},
+            gpu,
+            gpu::pass::{Family, Layout, Limits, Variant, bound_for, relative_error, with_kernels},
         },
         train::{agreement::train_both, loss::Loss},
     };
@@ -172,7 +172,7 @@ mod tests {
     type Plain = CubeBackend<WgpuRuntime, f32, i32, u32>;
 
     fn wgpu() -> WgpuDevice {
-        crate::model::gpu_cache::configure_kernel_cache();
+        crate::model::gpu::cache::configure_kernel_cache();
         let device =
             device().expect("a wgpu adapter (lavapipe: apt-get install mesa-vulkan-drivers)");
         println!("adapter: {}", adapter().unwrap());
@@ -216,12 +216,12 @@ mod tests {
         );
         // The attention's key tile fits whatever the shared memory.
         for dim in [16, 32, 64, 128] {
-            let tile = gpu_attention::key_tile(dim, &limits);
-            assert!(tile >= 1 && gpu_attention::shared_bytes(tile, dim) <= limits.shared_bytes);
+            let tile = gpu::attention::key_tile(dim, &limits);
+            assert!(tile >= 1 && gpu::attention::shared_bytes(tile, dim) <= limits.shared_bytes);
         }
         // The 9M model's attention at batch 1,024 takes more cubes than
         // wgpu allows along x: the launch spreads them over y.
-        assert!(gpu_attention::supported(
+        assert!(gpu::attention::supported(
             [1024, 8, 79, 32],
             DType::F32,
             &limits
@@ -247,7 +247,7 @@ mod tests {
                             dtype,
                             layout,
                         };
-                        let errors = gpu_attention::variant_errors::<WgpuRuntime, f32, i32, u32>(
+                        let errors = gpu::attention::variant_errors::<WgpuRuntime, f32, i32, u32>(
                             &device, variant, 2,
                         )
                         .expect("the kernels ran");
@@ -291,7 +291,7 @@ mod tests {
             }
             for variant in variants {
                 let errors =
-                    gpu_layers::variant_errors::<WgpuRuntime, f32, i32, u32>(&device, variant)
+                    gpu::layers::variant_errors::<WgpuRuntime, f32, i32, u32>(&device, variant)
                         .expect("the kernels ran");
                 results.extend(errors.into_iter().map(|(_, what, e)| (variant, what, e)));
             }
@@ -307,8 +307,8 @@ mod tests {
     fn the_checked_shapes_equal_the_reference() {
         let device = wgpu();
         let mut failures = Vec::new();
-        let attention = gpu_attention::kernel_errors::<WgpuRuntime>(&device, DType::F32).unwrap();
-        let layers = gpu_layers::kernel_errors::<WgpuRuntime>(&device, DType::F32).unwrap();
+        let attention = gpu::attention::kernel_errors::<WgpuRuntime>(&device, DType::F32).unwrap();
+        let layers = gpu::layers::kernel_errors::<WgpuRuntime>(&device, DType::F32).unwrap();
         let all = attention
             .iter()
             .map(|(s, w, e)| (format!("{s:?}"), *w, *e))
@@ -472,7 +472,7 @@ mod tests {
     /// and why.
     #[test]
     fn a_failing_variant_falls_back_alone() {
-        use crate::model::gpu_pass::{variant_enabled, verdicts};
+        use crate::model::gpu::pass::{variant_enabled, verdicts};
         let device = wgpu();
         let variant = |dim| Variant {
             family: Family::Attention,

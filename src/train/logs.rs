@@ -56,7 +56,25 @@ impl MetricsRow {
     }
 }
 
-/// One row of `eval.csv`: an evaluation and when it ended.
+/// Evaluation of one parameter set on the eval split (a row of `eval.csv`
+/// without its time, and `summary.json`'s `eval`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EvalResult {
+    pub step: u64,
+    pub split: String,
+    pub records: usize,
+    /// Mean negative log-likelihood of the target token (bucket or action).
+    pub log_loss: f64,
+    /// The same for the train split's marginal distribution of targets.
+    pub marginal_log_loss: f64,
+    /// argmax == target (value bucket or action).
+    pub accuracy: f64,
+    /// Mean squared error of the expected win probability (value policies).
+    pub value_mse: Option<f64>,
+}
+
+/// One row of `eval.csv`: an evaluation ([`EvalResult`]'s fields, written
+/// out because csv cannot read a flattened field) and when it ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct EvalRow {
     pub step: u64,
@@ -70,6 +88,29 @@ pub(crate) struct EvalRow {
 }
 
 impl EvalRow {
+    /// The row of `result`, which ended `elapsed_s` into the run.
+    pub(crate) fn new(result: EvalResult, elapsed_s: f64) -> EvalRow {
+        let EvalResult {
+            step,
+            split,
+            records,
+            log_loss,
+            marginal_log_loss,
+            accuracy,
+            value_mse,
+        } = result;
+        EvalRow {
+            step,
+            split,
+            records,
+            log_loss,
+            marginal_log_loss,
+            accuracy,
+            value_mse,
+            elapsed_s,
+        }
+    }
+
     /// The header line.
     pub(crate) const HEADER: &'static str =
         "step,split,records,log_loss,marginal_log_loss,accuracy,value_mse,elapsed_s";
@@ -87,6 +128,20 @@ impl EvalRow {
             optional(self.value_mse),
             self.elapsed_s
         )
+    }
+}
+
+impl From<EvalRow> for EvalResult {
+    fn from(row: EvalRow) -> EvalResult {
+        EvalResult {
+            step: row.step,
+            split: row.split,
+            records: row.records,
+            log_loss: row.log_loss,
+            marginal_log_loss: row.marginal_log_loss,
+            accuracy: row.accuracy,
+            value_mse: row.value_mse,
+        }
     }
 }
 

@@ -34,7 +34,7 @@ use thiserror::Error;
 use super::{
     config::TrainConfig,
     data::{DataConfig, DataError, Loader},
-    logs::{self, EvalRow, MetricsRow},
+    logs::{self, EvalResult, EvalRow, MetricsRow},
     loss::{self, ValueSupport},
     optim::{AdamSettings, OptimError, Optimiser, scalar},
     sampler::{Position, Sampling},
@@ -111,22 +111,6 @@ pub struct RunOptions {
     /// Test hook: abort the process (no clean-up, like a crash or `kill -9`)
     /// right after logging this step.
     pub abort_after_step: Option<u64>,
-}
-
-/// Evaluation of one parameter set on the eval split.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct EvalResult {
-    pub step: u64,
-    pub split: String,
-    pub records: usize,
-    /// Mean negative log-likelihood of the target token (bucket or action).
-    pub log_loss: f64,
-    /// The same for the train split's marginal distribution of targets.
-    pub marginal_log_loss: f64,
-    /// argmax == target (value bucket or action).
-    pub accuracy: f64,
-    /// Mean squared error of the expected win probability (value policies).
-    pub value_mse: Option<f64>,
 }
 
 /// What a finished run reports (also `summary.json`).
@@ -745,17 +729,7 @@ fn log_eval(
     elapsed_s: f64,
     bar: &ProgressBar,
 ) -> Result<(), TrainError> {
-    let row = EvalRow {
-        step: r.step,
-        split: r.split.clone(),
-        records: r.records,
-        log_loss: r.log_loss,
-        marginal_log_loss: r.marginal_log_loss,
-        accuracy: r.accuracy,
-        value_mse: r.value_mse,
-        elapsed_s,
-    };
-    append(eval_path, &row.line())?;
+    append(eval_path, &EvalRow::new(r.clone(), elapsed_s).line())?;
     let line = format!(
         "step {}: {} log-loss {:.4} (marginal baseline {:.4}), accuracy {:.3}",
         r.step, r.split, r.log_loss, r.marginal_log_loss, r.accuracy
@@ -781,16 +755,7 @@ fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), TrainErr
 
 /// The last row of `eval.csv` (a run resumed after it finished).
 fn read_last_eval(path: &Path) -> Option<EvalResult> {
-    let row = logs::read::<EvalRow>(path).pop()?;
-    Some(EvalResult {
-        step: row.step,
-        split: row.split,
-        records: row.records,
-        log_loss: row.log_loss,
-        marginal_log_loss: row.marginal_log_loss,
-        accuracy: row.accuracy,
-        value_mse: row.value_mse,
-    })
+    Some(EvalResult::from(logs::read::<EvalRow>(path).pop()?))
 }
 
 /// A batch on the device: token sequences `[n, seq_len]` (the target

@@ -262,7 +262,7 @@ test-demo: $(RUN)/train/$(TRAIN_NAME)/summary.json
 ## searchless_chess's own code as the reference. Their code is
 ## not vendored: SEARCHLESS_CHESS names a checkout of
 ## google-deepmind/searchless_chess (tested at 90ae0e6); JAX_PYTHON a
-## Python with their dependencies (`make jax-deps` makes .venv-jax, ~1.1 GB).
+## Python with their dependencies (`make jax-deps` makes .venv-jax, on the order of a gigabyte).
 SEARCHLESS_CHESS ?=
 JAX_PYTHON  ?= $(abspath .venv-jax/bin/python)
 JAX_PINS    := jax[cpu]==0.10.2 dm-haiku==0.0.17 optax==0.2.8 chex==0.1.92 \

@@ -14,13 +14,56 @@ headline figure). This script
   `gpu-step`) or `<!-- generated: table DIR#HEADING -->` as the record's
   README writes it (`--write`, run by `make docs`);
 - checks (`--check`, run by the integration tests) that the table is the
-  one it renders, and that every figure README.md and docs/*.md state (a
-  number with a decimal point or a thousands separator, outside code
-  blocks) is written somewhere under bench/results/ (rounded or not), or
-  is listed in bench/figures.toml's `[not_measured]` (parameters, the
-  shipped data's counts, the paper's own figures); and that every
-  relative link in those files and the records' READMEs leads to a file
-  and heading that exist.
+  one it renders, that every figure README.md and docs/*.md (except
+  docs/cli.md) state is written in a record their text links, and that
+  every relative link in those files and the records' READMEs leads to a
+  file and heading that exist.
+
+A figure is a number with a decimal point or a thousands separator
+(3.1991, 1,024), outside fenced code blocks, inline code and the
+generated tables. The check splits each doc into Markdown blocks: a
+heading; a table (consecutive `|` rows); a list item, from its marker to
+the next marker, heading or table, or to a blank line followed by an
+unindented line; a paragraph, up to a blank line or one of those.
+A figure must sit in a block that links a record, a link whose target is
+bench/results/DIR/ or a file under it (README.md, README.md#heading,
+results.jsonl, ...); a table's figures may also rely on the links of the
+paragraph or list item right above the table. The figure must then be
+written in one of the files of a linked record: any file under
+bench/results/DIR/ (up to 20 MB), whatever the link's file or #heading
+(a link to a heading stands for its whole directory), either as the doc
+writes it (thousands separators aside) or more precisely, the doc
+rounding it half up or half even (100.98 written 101.0).
+
+A figure that is not a measurement (a parameter, a constant, the
+paper's own figure, a projection worked out from recorded figures) has
+no record: bench/figures.toml's `[not_measured]` lists it, under its
+reason, as an entry of one of three forms.
+
+- "NUMBER" (e.g. "1,968") is accepted in every checked doc. It is only
+  for a number that is a measurement nowhere: a number with a thousands
+  separator fixed by the model, a format, an API or chessbench's
+  parameters and defaults, or one of the paper's published figures with
+  three or more significant digits.
+- "FILE: NUMBER" (e.g. "docs/scale.md: 5.5") is accepted in FILE alone,
+  README.md or docs/NAME.md. Every other number is listed this way, once
+  for each file where it is not a measurement: a number of one or two
+  significant digits (0.5, 1.0, 5.5) is as likely a measurement in
+  another file.
+- "FILE: TEXT" (e.g. "docs/benchmarks.md: 3.6 days"), TEXT a piece of one
+  line holding one figure or more, as the check reads the line (inline
+  code emptied to ``), accepts those figures in FILE only where their
+  line reads TEXT around them: for a doc that states measurements
+  throughout, or the same number as a measurement elsewhere.
+
+A figure is accepted when a record its block links holds it, else when
+an entry accepts it. Each figure of an entry must accept a figure in its
+scope (outside code and the generated tables) that no record linked
+beside it holds; one that accepts none is reported as a stale entry, as
+is an entry listed twice or within a wider one ("FILE: NUMBER" beside
+"NUMBER", "FILE: TEXT" beside "FILE: NUMBER"). Every figure neither a
+record nor an entry accepts is reported with its file and line: in a
+block that links no record, or not written in the records it links.
 
 A figures.jsonl row: {"benchmark": NAME in bench/figures.toml,
 "machine": "2-core Intel Xeon VM", "figure": "markdown", and optionally
@@ -29,6 +72,7 @@ benchmark's `reproduce`)}. The date is the directory's.
 """
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -64,7 +108,75 @@ def load_benchmarks():
     names = [b["name"] for b in spec["benchmark"]]
     if len(set(names)) != len(names):
         raise Problem("bench/figures.toml: a benchmark name appears twice")
-    return spec["benchmark"], spec.get("not_measured", {})
+    return spec["benchmark"], not_measured(spec.get("not_measured", {}))
+
+
+def figure_key(figure):
+    """A figure as the check compares it: without thousands separators."""
+    return figure.replace(",", "")
+
+
+def not_measured(reasons):
+    """The entries of bench/figures.toml's [not_measured] ({reason:
+    [entry, ...]}): each {"entry": as written, "file": None for "NUMBER",
+    else FILE, "text": TEXT of "FILE: TEXT" (None when it is the number
+    alone), "figures": [(offset in the entry's text, key)], "written":
+    [each figure as written], "used": the indices of the figures that
+    accepted a figure of a doc}."""
+    where = "bench/figures.toml: [not_measured]"
+    entries, seen = [], set()
+    for reason, listed in reasons.items():
+        if not isinstance(listed, list) or not all(isinstance(e, str) for e in listed):
+            raise Problem(f"{where}: {reason!r} must be a list of strings")
+        for entry in listed:
+            if entry in seen:
+                raise Problem(f'{where}: "{entry}" is listed twice')
+            seen.add(entry)
+            file, sep, text = entry.partition(": ")
+            if not sep:
+                file, text = None, entry
+            elif file not in DOCS_CHECKED:
+                raise Problem(f'{where}: "{entry}": {file} is not a checked doc (README.md, docs/*.md but docs/cli.md)')
+            found = list(FIGURE.finditer(text))
+            if not found:
+                raise Problem(f'{where}: "{entry}" holds no figure')
+            alone = len(found) == 1 and found[0].group() == text
+            if file is None and not alone:
+                raise Problem(f'{where}: "{entry}": an entry for every file is a number alone; scope a text to its file, "FILE: {text}"')
+            entries.append(
+                {
+                    "entry": entry,
+                    "file": file,
+                    "text": None if alone else text,
+                    "figures": [(m.start(), figure_key(m.group())) for m in found],
+                    "written": [m.group() for m in found],
+                    "used": set(),
+                }
+            )
+    everywhere = {e["figures"][0][1] for e in entries if e["file"] is None}
+    whole_file = {(e["file"], e["figures"][0][1]) for e in entries if e["file"] and not e["text"]}
+    for e in entries:
+        for (_, key), written in zip(e["figures"], e["written"]) if e["file"] else []:
+            stale = f'bench/figures.toml: stale [not_measured] entry "{e["entry"]}"'
+            if key in everywhere:
+                raise Problem(f'{stale}: "{written}" is listed for every file')
+            if e["text"] and (e["file"], key) in whole_file:
+                raise Problem(f'{stale}: "{e["file"]}: {written}" covers its {written}')
+    return entries
+
+
+def accepts(entry, rel, line, m):
+    """The index in entry["figures"] of the figure by which a
+    [not_measured] entry accepts the figure m of line, a line of the doc
+    rel, or None."""
+    if entry["file"] not in (None, rel):
+        return None
+    for i, (at, key) in enumerate(entry["figures"]):
+        if key != figure_key(m.group()):
+            continue
+        if entry["text"] is None or (m.start() >= at and line.startswith(entry["text"], m.start() - at)):
+            return i
+    return None
 
 
 def load_rows(names):
@@ -358,50 +470,183 @@ def splice(doc, table, begin=BEGIN, end=END):
     return f"{head}{begin}\n{table}{end}{tail}"
 
 
-def prose(text):
-    """The text outside fenced code blocks and inline code."""
-    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
-    return re.sub(r"`[^`\n]*`", "", text)
+def blank(text, pattern, flags=0):
+    """text with every match of pattern replaced by its line breaks, so
+    that the lines after it keep their numbers."""
+    return re.sub(pattern, lambda m: "\n" * m.group().count("\n"), text, flags=flags)
 
 
-def recorded_numbers():
-    """Every number written under bench/results/, without thousands
-    separators, and each rounded to fewer decimals (a doc may round 100.98
-    to 101.0)."""
+def prose(rel):
+    """The lines of a checked doc, numbered as in the file, with fenced
+    code blocks and the generated tables taken out (they leave blank
+    lines) and inline code emptied (``, so that a line of code alone stays
+    in its paragraph)."""
+    text = (ROOT / rel).read_text()
+    if rel == "docs/benchmarks.md":
+        for begin, end in [(BEGIN, END), (DATED_BEGIN, DATED_END)]:
+            text = blank(text, re.escape(begin) + r".*?" + re.escape(end), re.S)
+        text = blank(text, GENERATED.pattern, re.S)
+    text = blank(text, r"^```.*?^```", re.S | re.M)
+    return re.sub(r"`[^`\n]*`", "``", text).splitlines()
+
+
+HEADING = re.compile(r"#{1,6}\s")
+TABLE_ROW = re.compile(r"\s*\|")
+LIST_ITEM = re.compile(r"\s*(?:[-*+]|\d+[.)])\s")
+KINDS = {"heading": "heading", "table": "table", "item": "list item", "paragraph": "paragraph"}
+
+
+def blocks(lines):
+    """The Markdown blocks of a doc's lines: a heading (its line), a table
+    (consecutive `|` rows), a list item (from its marker to the next
+    marker, heading or table, or to a blank line followed by an unindented
+    line) or a paragraph (up to a blank line, a heading, a table or a list
+    marker). Each is {"kind": a key of KINDS, "lines": [(line number,
+    line)]}."""
+    out, cur, after_blank = [], None, False
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            after_blank = True
+            continue
+        if HEADING.match(line):
+            kind = "heading"
+        elif TABLE_ROW.match(line):
+            kind = "table"
+        elif LIST_ITEM.match(line):
+            kind = "item"
+        else:
+            kind = "paragraph"
+        goes_on = cur is not None and (
+            (kind == "table" and cur["kind"] == "table" and not after_blank)
+            or (kind == "paragraph" and cur["kind"] in ("paragraph", "item") and not after_blank)
+            or (kind == "paragraph" and cur["kind"] == "item" and line[0].isspace())
+        )
+        if goes_on:
+            cur["lines"].append((no, line))
+        else:
+            cur = {"kind": kind, "lines": [(no, line)]}
+            out.append(cur)
+        after_blank = False
+    return out
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def linked_records(rel, block):
+    """The records (bench/results/DIR/) a block of the doc rel links: to
+    a file in one, a heading of its README or the directory itself."""
+    dirs = set()
+    for _, line in block["lines"]:
+        for m in LINK.finditer(line):
+            path = m.group(1).partition("#")[0]
+            if not path or re.match(r"[a-z]+:", path):
+                continue
+            target = ((ROOT / rel).parent / path).resolve()
+            if target.is_relative_to(RESULTS) and target != RESULTS:
+                dirs.add(target.relative_to(RESULTS).parts[0])
+    return dirs
+
+
+def roundings(n):
+    """A number without thousands separators, and each rounding of it to
+    fewer decimals, half up and half even (a doc may round 100.98 to
+    101.0)."""
+    n = n.replace(",", "")
+    out = {n}
+    if "." in n:
+        d = Decimal(n)
+        for places in range(len(n.split(".")[1])):
+            q = Decimal(1).scaleb(-places)
+            out.add(str(d.quantize(q, rounding=ROUND_HALF_UP)))
+            out.add(str(d.quantize(q, rounding=ROUND_HALF_EVEN)))
+    return out
+
+
+@functools.cache
+def recorded_numbers(name):
+    """Every number written in the files of the record bench/results/NAME/
+    (its README, raw rows, logs, subdirectories; files up to 20 MB), with
+    its roundings."""
     known = set()
-    for p in RESULTS.rglob("*"):
+    for p in (RESULTS / name).rglob("*"):
         if not p.is_file() or p.stat().st_size > 20_000_000:
             continue
         for m in NUMBER.finditer(p.read_text(errors="ignore")):
-            n = m.group().replace(",", "")
-            known.add(n)
-            if "." in n:
-                d = Decimal(n)
-                for places in range(len(n.split(".")[1])):
-                    q = Decimal(1).scaleb(-places)
-                    known.add(str(d.quantize(q, rounding=ROUND_HALF_UP)))
-                    known.add(str(d.quantize(q, rounding=ROUND_HALF_EVEN)))
+            known |= roundings(m.group())
     return known
 
 
-def unrecorded(not_measured):
-    """The figures of README.md and docs/ that no file under bench/results/
-    holds and that bench/figures.toml does not list as not measured."""
-    known = recorded_numbers()
-    fixed = {n.replace(",", "") for numbers in not_measured.values() for n in numbers}
+def evidence(rel, found, i):
+    """The records that may hold the figures of block i of the doc rel:
+    those the block links and, for a table, those the paragraph or list
+    item right above it links."""
+    dirs = linked_records(rel, found[i])
+    if found[i]["kind"] == "table" and i > 0 and found[i - 1]["kind"] in ("paragraph", "item"):
+        dirs |= linked_records(rel, found[i - 1])
+    return dirs
+
+
+def unlinked(where, figure, kind, dirs):
+    """The problem with a figure (at where, in a block of kind) that none
+    of dirs, the records its block links, holds."""
+    table = kind == "table"
+    if not dirs:
+        above = ", nor does the paragraph above it" if table else ""
+        return f"{where}: {figure} is in a {KINDS[kind]} that links no bench/results/ record{above}"
+    records = " or ".join(f"bench/results/{d}/" for d in sorted(dirs))
+    linker = "its table and the paragraph above it link" if table else f"its {KINDS[kind]} links"
+    return f"{where}: {figure} is not found in {records}, the record{'s' if len(dirs) > 1 else ''} {linker}"
+
+
+def unrecorded(entries):
+    """The figures of README.md and docs/ (outside code and generated
+    tables) that no record their block links holds and no [not_measured]
+    entry accepts: one message each. Notes in each entry which of its
+    figures accepted one such figure."""
     missing = []
     for rel in DOCS_CHECKED:
-        text = (ROOT / rel).read_text()
-        if rel == "docs/benchmarks.md" and BEGIN in text:
-            text = splice(splice(text, ""), "", DATED_BEGIN, DATED_END)
-            text = GENERATED.sub("", text)
-        for line in prose(text).splitlines():
-            for f in FIGURE.findall(line):
-                n = f.replace(",", "")
-                if n in known or n in fixed:
+        found = blocks(prose(rel))
+        for i, block in enumerate(found):
+            figures = [(no, line, m) for no, line in block["lines"] for m in FIGURE.finditer(line)]
+            if not figures:
+                continue
+            dirs = evidence(rel, found, i)
+            known = set().union(*(recorded_numbers(d) for d in dirs))
+            for no, line, m in figures:
+                if figure_key(m.group()) in known:
                     continue
-                missing.append(f"{rel}: {f!r} in {line.strip()[:100]!r}")
+                accepted = False
+                for e in entries:
+                    at = accepts(e, rel, line, m)
+                    if at is not None:
+                        e["used"].add(at)
+                        accepted = True
+                if not accepted:
+                    missing.append(unlinked(f"{rel}:{no}", m.group(), block["kind"], dirs))
     return missing
+
+
+def stale(entries):
+    """The [not_measured] entries with a figure that accepted no figure of
+    a doc: one message each (call after unrecorded)."""
+    out = []
+    for e in entries:
+        for i, key in enumerate(e["written"]):
+            if i in e["used"]:
+                continue
+            if e["file"] is None:
+                where = f"README.md and docs/ state {key}"
+            elif e["text"] is None:
+                where = f"{e['file']} states {key}"
+            else:
+                where = f"{e['file']} states {key} in a line reading {e['text']!r}"
+            out.append(
+                f'bench/figures.toml: stale [not_measured] entry "{e["entry"]}": its {key} accepts no figure '
+                f"({where} nowhere outside code and the generated tables, or only where a record linked "
+                "beside it holds it); remove it, or scope it to where the number is not a measurement"
+            )
+    return out
 
 
 def heading_anchor(heading):
@@ -441,7 +686,7 @@ def main():
     mode.add_argument("--check", action="store_true", help="fail if the table is stale or a figure is unrecorded")
     args = ap.parse_args()
     try:
-        benchmarks, constants = load_benchmarks()
+        benchmarks, entries = load_benchmarks()
         table = render(benchmarks, load_rows({b["name"] for b in benchmarks}))
         doc = DOC.read_text()
         fresh = render_generated(splice(splice(doc, table), render_dated(), DATED_BEGIN, DATED_END))
@@ -454,9 +699,10 @@ def main():
             problems.append("docs/benchmarks.md: the current figures or the dated results are not what bench/results/ gives: run `make docs`")
         problems += broken_links()
         problems += [
-            f"{m}: not written anywhere under bench/results/ (record it there, or list it under [not_measured] in bench/figures.toml if it is not a measurement)"
-            for m in unrecorded(constants)
+            f'{m} (link the record that holds it from the same paragraph, or, if it is not a measurement, list it under [not_measured] in bench/figures.toml as "FILE: NUMBER")'
+            for m in unrecorded(entries)
         ]
+        problems += stale(entries)
         for p in problems:
             print(p, file=sys.stderr)
         return 1 if problems else 0

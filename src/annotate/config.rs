@@ -320,15 +320,15 @@ pub struct AnnotateConfig {
 impl AnnotateConfig {
     /// What [`super::execute`] does with this config, for an error's
     /// context: `annotating runs/demo`.
-    pub fn doing(&self, task: super::Task) -> String {
+    pub fn doing(&self, task: Task) -> String {
         let run = self.run.display();
         match (&self.evals, task) {
-            (Some(_), super::Task::Plan) => format!("measuring the coverage of {run}"),
-            (Some(_), super::Task::Write) => {
+            (Some(_), Task::Plan) => format!("measuring the coverage of {run}"),
+            (Some(_), Task::Write) => {
                 format!("labelling {run} from the evaluation database")
             }
-            (None, super::Task::Plan) => format!("planning the annotation of {run}"),
-            (None, super::Task::Write) => format!("annotating {run}"),
+            (None, Task::Plan) => format!("planning the annotation of {run}"),
+            (None, Task::Write) => format!("annotating {run}"),
         }
     }
 
@@ -411,4 +411,12 @@ mod tests {
         assert!(o.resolve(env(&[]), false).is_err());
         assert_eq!(base().resolve(env(&[]), false).unwrap().mode, Mode::PerMove);
     }
+}
+
+/// What one `chessbench annotate` does with its config: write the labels,
+/// or only measure what writing them would do (`--plan`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Task {
+    Write,
+    Plan,
 }

@@ -17,7 +17,7 @@ use arrow_array::{Array, StringArray, UInt8Array};
 use parquet::arrow::{ProjectionMask, arrow_reader::ParquetRecordBatchReaderBuilder};
 use serde::Serialize;
 
-use super::{AnnotateError, config::AnnotateConfig};
+use super::{config::AnnotateConfig, error::AnnotateError};
 use crate::{
     chess::legal,
     store::{Manifest, Table, commit::MANIFEST, commit::partition_dir, writer::part_file_name},
@@ -137,7 +137,7 @@ fn boards_stats(
 /// a time).
 pub fn plan(config: &AnnotateConfig) -> Result<Plan, AnnotateError> {
     let manifest = Manifest::read(&config.run.join(MANIFEST))?;
-    let scope = super::scope(config, &manifest)?;
+    let scope = super::splits::scope(config, &manifest)?;
     let mut splits = Vec::new();
     let mut sample = Vec::new();
     for (name, n) in scope {

@@ -24,7 +24,7 @@ use parquet::arrow::{
 };
 
 use super::{
-    AnnotateError,
+    error::AnnotateError,
     rows::{ChunkWork, Failure, Outcome},
 };
 use crate::{

@@ -28,9 +28,13 @@ use serde::Serialize;
 
 pub mod reader;
 
-use reader::{BoardIndex, EvalsFormat, EvalsPass, EvalsReadError, ReadEvent};
+use reader::{BoardIndex, EvalsFormat, EvalsPass, ReadEvent};
 
-use super::{AnnotateError, config::AnnotateConfig, scope};
+use super::{
+    config::AnnotateConfig,
+    error::{AnnotateError, EvalsReadError},
+    splits::scope,
+};
 use crate::{
     chess::lichess_evals::{self, EvalsLabels, EvalsReject, SideScore},
     store::{
@@ -101,7 +105,7 @@ pub struct EvalsSummary {
 }
 
 /// The settings a split's evaluation-database chunks are written with
-/// (for [`super::check_settings`]); a rerun must agree, or start over with
+/// (for [`super::splits::check_settings`]); a rerun must agree, or start over with
 /// `--overwrite`.
 fn evals_settings(
     config: &AnnotateConfig,
@@ -114,7 +118,7 @@ fn evals_settings(
         "bytes": std::fs::metadata(file).ok().filter(|m| m.is_file()).map(|m| m.len()),
         "chunk_boards": config.chunk_boards,
         "max_boards": config.max_boards,
-        "boards": super::boards_fingerprint(manifest, split),
+        "boards": super::splits::boards_fingerprint(manifest, split),
     })
 }
 
@@ -152,7 +156,7 @@ pub fn run(config: &AnnotateConfig) -> Result<EvalsSummary, AnnotateError> {
         return Err(AnnotateError::EvalsSharded(config.shard.to_string()));
     }
     let _run = RunDir::open_shared(&config.run)?;
-    let _lock = super::evals_lock(config, true)?;
+    let _lock = super::splits::evals_lock(config, true)?;
     let manifest = Manifest::read(&config.run.join(MANIFEST))?;
     let scope = scope(config, &manifest)?;
     let mut summary = EvalsSummary {
@@ -182,9 +186,9 @@ pub fn run(config: &AnnotateConfig) -> Result<EvalsSummary, AnnotateError> {
     let mut pending = Vec::new();
     for (name, n) in &scope {
         if config.overwrite {
-            super::remove_source(&config.run, name, SOURCE)?;
+            super::splits::remove_source(&config.run, name, SOURCE)?;
         }
-        super::check_settings(
+        super::splits::check_settings(
             &config.run,
             name,
             SOURCE,

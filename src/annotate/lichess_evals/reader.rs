@@ -13,7 +13,7 @@ use std::{
     collections::{BTreeMap, HashMap},
     fs::File,
     io::{self, BufRead, BufReader, Read},
-    path::{Path, PathBuf},
+    path::Path,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -24,9 +24,9 @@ use arrow_array::{Array, StringArray, UInt8Array, UInt32Array, UInt64Array};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::Serialize;
 use shakmaty::Chess;
-use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_128;
 
+pub use crate::annotate::error::EvalsReadError;
 use crate::{
     chess::lichess_evals::{self, EvalsPosition, EvalsReject, FlatRow},
     store::{
@@ -66,19 +66,6 @@ impl EvalsFormat {
             EvalsFormat::JsonLines
         }
     }
-}
-
-/// A pass that could not go on: the input itself failed.
-#[derive(Debug, Error)]
-pub enum EvalsReadError {
-    #[error("cannot read the evaluation database {}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(
-        "the run's {boards} boards need {passes} passes over the evaluation database within the memory limit, and standard input can be read only once: give the file's path, or raise --memory-limit"
-    )]
-    OnePass { boards: u64, passes: u64 },
 }
 
 /// What one pass read.

@@ -33,8 +33,8 @@ use std::{
 };
 
 use super::{
-    IngestError,
     dedup::{Entry, split_first_seen},
+    error::IngestError,
 };
 use crate::{
     chess::movegen,

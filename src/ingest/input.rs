@@ -9,8 +9,8 @@ use std::{
 };
 
 use super::{
-    IngestError,
     config::{InputSpec, Source},
+    error::IngestError,
 };
 use crate::store::input::{Counting, ZSTD_MAGIC};
 

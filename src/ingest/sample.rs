@@ -17,7 +17,7 @@ use std::{
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::{IngestError, config::Speed, worker::GameMeta};
+use super::{config::Speed, error::IngestError, worker::GameMeta};
 
 /// A spooled candidate.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,7 +11,7 @@ use arrow_array::{
     },
 };
 
-use super::{IngestError, visitor::RejectReason, worker::GameMeta};
+use super::{error::IngestError, visitor::RejectReason, worker::GameMeta};
 use crate::store::{
     Table,
     writer::{PartWriter, part_file_name},

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{
-    super::IngestError,
+    super::error::IngestError,
     budget::{BYTES_PER_ENTRY, STREAM_TABLE_BYTES, run_buffer, spill_buffer, table_bytes},
     entry::{SpillFormat, first_seen},
     merge::SplitBoards,

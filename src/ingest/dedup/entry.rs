@@ -3,7 +3,7 @@
 //! files ([`SpillFormat`]). Both the tables and the files hold entries, so
 //! the in-memory and the on-disk form live together.
 
-use super::super::{IngestError, config::ConfigError};
+use super::super::{config::ConfigError, error::IngestError};
 use crate::chess::{
     BoardKey,
     board_key::{KEY_BYTES, PACKED_KEY_BYTES, fast_bit_extract},

@@ -11,7 +11,7 @@ use std::{
 };
 
 use super::{
-    super::IngestError,
+    super::error::IngestError,
     entry::{Entry, SpillFormat},
     entry_file::{ReadMode, Run, SpilledRunReader},
 };

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{
-    super::IngestError,
+    super::error::IngestError,
     entry::{Entry, SpillFormat},
     entry_file::EntryWriter,
 };

@@ -20,7 +20,7 @@ use std::{
 };
 
 use super::{
-    super::IngestError,
+    super::error::IngestError,
     budget::{BYTES_PER_ENTRY, run_buffer},
     entry::{ENTRY_SIZE, Entry, SpillFormat},
     entry_file::{EntryReader, EntryWriter, Fix, ReadMode, Run, spill_err, write_entries},

@@ -12,7 +12,7 @@
 use std::{fs, path::PathBuf};
 
 use super::{
-    super::{IngestError, spawn_named},
+    super::{error::IngestError, process::spawn_named},
     entry::{ENTRY_SIZE, Entry, SpillFormat},
     entry_file::{EntryWriter, spill_err},
     partition::{PARTITIONS, partition_of, write_partitions},

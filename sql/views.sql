@@ -172,8 +172,9 @@ CREATE OR REPLACE VIEW sv_chosen AS
 SELECT * FROM state_values
 WHERE cb_label_source() <> 'both' AND cb_label_of(source) = cb_label_source()
 UNION ALL
-SELECT s.* FROM state_values AS s LEFT JOIN cb_overriding AS o USING (split, board_id)
-WHERE cb_label_source() = 'both' AND cb_precedence(s.source) >= coalesce(o.precedence, 0)
+SELECT s.* FROM state_values AS s ANTI JOIN cb_overriding AS o
+    ON s.split = o.split AND s.board_id = o.board_id AND o.precedence > cb_precedence(s.source)
+WHERE cb_label_source() = 'both'
 UNION ALL
 SELECT * FROM state_values
 WHERE cb_label_source() <> 'both' AND cb_label_of(cb_label_source()) <> cb_label_source()
@@ -183,8 +184,9 @@ CREATE OR REPLACE VIEW av_chosen AS
 SELECT * FROM action_values
 WHERE cb_label_source() <> 'both' AND cb_label_of(source) = cb_label_source()
 UNION ALL
-SELECT a.* FROM action_values AS a LEFT JOIN cb_overriding AS o USING (split, board_id)
-WHERE cb_label_source() = 'both' AND cb_precedence(a.source) >= coalesce(o.precedence, 0)
+SELECT a.* FROM action_values AS a ANTI JOIN cb_overriding AS o
+    ON a.split = o.split AND a.board_id = o.board_id AND o.precedence > cb_precedence(a.source)
+WHERE cb_label_source() = 'both'
 UNION ALL
 SELECT * FROM action_values
 WHERE cb_label_source() <> 'both' AND cb_label_of(cb_label_source()) <> cb_label_source()

@@ -50,7 +50,7 @@ use std::{path::PathBuf, process::Command, time::Instant};
 use chessbench::{
     chess::RecordSet,
     eval::{
-        policy::{host_times, pass_phases, predict, predict_many, predict_many_timed},
+        predict::{host_times, pass_phases, predict, predict_many, predict_many_timed},
         trained::Model,
     },
     model::{DeviceKind, Precision, Preset},
@@ -283,7 +283,7 @@ fn jax_reference(preset: Preset, positions: &[Chess], device: DeviceKind, ours: 
             .take(positions.len().max(1000))
             .collect();
         let rows = chessbench::eval::trained::sequences_per_pass(&shape)
-            .min(chessbench::eval::policy::BATCH_SEQUENCES);
+            .min(chessbench::eval::predict::BATCH_SEQUENCES);
         runs.push(("f32", write_fens("many.txt", &many), rows, ours.0));
     }
     let python = std::env::var("CHESSBENCH_JAX_PYTHON").unwrap_or_else(|_| "python3".into());

@@ -145,7 +145,7 @@ fn nine_million_mixed_bf16_stays_within_bf16_of_the_cpu() {
 fn nine_million_boards_scored_together_equal_boards_scored_alone() {
     use chessbench::{
         eval::{
-            policy::{predict, predict_many},
+            predict::{predict, predict_many},
             trained::Model,
         },
         model::DeviceKind,

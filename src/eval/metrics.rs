@@ -30,7 +30,8 @@ use shakmaty::Chess;
 use super::{
     EvalError,
     game::parse_fen,
-    policy::{NeuralPlayer, Prediction, argmax, predict_many},
+    policy::NeuralPlayer,
+    predict::{Prediction, argmax, predict_many},
 };
 use crate::{
     chess::{RecordSet, legal::prepare, value::ValueBuckets},
@@ -462,7 +463,8 @@ mod tests {
     fn metrics_of_boards_scored_together_equal_boards_scored_alone() {
         use crate::{
             eval::{
-                policy::{PolicyOptions, predict, predict_many},
+                policy::PolicyOptions,
+                predict::{predict, predict_many},
                 trained::Model,
             },
             model::{DeviceKind, Preset},
@@ -472,7 +474,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, pos)| {
-                let mut actions: Vec<(u16, f64)> = crate::eval::policy::ordered_legal_moves(pos)
+                let mut actions: Vec<(u16, f64)> = crate::eval::predict::ordered_legal_moves(pos)
                     .unwrap()
                     .into_iter()
                     .map(|(_, _, a)| (a, f64::from((u32::from(a) * 7919 + i as u32) % 101) / 100.0))

@@ -2,6 +2,8 @@
 //! scores them, and played.
 //!
 //! - [`trained`]: a checkpoint loaded for inference (EMA weights by default);
+//! - [`predict`]: the model's predictions for one board or many in shared
+//!   forward passes, and the timing of those passes for `make bench-eval`;
 //! - [`policy`]: the action-value, state-value and behavioural-cloning
 //!   policies (and Stockfish) behind one [`policy::Player`] trait, with the
 //!   paper's repetition and decisiveness workarounds;
@@ -24,6 +26,7 @@ pub(crate) mod elo;
 pub(crate) mod game;
 pub(crate) mod metrics;
 pub mod policy;
+pub mod predict;
 pub(crate) mod puzzles;
 pub mod run;
 pub mod tournament;

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Sequences (legal moves) the boards of one
-/// [`predict_many`](super::policy::predict_many) batch add up to at most,
+/// [`predict_many`](super::predict::predict_many) batch add up to at most,
 /// fewer where the memory limit says so ([`Model::with_memory_limit`]): the
 /// model splits them into passes its device memory allows
 /// ([`Model::log_probs`]); a board is never split between batches.
@@ -235,7 +235,7 @@ pub struct Model {
     /// Where it runs.
     device: DeviceKind,
     precision: Precision,
-    /// Sequences [`crate::eval::policy::predict_many`] gathers in one batch
+    /// Sequences [`crate::eval::predict::predict_many`] gathers in one batch
     /// ([`Model::with_memory_limit`]).
     batch_sequences: usize,
 }
@@ -365,7 +365,7 @@ impl Model {
         self
     }
 
-    /// Sequences one batch of [`crate::eval::policy::predict_many`] holds at
+    /// Sequences one batch of [`crate::eval::predict::predict_many`] holds at
     /// most (a board with more legal moves still goes whole).
     pub(crate) fn batch_sequences(&self) -> usize {
         self.batch_sequences

@@ -232,7 +232,7 @@ pub(crate) fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::policy::ordered_legal_moves;
+    use crate::eval::predict::ordered_legal_moves;
     use shakmaty::Move;
 
     /// Plays the first legal move in UCI order: exercises the protocol, not

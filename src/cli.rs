@@ -256,14 +256,14 @@ or policy is refused, naming the tensor and the shapes. The checkpoint appears o
   chessbench checkpoint import av_9m.safetensors --ema av_9m_ema.safetensors \\\n\
       --policy action_value --model 9m --buckets 128 --step 6400000 --out models/av_9m"
     )]
-    Import(chessbench::model::haiku::CheckpointImportOptions),
+    Import(chessbench::checkpoint::CheckpointImportOptions),
     /// Write a randomly initialised model of a preset as a checkpoint (to time evaluation).
     #[command(
         long_about = "Write a model of a preset with training's random initialisation (seeded) as a step-0 chessbench checkpoint that `chessbench eval`, `chessbench uci` and `--opponent checkpoint:DIR` load: to time evaluation or the UCI engine at a model size before training one (the scores mean nothing). The EMA equals the parameters; there is no optimiser state. The checkpoint appears only when complete. The 270M preset writes about 2 GB (parameters and EMA).\n\n\
   chessbench checkpoint init --policy action_value --model 270m --out models/av_270m_random\n\
   chessbench eval runs/demo --checkpoint models/av_270m_random --device cuda --precision bf16 --only puzzles"
     )]
-    Init(chessbench::model::InitOptions),
+    Init(chessbench::checkpoint::InitOptions),
 }
 
 #[derive(Subcommand)]

@@ -27,6 +27,7 @@ pub mod ablate;
 pub mod annotate;
 #[cfg(feature = "sql")]
 pub mod bag;
+pub mod checkpoint;
 pub mod chess;
 #[cfg(feature = "sql")]
 pub mod duckdb_session;

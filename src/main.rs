@@ -94,13 +94,13 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             emit(&summary, json)?;
         }
         Command::Checkpoint(CheckpointCommand::Import(a)) => {
-            let summary = chessbench::model::haiku::import_checkpoint(&a)
-                .context("importing a searchless_chess model")?;
+            let summary =
+                chessbench::checkpoint::import(&a).context("importing a searchless_chess model")?;
             emit(&summary, json)?;
         }
         Command::Checkpoint(CheckpointCommand::Init(a)) => {
-            let summary = chessbench::model::init_checkpoint(&a)
-                .context("writing a randomly initialised model")?;
+            let summary =
+                chessbench::checkpoint::init(&a).context("writing a randomly initialised model")?;
             emit(&summary, json)?;
         }
         Command::Train(a) => {

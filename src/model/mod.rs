@@ -20,7 +20,7 @@ pub mod op_count;
 pub(crate) mod shape;
 
 pub use backend::{AttentionKernel, LayerKernels, ModelBackend, Products, TrainBackend};
-pub use checkpoint::{CheckpointError, InitOptions, InitSummary, init_checkpoint};
+pub use checkpoint::CheckpointError;
 pub(crate) use checkpoint::{CheckpointInfo, Weights};
 pub use device::{
     ComputeError, DeviceKind, F16_LOSS_SCALE, Precision, Use, check_compute, tune_allocator,

@@ -132,7 +132,7 @@ different seeds write a larger set in parallel.\n\n\
   chessbench generate-games --games 1000000 --seed 1 | zstd -T1 -3 -q -o games_1e6.pgn.zst\n\
   chessbench ingest runs/scale games_1e6.pgn.zst"
     )]
-    GenerateGames(GenerateArgs),
+    GenerateGames(chessbench::generate_games::GenerateGamesOptions),
     /// Run a grid of ablations: train and score every variant, compare them in one table.
     #[command(
         long_about = "Run the paper's ablations (Table 2, Table A2) or any grid like them: a grid file \
@@ -186,23 +186,6 @@ with `info string error: ...`; the engine keeps running. For GUIs, cutechess-cli
     /// Print every command's --help as Markdown (docs/cli.md is this output).
     #[command(hide = true)]
     HelpMarkdown,
-}
-
-#[derive(Args)]
-pub struct GenerateArgs {
-    /// Games to write.
-    #[arg(long, value_name = "N")]
-    pub games: u64,
-    /// Seed of the random play (the same seed, the same games).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// PGN (.pgn or .pgn.zst) of real games whose openings are replayed
-    /// [default: 2,500 Lichess games of June 2022, built in].
-    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
-    pub openings: Option<PathBuf>,
-    /// Write the games to FILE instead of standard output.
-    #[arg(long, short = 'o', value_name = "FILE", value_hint = ValueHint::FilePath)]
-    pub out: Option<PathBuf>,
 }
 
 /// A stage that reads a pipeline file: `--config` and its options.

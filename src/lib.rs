@@ -33,6 +33,7 @@ pub mod chess;
 pub mod duckdb_session;
 #[cfg(feature = "sql")]
 pub mod eval;
+pub mod generate_games;
 pub mod ingest;
 pub mod model;
 pub mod options;

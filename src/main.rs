@@ -116,13 +116,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             emit(&summary, json)?;
         }
         Command::GenerateGames(a) => {
-            let summary = chessbench::chess::generate::generate(
-                a.openings.as_deref(),
-                a.seed,
-                a.games,
-                a.out.as_deref(),
-            )
-            .context("generating games")?;
+            let summary = chessbench::generate_games::run(&a).context("generating games")?;
             if a.out.is_some() {
                 emit(&summary, json)?;
             } else {

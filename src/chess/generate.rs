@@ -279,23 +279,6 @@ pub struct GenerateSummary {
     pub replayed: u64,
 }
 
-impl crate::ui::Report for GenerateSummary {
-    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
-        writeln!(
-            out,
-            "generated {} games ({:.1} plies a game, {:.1} MB): 1-0 {}, 0-1 {}, 1/2-1/2 {}; {} checkmates; {} replayed as duplicates",
-            crate::ui::group(self.games),
-            self.plies as f64 / self.games.max(1) as f64,
-            self.bytes as f64 / 1e6,
-            self.white_wins,
-            self.black_wins,
-            self.draws,
-            self.checkmates,
-            self.replayed
-        )
-    }
-}
-
 /// A game played: its moves, the same in SAN as the game's text writes
 /// them (worked out while playing, so that the text needs no replay), the
 /// final position, how it ended, and the random stream that goes on to its
@@ -480,50 +463,6 @@ pub fn write_games(
     }
     out.flush().map_err(GenerateError::Write)?;
     Ok(summary)
-}
-
-/// Writes `games` games of `seed`, with the openings of `openings` (the
-/// built-in ones without), to
-/// `out` (written beside it and renamed into place when complete, so a
-/// crash leaves no half file) or, without one, to standard output.
-pub fn generate(
-    openings: Option<&Path>,
-    seed: u64,
-    games: u64,
-    out: Option<&Path>,
-) -> Result<GenerateSummary, GenerateError> {
-    let openings = match openings {
-        Some(path) => Openings::read(path)?,
-        None => Openings::builtin(),
-    };
-    let Some(path) = out else {
-        let mut stdout = io::BufWriter::with_capacity(1 << 20, io::stdout().lock());
-        return write_games(&mut stdout, &openings, seed, games);
-    };
-    let err = |source| GenerateError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let name = path.file_name().map_or_else(
-        || "games.pgn".to_owned(),
-        |n| n.to_string_lossy().into_owned(),
-    );
-    let tmp = path.with_file_name(format!(".{name}.writing"));
-    let result = (|| {
-        let file = std::fs::File::create(&tmp).map_err(err)?;
-        let mut w = io::BufWriter::with_capacity(1 << 20, file);
-        let summary = write_games(&mut w, &openings, seed, games)?;
-        w.into_inner()
-            .map_err(|e| err(e.into_error()))?
-            .sync_all()
-            .map_err(err)?;
-        std::fs::rename(&tmp, path).map_err(err)?;
-        Ok(summary)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// One game as a Lichess dump writes it, appended to `text`; returns its

@@ -217,7 +217,9 @@ pub struct EvalConfig {
     pub engine: PathBuf,
     pub device: DeviceKind,
     pub precision: Precision,
-    /// The host memory budget, bytes ([`Model::with_memory_limit`]).
+    /// The host memory budget, bytes: the model's batches
+    /// ([`Model::with_memory_limit`]) and the DuckDB session that reads
+    /// the split's labelled boards before any is scored.
     pub memory_limit: u64,
     pub out: PathBuf,
     pub parts: Vec<Part>,
@@ -488,7 +490,7 @@ fn static_metrics(
     summary: &mut EvalSummary,
 ) -> Result<(), EvalError> {
     let boards = {
-        let session = Session::open(&config.run, &[], crate::options::MEMORY_LIMIT_BYTES)?;
+        let session = Session::open(&config.run, &[], config.memory_limit)?;
         metrics::read_labelled_boards(&session, &config.split, config.boards)?
     };
     if boards.is_empty() {

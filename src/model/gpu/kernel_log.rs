@@ -1,5 +1,5 @@
 //! Counting the GPU kernels a process launches and compiles, from CubeCL's
-//! own logs: with [`enable`] before the device starts, CubeCL writes a line
+//! own logs: with `enable` before the device starts, CubeCL writes a line
 //! per kernel it launches (`Executing NAME [bound A+B B]`, its profiling
 //! logger at the level that only names kernels, without timing or
 //! synchronising; the bytes of each distinct buffer the launch binds come

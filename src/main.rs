@@ -144,22 +144,10 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
         }
         Command::Ablate(a) => {
             let config = a.resolve()?;
-            if a.plan {
-                emit(&ablate::plan(&config)?, json)?;
-            } else if a.report {
-                emit(&ablate::report::write(&config)?, json)?;
-            } else {
-                let summary = ablate::run(&config, progress)
-                    .with_context(|| format!("running the grid {}", a.grid.display()))?;
-                emit(&summary, json)?;
-                if !summary.failed.is_empty() {
-                    anyhow::bail!(
-                        "{} of {} variants failed (their errors are in {})",
-                        summary.failed.len(),
-                        summary.variants,
-                        summary.results.display()
-                    );
-                }
+            let done = ablate::execute(&config, progress).with_context(|| config.doing())?;
+            emit(&done, json)?;
+            if let Some(failures) = done.failures() {
+                anyhow::bail!(failures);
             }
         }
         Command::Uci(a) => a

@@ -134,11 +134,26 @@ pub struct AblateOptions {
 #[derive(Debug, Clone)]
 pub struct AblateConfig {
     pub grid: Grid,
+    /// What [`execute`] does: run the grid, print its plan, or write its
+    /// report (`--plan`, `--report`).
+    pub task: Task,
     pub phase: Phase,
     /// Variants trained at once: `--parallel`, else the grid's.
     pub parallel: usize,
     /// This process's slice of the variants, when there is more than one.
     pub shard: Option<Shard>,
+}
+
+impl AblateConfig {
+    /// What [`execute`] does with this config, for an error's context.
+    pub fn doing(&self) -> String {
+        let grid = self.grid.file.display();
+        match self.task {
+            Task::Run => format!("running the grid {grid}"),
+            Task::Plan => format!("planning the grid {grid}"),
+            Task::Report => format!("reporting on the grid {grid}"),
+        }
+    }
 }
 
 impl AblateOptions {
@@ -152,13 +167,84 @@ impl AblateOptions {
             None => Shard::from_env(|k| std::env::var(k).ok())?.map(|(s, _)| s),
         }
         .filter(|s| s.count > 1);
+        let task = if self.plan {
+            Task::Plan
+        } else if self.report {
+            Task::Report
+        } else {
+            Task::Run
+        };
         Ok(AblateConfig {
             parallel: self.parallel.unwrap_or(grid.parallel).max(1),
             grid,
+            task,
             phase: self.phase,
             shard,
         })
     }
+}
+
+/// What one `chessbench ablate` does with its grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Task {
+    /// Train and score the variants not finished yet.
+    Run,
+    /// Print every variant and what it would run (`--plan`).
+    Plan,
+    /// Write the report and plots from the results (`--report`).
+    Report,
+}
+
+/// What [`execute`] did: the report of the task the config chose.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Done {
+    Ran(Summary),
+    Planned(Plan),
+    Reported(report::ReportSummary),
+}
+
+impl Done {
+    /// The variants that failed, said as the process's error (their errors
+    /// are in the results); `None` when none did.
+    pub fn failures(&self) -> Option<String> {
+        match self {
+            Done::Ran(s) if !s.failed.is_empty() => Some(format!(
+                "{} of {} variants failed (their errors are in {})",
+                s.failed.len(),
+                s.variants,
+                s.results.display()
+            )),
+            _ => None,
+        }
+    }
+}
+
+impl Report for Done {
+    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
+        match self {
+            Done::Ran(r) => r.render(out),
+            Done::Planned(r) => r.render(out),
+            Done::Reported(r) => r.render(out),
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        match self {
+            Done::Ran(r) => r.warnings(),
+            Done::Planned(r) => r.warnings(),
+            Done::Reported(r) => r.warnings(),
+        }
+    }
+}
+
+/// Runs the task the config names ([`AblateConfig::task`]).
+pub fn execute(config: &AblateConfig, progress: bool) -> Result<Done, AblateError> {
+    Ok(match config.task {
+        Task::Run => Done::Ran(run(config, progress)?),
+        Task::Plan => Done::Planned(plan(config)?),
+        Task::Report => Done::Reported(report::write(config)?),
+    })
 }
 
 /// A variant's state in the results directory.

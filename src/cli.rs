@@ -35,7 +35,9 @@ relative to the file that names it: the pipeline file's directory, or the workin
 command line. Enum values are spelled the same in both (action_value, per_move, 9m)."
 )]
 pub struct Cli {
-    /// Print the summary as JSON on standard output (for `sql`: --format json).
+    /// Print the summary as JSON on standard output (for `sql`: --format
+    /// json; for `uci` and `generate-games` to standard output: on standard
+    /// error).
     #[arg(long, global = true)]
     pub json: bool,
     /// No progress bars on standard error.
@@ -221,9 +223,6 @@ pub struct TrainArgs {
     /// Discard the run's checkpoints and logs and start from step 0.
     #[arg(long)]
     pub restart: bool,
-    /// Test hook: abort the process right after logging step N (simulates a crash).
-    #[arg(long, hide = true, value_name = "N")]
-    pub abort_after_step: Option<u64>,
 }
 
 #[derive(Subcommand)]

@@ -18,9 +18,10 @@ use chessbench::{
     bag,
     eval::{self, EvalOptions},
     ingest::{self, IngestOptions},
-    options, sql, stats,
-    train::{self, RunOptions, TrainOptions},
-    ui::{describe, emit},
+    options::{self, Env},
+    sql, stats,
+    train::{self, TrainOptions},
+    ui::{Report, describe, emit},
 };
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
@@ -41,21 +42,23 @@ fn main() -> ExitCode {
 }
 
 /// Runs the stage `cli` names; `m` holds its arguments (for layering).
+/// Each stage's config is resolved from its options and the invocation
+/// ([`Env`]: progress bars, `--overwrite` / `--restart`, the process
+/// environment), then run, then its summary printed.
 fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
-    let (json, progress) = (cli.json, !cli.no_progress);
+    let json = cli.json;
+    let env = Env::from_process(!cli.no_progress);
     match cli.command {
         Command::Ingest(a) => {
             let options: IngestOptions = options::load(m, a.pipeline.config.as_deref())?;
-            let mut config = options.resolve()?;
-            config.progress = progress;
+            let config = options.resolve(&env)?;
             let summary = ingest::run(&config)
                 .with_context(|| format!("ingest into {} failed", config.out.display()))?;
             emit(&summary, json)?;
         }
         Command::Annotate(a) => {
             let options: AnnotateOptions = options::load(m, a.pipeline.config.as_deref())?;
-            let mut config = options.resolve(|k| std::env::var(k).ok(), a.overwrite)?;
-            config.progress = progress;
+            let config = options.resolve(&env.overwriting(a.overwrite))?;
             let task = if a.plan {
                 annotate::Task::Plan
             } else {
@@ -75,16 +78,20 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             if json {
                 a.format = sql::Format::Json;
             }
-            sql::run(&a.resolve()?, &mut io::stdout().lock())?;
+            let summary = sql::run(&a.resolve()?, &mut io::stdout().lock())?;
+            // The results are the output; the notes go beside them.
+            for note in summary.notes() {
+                eprintln!("note: {note}");
+            }
         }
         Command::Bag(BagCommand::Export(a)) => {
-            let summary = bag::export::run(&a.resolve(progress)).with_context(|| {
+            let summary = bag::export::run(&a.resolve(&env)).with_context(|| {
                 format!("exporting split {} of run {}", a.split, a.run.display())
             })?;
             emit(&summary, json)?;
         }
         Command::Bag(BagCommand::Import(a)) => {
-            let summary = bag::import::run(&a.resolve(progress)?).with_context(|| {
+            let summary = bag::import::run(&a.resolve(&env)?).with_context(|| {
                 format!(
                     "importing into split {} of run {}",
                     a.split,
@@ -105,13 +112,8 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
         }
         Command::Train(a) => {
             let options: TrainOptions = options::load(m, a.pipeline.config.as_deref())?;
-            let config = options.resolve()?;
-            let run = RunOptions {
-                progress,
-                restart: a.restart,
-                abort_after_step: a.abort_after_step,
-            };
-            let summary = train::run(&config, &run)
+            let config = options.resolve(&env.overwriting(a.restart))?;
+            let summary = train::run(&config)
                 .with_context(|| format!("training {}", config.out_dir().display()))?;
             emit(&summary, json)?;
         }
@@ -122,13 +124,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             } else {
                 // The games went to standard output: the summary goes to
                 // standard error.
-                let mut err = io::stderr().lock();
-                if json {
-                    serde_json::to_writer_pretty(&mut err, &summary)?;
-                    writeln!(err)?;
-                } else {
-                    chessbench::ui::Report::render(&summary, &mut err)?;
-                }
+                emit_to_stderr(&summary, json)?;
             }
         }
         Command::BenchStep(a) => {
@@ -137,24 +133,41 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
         }
         Command::Eval(a) => {
             let options: EvalOptions = options::load(m, a.pipeline.config.as_deref())?;
-            let config = options.resolve()?;
-            let summary = eval::run(&config, progress)
+            let config = options.resolve(&env)?;
+            let summary = eval::run(&config)
                 .with_context(|| format!("evaluating {}", config.checkpoint.display()))?;
             emit(&summary, json)?;
         }
         Command::Ablate(a) => {
-            let config = a.resolve()?;
-            let done = ablate::execute(&config, progress).with_context(|| config.doing())?;
+            let config = a.resolve(&env)?;
+            let done = ablate::execute(&config).with_context(|| config.doing())?;
             emit(&done, json)?;
             if let Some(failures) = done.failures() {
                 anyhow::bail!(failures);
             }
         }
-        Command::Uci(a) => a
-            .resolve()
-            .and_then(eval::uci_server::run)
-            .with_context(|| format!("playing {}", a.checkpoint.display()))?,
+        Command::Uci(a) => {
+            let served = a
+                .resolve()
+                .and_then(eval::uci_server::run)
+                .with_context(|| format!("playing {}", a.checkpoint.display()))?;
+            // Standard output is the protocol's: the summary goes beside it.
+            emit_to_stderr(&served, json)?;
+        }
         Command::HelpMarkdown => print!("{}", cli::markdown_reference()),
+    }
+    Ok(())
+}
+
+/// Prints `report` on standard error, for the commands whose standard
+/// output is their data (games, the UCI protocol).
+fn emit_to_stderr(report: &impl Report, json: bool) -> io::Result<()> {
+    let mut err = io::stderr().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut err, report)?;
+        writeln!(err)?;
+    } else {
+        report.render(&mut err)?;
     }
     Ok(())
 }

@@ -123,6 +123,72 @@ pub struct Resources {
     pub budget: Budget,
 }
 
+/// What a stage takes from how it was invoked rather than from its options:
+/// whether it draws progress bars, whether it replaces what an earlier run
+/// of it left, and the process environment it reads (a cluster scheduler's
+/// shard variables, ingest's spill format).
+///
+/// The binary builds one from the process ([`Env::from_process`]) and each
+/// stage's `resolve` folds what it needs into the stage's config, so a
+/// stage's run reads no flag and no environment variable of its own. None of
+/// it is part of a pipeline file: a file that said "overwrite" would delete
+/// labels on every run. Tests and library callers start from
+/// [`Env::default`] (no progress, nothing replaced, an empty environment).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Env {
+    /// Draw progress bars on standard error (off with `--no-progress`).
+    pub progress: bool,
+    /// Replace what an earlier run of the stage left instead of resuming
+    /// it: annotate's `--overwrite` (the source's labels), train's
+    /// `--restart` (the run's checkpoints and logs). These two stages read
+    /// their options from pipeline files too, so the flag lives here, on
+    /// the command line only; `bag export --overwrite`, a command with no
+    /// pipeline table, keeps it among its options.
+    pub overwrite: bool,
+    vars: std::collections::BTreeMap<std::ffi::OsString, std::ffi::OsString>,
+}
+
+impl Env {
+    /// This process's environment, with progress bars as asked.
+    pub fn from_process(progress: bool) -> Env {
+        Env {
+            progress,
+            overwrite: false,
+            vars: std::env::vars_os().collect(),
+        }
+    }
+
+    /// The same, replacing what an earlier run left when `overwrite`.
+    pub fn overwriting(mut self, overwrite: bool) -> Env {
+        self.overwrite = overwrite;
+        self
+    }
+
+    /// The same, with the environment variable `key` set to `value`.
+    pub fn with_var(mut self, key: &str, value: &str) -> Env {
+        self.vars.insert(key.into(), value.into());
+        self
+    }
+
+    /// The value of the environment variable `key`, if set (and UTF-8).
+    pub fn var(&self, key: &str) -> Option<&str> {
+        self.var_os(key)?.to_str()
+    }
+
+    /// The value of the environment variable `key`, if set.
+    pub fn var_os(&self, key: &str) -> Option<&std::ffi::OsStr> {
+        self.vars
+            .get(std::ffi::OsStr::new(key))
+            .map(|v| v.as_os_str())
+    }
+
+    /// The shard a cluster scheduler's array names in this environment
+    /// ([`Shard::from_env`]), with where it came from.
+    pub(crate) fn shard(&self) -> Result<Option<(Shard, &'static str)>, ShardError> {
+        Shard::from_env(|k| self.var(k).map(str::to_owned))
+    }
+}
+
 /// A `--shard` or a cluster environment that does not name a shard.
 #[derive(Debug, Error)]
 #[error("invalid {option}: {message}")]

@@ -4,11 +4,10 @@
 
 use std::path::PathBuf;
 
+use serde::Serialize;
+
 pub use crate::duckdb_session::{BUILTIN, SqlError, output::Format};
-use crate::{
-    duckdb_session::{Session, query_text},
-    ui::group,
-};
+use crate::duckdb_session::{PartialSplit, QueryRows, Session, query_text};
 
 /// `chessbench sql --help`'s long text: the views, the built-in queries
 /// from [`BUILTIN`] with what each gives, and examples.
@@ -109,34 +108,48 @@ impl SqlOptions {
     }
 }
 
-/// Runs `chessbench sql`: the query's results on `out`, notes about
-/// partially annotated splits on standard error.
-pub fn run(config: &SqlConfig, out: &mut dyn std::io::Write) -> Result<(), SqlError> {
-    let session = &config.session;
-    if !config.quiet {
-        for (split, boards, annotated, failed) in session.partial_annotation()? {
-            eprintln!(
-                "note: split {split}: {} of {} boards annotated{}; value tables and record sets cover those only",
-                group(annotated),
-                group(boards),
-                if failed > 0 {
-                    format!(", {} failed", group(failed))
-                } else {
-                    String::new()
-                }
-            );
-        }
+/// What `chessbench sql` ran: each printed result's rows, and the splits
+/// whose annotation is partial (its notes, none with `--quiet`).
+#[derive(Debug, Clone, Serialize)]
+pub struct SqlSummary {
+    /// The query's name in messages: its file, built-in name, or `-e`.
+    pub source: String,
+    pub results: Vec<QueryRows>,
+    pub partial: Vec<PartialSplit>,
+}
+
+impl SqlSummary {
+    /// What a person should know about the results (printed on standard
+    /// error as `note: ...`): which splits they cover only in part.
+    pub fn notes(&self) -> Vec<String> {
+        self.partial.iter().map(ToString::to_string).collect()
     }
+}
+
+/// Runs `chessbench sql`: the query's results on `out`. The summary holds
+/// the rows of each result and the notes about partially annotated splits.
+pub fn run(config: &SqlConfig, out: &mut dyn std::io::Write) -> Result<SqlSummary, SqlError> {
+    let session = &config.session;
+    let partial = if config.quiet {
+        Vec::new()
+    } else {
+        session.partial_annotation()?
+    };
     // Block-buffered: standard output is line-buffered, one write(2) a row.
     let mut out = std::io::BufWriter::with_capacity(256 << 10, out);
-    session.run_script(
+    let results = session.run_script(
         &config.source_name,
         &config.text,
         config.only.as_deref(),
         config.format,
         config.max_rows,
         &mut out,
-    )
+    )?;
+    Ok(SqlSummary {
+        source: config.source_name.clone(),
+        results,
+        partial,
+    })
 }
 
 /// Parses `NAME=VALUE`.

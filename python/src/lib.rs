@@ -131,7 +131,7 @@ impl Loader {
         }
         let origin = Path::new("chessbench.Loader");
         let options: TrainOptions = options::from_file_table(origin, table, "").map_err(error)?;
-        let config = options.resolve().map_err(error)?;
+        let config = options.resolve(&options::Env::default()).map_err(error)?;
         if world_size == 0 || rank >= world_size {
             return Err(invalid(format!(
                 "rank {rank} of world size {world_size}: expected 0 <= rank < world_size"

@@ -13,7 +13,7 @@ use thiserror::Error;
 use crate::{
     annotate::{AnnotateOptions, config::AnnotateConfig},
     eval::{EvalOptions, run::EvalConfig},
-    options::{self, OptionsError, line_of},
+    options::{self, Env, OptionsError, line_of},
     train::{TrainOptions, config::TrainConfig},
     uci_client::Limit,
 };
@@ -503,7 +503,7 @@ impl<'a> GridFile<'a> {
                 eval.checkpoint = Some(train.out_dir());
                 eval.out = Some(grid_dir.join("eval").join(&train_name));
                 let eval = eval
-                    .resolve()
+                    .resolve(&Env::default())
                     .map_err(|e| bad(line_of_table(text, "eval"), format!("[eval] {e}")))?;
                 variants.push(Variant {
                     id: id.clone(),
@@ -549,7 +549,7 @@ fn resolve_train(options: &TrainOptions, run: &Path, name: &str) -> Result<Train
     let mut options = options.clone();
     options.run.run = Some(run.to_owned());
     options.name = Some(name.to_owned());
-    options.resolve().map_err(|e| e.to_string())
+    options.resolve(&Env::default()).map_err(|e| e.to_string())
 }
 
 fn annotate_config(
@@ -563,7 +563,7 @@ fn annotate_config(
     }
     // Shards come from `ablate --shard` (or the scheduler) when it runs.
     options.shard = None;
-    options.resolve(|_| None, false).map_err(|e| e.to_string())
+    options.resolve(&Env::default()).map_err(|e| e.to_string())
 }
 
 /// A value as the grid spells it: strings bare, numbers and booleans as

@@ -38,10 +38,13 @@ use results::Row;
 
 use crate::{
     annotate,
-    eval::{self, run::EvalSummary},
-    options::{Shard, ShardError},
+    eval::{
+        self,
+        run::{EvalConfig, EvalSummary},
+    },
+    options::{Env, Shard, ShardError},
     store::{StoreError, chunks::ENTRIES, schema::Table},
-    train::{self, RunOptions},
+    train::{self, config::TrainConfig},
     ui::{Report, describe},
 };
 
@@ -78,8 +81,8 @@ pub enum AblateError {
         run.display()
     )]
     BaseNotAnnotated { run: PathBuf, missing: u64 },
-    #[error("writing the report: {0}")]
-    Report(#[from] io::Error),
+    #[error("writing the report")]
+    Report(#[from] report::ReportError),
 }
 
 /// Which part of the grid to run.
@@ -142,6 +145,9 @@ pub struct AblateConfig {
     pub parallel: usize,
     /// This process's slice of the variants, when there is more than one.
     pub shard: Option<Shard>,
+    /// Draw progress bars (the annotations', and a variant's when one
+    /// trains at a time).
+    pub progress: bool,
 }
 
 impl AblateConfig {
@@ -159,12 +165,13 @@ impl AblateConfig {
 impl AblateOptions {
     /// Reads the grid and settles the shard (the flag, else the batch
     /// system's environment); a bad grid fails here, naming its file and
-    /// line, before anything is written.
-    pub fn resolve(&self) -> Result<AblateConfig, AblateError> {
+    /// line, before anything is written. `env` gives the progress bars and
+    /// the batch system's shard.
+    pub fn resolve(&self, env: &Env) -> Result<AblateConfig, AblateError> {
         let grid = Grid::load(&self.grid, self.run.as_deref())?;
         let shard = match self.shard {
             Some(s) => Some(s),
-            None => Shard::from_env(|k| std::env::var(k).ok())?.map(|(s, _)| s),
+            None => env.shard()?.map(|(s, _)| s),
         }
         .filter(|s| s.count > 1);
         let task = if self.plan {
@@ -180,6 +187,7 @@ impl AblateOptions {
             task,
             phase: self.phase,
             shard,
+            progress: env.progress,
         })
     }
 }
@@ -239,11 +247,11 @@ impl Report for Done {
 }
 
 /// Runs the task the config names ([`AblateConfig::task`]).
-pub fn execute(config: &AblateConfig, progress: bool) -> Result<Done, AblateError> {
+pub fn execute(config: &AblateConfig) -> Result<Done, AblateError> {
     Ok(match config.task {
-        Task::Run => Done::Ran(run(config, progress)?),
+        Task::Run => Done::Ran(run(config)?),
         Task::Plan => Done::Planned(plan(config)?),
-        Task::Report => Done::Reported(report::write(config)?),
+        Task::Report => Done::Reported(report::write(&config.grid)?),
     })
 }
 
@@ -517,8 +525,9 @@ pub fn plan(config: &AblateConfig) -> Result<Plan, AblateError> {
 type Outcome = (String, u64, Result<Option<u64>, String>);
 
 /// Runs the grid (or the phase and shard `config` names).
-pub fn run(config: &AblateConfig, progress: bool) -> Result<Summary, AblateError> {
+pub fn run(config: &AblateConfig) -> Result<Summary, AblateError> {
     let start = Instant::now();
+    let progress = config.progress;
     let grid = &config.grid;
     // Every variant reads the grid's run: refuse one that is not a run
     // before anything is written under it.
@@ -894,14 +903,16 @@ fn train_and_evaluate(
     variant: &Variant,
     progress: bool,
 ) -> Result<(train::run::Summary, EvalSummary), String> {
-    let options = RunOptions {
+    let train = TrainConfig {
         progress,
-        ..Default::default()
+        ..variant.train.clone()
     };
-    let summary =
-        train::run(&variant.train, &options).map_err(|e| format!("training: {}", describe(&e)))?;
-    let evaluation =
-        eval::run(&variant.eval, progress).map_err(|e| format!("evaluating: {}", describe(&e)))?;
+    let summary = train::run(&train).map_err(|e| format!("training: {}", describe(&e)))?;
+    let eval = EvalConfig {
+        progress,
+        ..variant.eval.clone()
+    };
+    let evaluation = eval::run(&eval).map_err(|e| format!("evaluating: {}", describe(&e)))?;
     Ok((summary, evaluation))
 }
 

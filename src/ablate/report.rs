@@ -15,13 +15,12 @@ use std::{
 use serde::Serialize;
 
 use super::{
-    AblateConfig, AblateError,
     grid::{Grid, Level},
     paper,
     results::{self, Row},
 };
 use crate::{
-    store::commit::write_atomic,
+    store::{StoreError, commit::write_atomic},
     train::logs::{self, EvalRow, MetricsRow},
     ui::Report,
 };
@@ -89,13 +88,29 @@ impl Spread {
     }
 }
 
-/// Writes the report of the grid `config` holds.
-pub fn write(config: &AblateConfig) -> Result<ReportSummary, AblateError> {
-    let grid = &config.grid;
+/// What stops `--report`: reading the results, or writing a file of the
+/// report (each names its file).
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Writes the report of `grid` from its results.
+pub fn write(grid: &Grid) -> Result<ReportSummary, ReportError> {
     let rows = results::read_all(&grid.dir())?;
     let dir = grid.dir();
     let plots_dir = dir.join("plots");
-    std::fs::create_dir_all(&plots_dir)?;
+    std::fs::create_dir_all(&plots_dir).map_err(|source| ReportError::Io {
+        path: plots_dir.clone(),
+        source,
+    })?;
     let mut plots = Vec::new();
     type Curve = fn(&Path) -> Vec<(f64, f64)>;
     let curves: [(&str, &str, Curve); 3] = [

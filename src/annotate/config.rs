@@ -8,7 +8,7 @@ use clap::{ArgAction, Args, ValueHint};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::options::{Budget, Jobs, RunArg, Shard, ShardError};
+use crate::options::{Budget, Env, Jobs, RunArg, Shard, ShardError};
 use crate::uci_client::{EngineConfig, Limit, oracle::Mode};
 
 /// Configuration problems, naming the option at fault.
@@ -179,14 +179,10 @@ fn engine_options<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<EngineOp
 }
 
 impl AnnotateOptions {
-    /// Validates. `env` reads the process environment (a parameter so tests
-    /// can give their own); `overwrite` deletes the splits' annotations
-    /// first.
-    pub fn resolve(
-        &self,
-        env: impl Fn(&str) -> Option<String>,
-        overwrite: bool,
-    ) -> Result<AnnotateConfig, AnnotateConfigError> {
+    /// Validates. `env` gives the progress bar, whether to delete the
+    /// splits' annotations first (`--overwrite`), and the cluster
+    /// scheduler's shard when `--shard` is not given.
+    pub fn resolve(&self, env: &Env) -> Result<AnnotateConfig, AnnotateConfigError> {
         let run = self.run.run.clone().ok_or(AnnotateConfigError::NoRun)?;
         let limit = match (self.movetime_ms, self.nodes, self.depth) {
             (None, None, None) => Limit::MoveTimeMs(DEFAULT_MOVETIME_MS),
@@ -218,7 +214,7 @@ impl AnnotateOptions {
         if self.max_attempts == 0 {
             return Err(invalid("max_attempts", "must be at least 1"));
         }
-        let shard = match (self.shard, Shard::from_env(env)?) {
+        let shard = match (self.shard, env.shard()?) {
             (Some(shard), _) => (shard, "--shard"),
             (None, Some(found)) => found,
             (None, None) => (Shard::ALL, "unsharded"),
@@ -256,8 +252,8 @@ impl AnnotateOptions {
             new_game_per_board: self.new_game_per_board,
             shard: shard.0,
             shard_source: shard.1,
-            progress: true,
-            overwrite,
+            progress: env.progress,
+            overwrite: env.overwrite,
             evals: self.evals.clone(),
             only_missing: self.only_missing,
             memory_limit: self.budget.bytes(),
@@ -352,13 +348,10 @@ impl AnnotateConfig {
 mod tests {
     use super::*;
 
-    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
+    fn env(pairs: &[(&str, &str)]) -> Env {
+        pairs
+            .iter()
+            .fold(Env::default(), |env, (k, v)| env.with_var(k, v))
     }
 
     #[test]
@@ -376,9 +369,17 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            o.resolve(env(&k8s), false).unwrap().shard,
+            o.resolve(&env(&k8s)).unwrap().shard,
             Shard { index: 0, count: 2 }
         );
+        let o = AnnotateOptions { shard: None, ..o };
+        let config = o.resolve(&env(&k8s)).unwrap();
+        assert_eq!(config.shard, Shard { index: 3, count: 8 });
+        assert!(!config.progress && !config.overwrite);
+        let mut noisy = env(&k8s).overwriting(true);
+        noisy.progress = true;
+        let config = o.resolve(&noisy).unwrap();
+        assert!(config.progress && config.overwrite);
     }
 
     #[test]
@@ -390,26 +391,26 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            base().resolve(env(&[]), false).unwrap().limit,
+            base().resolve(&env(&[])).unwrap().limit,
             Limit::MoveTimeMs(50)
         );
         let o = AnnotateOptions {
             nodes: Some(500),
             ..base()
         };
-        assert_eq!(o.resolve(env(&[]), false).unwrap().limit, Limit::Nodes(500));
+        assert_eq!(o.resolve(&env(&[])).unwrap().limit, Limit::Nodes(500));
         let o = AnnotateOptions {
             nodes: Some(500),
             depth: Some(3),
             ..base()
         };
-        assert!(o.resolve(env(&[]), false).is_err());
+        assert!(o.resolve(&env(&[])).is_err());
         let o = AnnotateOptions {
             chunk_boards: 1000,
             ..base()
         };
-        assert!(o.resolve(env(&[]), false).is_err());
-        assert_eq!(base().resolve(env(&[]), false).unwrap().mode, Mode::PerMove);
+        assert!(o.resolve(&env(&[])).is_err());
+        assert_eq!(base().resolve(&env(&[])).unwrap().mode, Mode::PerMove);
     }
 }
 

@@ -14,9 +14,9 @@ use shakmaty::{CastlingMode, Chess, Position, fen::Fen};
 use xxhash_rust::xxh3::xxh3_128;
 
 use super::{
-    BagSetError,
     bagz::{BagReader, RecordDecompressor, shard_paths},
     coder,
+    error::{BagSetError, progress as records_bar},
 };
 use crate::chess::{
     RecordSet, actions::vocabulary, legal::PrepareError, legal::ValueKind, movegen,
@@ -276,7 +276,7 @@ pub(super) fn each_batch(
     let bars: Vec<_> = inputs
         .iter()
         .map(|input| {
-            super::progress(
+            records_bar(
                 progress,
                 input.records,
                 &format!("{}{pass}", input.set.name()),

@@ -25,9 +25,9 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReader;
 use serde::Serialize;
 
 use super::{
-    BagError, BagSetError,
-    bagz::{BagWriter, RecordCompressor, StoredRecords, shard_file_name},
+    bagz::{BagError, BagWriter, RecordCompressor, StoredRecords, shard_file_name},
     coder,
+    error::{BagSetError, progress},
 };
 use crate::{
     chess::{ActionVocabulary, RecordSet, vocabulary},
@@ -77,8 +77,9 @@ pub struct BagExportOptions {
 }
 
 impl BagExportOptions {
-    /// What to export, with the defaults filled in.
-    pub fn resolve(&self, progress: bool) -> ExportConfig {
+    /// What to export, with the defaults filled in; `env` gives the
+    /// progress bar.
+    pub fn resolve(&self, env: &crate::options::Env) -> ExportConfig {
         ExportConfig {
             run: self.run.clone(),
             split: self.split.clone(),
@@ -97,7 +98,7 @@ impl BagExportOptions {
             label_source: self.label_source,
             memory_limit: self.budget.bytes(),
             threads: self.jobs.or_cores(),
-            progress,
+            progress: env.progress,
         }
     }
 }
@@ -482,7 +483,7 @@ fn export_set(
     files: &[PathBuf],
     order: RowOrder,
 ) -> Result<Option<ExportedSet>, BagSetError> {
-    let bar = super::progress(config.progress, n, set.name());
+    let bar = progress(config.progress, n, set.name());
     let mut stmt = session
         .connection()
         .prepare(&query(set, &config.split, order))

@@ -29,7 +29,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::BagSetError;
+use super::error::BagSetError;
 
 /// The table's bytes per entry at worst: a 16-byte slot, at most 80% full,
 /// rounded up to a power of two.

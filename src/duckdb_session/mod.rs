@@ -146,6 +146,42 @@ pub(crate) fn literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
+/// One printed result of a script: the query's name and the rows it
+/// returned (all of them, also those `--max-rows` did not show).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct QueryRows {
+    pub name: String,
+    pub rows: u64,
+}
+
+/// A split with some but not all of its boards annotated: its value tables
+/// and record sets cover only the annotated boards.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PartialSplit {
+    pub split: String,
+    pub boards: u64,
+    /// Boards with a state value.
+    pub annotated: u64,
+    /// Boards whose annotation failed (the `failures` table).
+    pub failed: u64,
+}
+
+impl std::fmt::Display for PartialSplit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "split {}: {} of {} boards annotated",
+            self.split,
+            crate::ui::group(self.annotated),
+            crate::ui::group(self.boards)
+        )?;
+        if self.failed > 0 {
+            write!(f, ", {} failed", crate::ui::group(self.failed))?;
+        }
+        f.write_str("; value tables and record sets cover those only")
+    }
+}
+
 /// An embedded DuckDB with a run's views loaded. Holds the run's shared
 /// commit lock, so no commit changes the tables while it is open.
 pub(crate) struct Session {
@@ -319,7 +355,7 @@ impl Session {
         format: Format,
         max_rows: usize,
         out: &mut dyn std::io::Write,
-    ) -> Result<(), SqlError> {
+    ) -> Result<Vec<QueryRows>, SqlError> {
         let statements = script::split(text);
         let name_of = |s: &Statement, index: usize| {
             s.name.clone().unwrap_or_else(|| format!("result_{index}"))
@@ -349,6 +385,7 @@ impl Session {
             source,
         };
         let mut sink = output::Sink::new(out, format, max_rows, expected);
+        let mut results = Vec::with_capacity(expected);
         for (s, name) in statements.iter().zip(&printed) {
             let err = |e| self.error(source_name, s.line, e);
             match name {
@@ -358,21 +395,29 @@ impl Session {
                     let schema = stream.get_schema();
                     drop(stream);
                     sink.begin(name, schema).map_err(io)?;
+                    let mut rows = 0;
                     while let Some(batch) = stmt.step().map_err(err)? {
-                        sink.batch(&RecordBatch::from(batch)).map_err(io)?;
+                        let batch = RecordBatch::from(batch);
+                        rows += batch.num_rows() as u64;
+                        sink.batch(&batch).map_err(io)?;
                     }
                     sink.end().map_err(io)?;
+                    results.push(QueryRows {
+                        name: name.clone(),
+                        rows,
+                    });
                 }
                 None if s.returns_rows() => {} // another query of --only's file
                 None => self.conn.execute_batch(&s.sql).map_err(err)?,
             }
         }
-        sink.finish().map_err(io)
+        sink.finish().map_err(io)?;
+        Ok(results)
     }
 
-    /// Annotation coverage per split: (split, boards, annotated, failed) for
-    /// splits with some but not all boards annotated.
-    pub(crate) fn partial_annotation(&self) -> Result<Vec<(String, u64, u64, u64)>, SqlError> {
+    /// Annotation coverage of the splits with some but not all boards
+    /// annotated.
+    pub(crate) fn partial_annotation(&self) -> Result<Vec<PartialSplit>, SqlError> {
         let sql = "WITH b AS (SELECT split, count(*) AS n FROM boards GROUP BY split), \
                    s AS (SELECT split, count(*) AS n FROM sv_chosen GROUP BY split), \
                    f AS (SELECT split, count(*) AS n FROM failures GROUP BY split) \
@@ -387,12 +432,12 @@ impl Session {
         }
         let mut stmt = self.conn.prepare(sql)?;
         let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, u64>(1)?,
-                r.get::<_, u64>(2)?,
-                r.get::<_, u64>(3)?,
-            ))
+            Ok(PartialSplit {
+                split: r.get(0)?,
+                boards: r.get(1)?,
+                annotated: r.get(2)?,
+                failed: r.get(3)?,
+            })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }

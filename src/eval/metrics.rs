@@ -28,7 +28,7 @@ use serde::Serialize;
 use shakmaty::Chess;
 
 use super::{
-    EvalError,
+    error::EvalError,
     game::parse_fen,
     policy::NeuralPlayer,
     predict::{Prediction, argmax, predict_many},

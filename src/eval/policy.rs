@@ -24,7 +24,7 @@ use std::time::Duration;
 use shakmaty::{CastlingMode, Chess, Move, uci::UciMove};
 
 use super::{
-    EvalError,
+    error::EvalError,
     game::{Game, fen_of},
     predict::{Prediction, predict_many},
     trained::Model,

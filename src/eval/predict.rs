@@ -7,7 +7,7 @@
 use shakmaty::{CastlingMode, Chess, Move, Position};
 
 use super::{
-    EvalError,
+    error::EvalError,
     game::fen_of,
     trained::{Model, PassPhases},
 };

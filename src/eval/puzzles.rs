@@ -16,7 +16,7 @@ use serde::Serialize;
 use shakmaty::{Chess, Move, Position, san::San};
 
 use super::{
-    EvalError,
+    error::EvalError,
     game::{Game, PlayError, fen_of, parse_fen},
     policy::Player,
 };

@@ -25,8 +25,8 @@ use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    EvalError,
     elo::{self, Rating},
+    error::EvalError,
     metrics::{self, StaticMetrics},
     policy::{Decisive, EnginePlayer, NeuralPlayer, Player, PolicyOptions},
     puzzles::{self, PuzzleResult, PuzzleSummary},
@@ -37,7 +37,7 @@ use crate::{
     chess::RecordSet,
     duckdb_session::Session,
     model::{DeviceKind, Precision, Weights, tune_allocator},
-    options::{Budget, Compute, RunArg},
+    options::{Budget, Compute, Env, RunArg},
     store::commit::{remove_file_if_exists, write_atomic},
     uci_client::{
         EngineConfig,
@@ -223,11 +223,15 @@ pub struct EvalConfig {
     pub memory_limit: u64,
     pub out: PathBuf,
     pub parts: Vec<Part>,
+    /// Draw progress bars (from the invocation, not part of the report).
+    #[serde(skip)]
+    pub progress: bool,
 }
 
 impl EvalOptions {
-    /// Validates and fills the defaults that depend on other options.
-    pub fn resolve(&self) -> Result<EvalConfig, EvalError> {
+    /// Validates and fills the defaults that depend on other options;
+    /// `env` gives the progress bars.
+    pub fn resolve(&self, env: &Env) -> Result<EvalConfig, EvalError> {
         let run = self.run.run.clone().ok_or(EvalError::NoRun)?;
         let checkpoint = self
             .checkpoint
@@ -276,6 +280,7 @@ impl EvalOptions {
             } else {
                 self.only.clone()
             },
+            progress: env.progress,
         })
     }
 }
@@ -429,8 +434,9 @@ fn write(path: &Path, text: &str) -> Result<(), EvalError> {
 }
 
 /// Runs the evaluation `config` describes and writes the report.
-pub fn run(config: &EvalConfig, progress: bool) -> Result<EvalSummary, EvalError> {
+pub fn run(config: &EvalConfig) -> Result<EvalSummary, EvalError> {
     let started = Instant::now();
+    let progress = config.progress;
     tune_allocator();
     let model = Model::load(&config.checkpoint, config.weights, config.device)?
         .with_precision(config.precision)?

@@ -17,8 +17,8 @@ use serde::Serialize;
 use shakmaty::{Chess, Move, Position};
 
 use super::{
-    EvalError,
     elo::GameRecord,
+    error::EvalError,
     game::{Game, GameResult, Termination, fen_of},
     policy::{ENGINE_TIMEOUT, Player, search_game},
     puzzles::play_pgn,

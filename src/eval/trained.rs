@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::EvalError;
+use super::error::EvalError;
 use crate::{
     chess::{RecordSet, value::ValueBuckets},
     model::{

@@ -13,15 +13,18 @@ use std::{
 use shakmaty::{CastlingMode, Chess, uci::UciMove};
 
 use super::{
-    EvalError,
+    error::EvalError,
     game::{Game, PlayError, check_uci_move, parse_fen},
     policy::{NeuralPlayer, Player, PolicyOptions},
     trained::Model,
 };
+use serde::Serialize;
+
 use crate::{
     chess::value::centipawns_to_win_probability,
     model::Weights,
     uci_client::{Command, Position},
+    ui::{Report, group},
 };
 
 /// Inverse of the paper's win-probability formula, for `info score cp`.
@@ -51,8 +54,56 @@ pub struct UciOptions {
     pub compute: crate::options::Compute,
 }
 
-/// Serves UCI on standard input and output with the model `config` holds.
-pub fn run(config: UciConfig) -> Result<(), EvalError> {
+/// Why `chessbench uci` stopped, or could not start. A bad command is no
+/// error: it is answered with `info string error: ...`.
+#[derive(Debug, thiserror::Error)]
+pub enum UciError {
+    /// Loading the checkpoint, or computing in the precision asked for.
+    #[error(transparent)]
+    Model(EvalError),
+    /// Reading a command or writing an answer.
+    #[error("uci {stream}")]
+    Io {
+        /// `standard input` or `standard output`.
+        stream: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The player could not start a new game (`ucinewgame`).
+    #[error("starting a new game")]
+    NewGame(#[source] EvalError),
+}
+
+/// What a `chessbench uci` session did, printed on standard error when it
+/// ends (standard output is the protocol's).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Served {
+    /// The model's label (`id name chessbench ...`).
+    pub engine: String,
+    /// Commands read (blank lines aside).
+    pub commands: u64,
+    /// Moves played (`bestmove` other than `0000`).
+    pub moves: u64,
+    /// Commands answered with `info string error: ...`.
+    pub errors: u64,
+}
+
+impl Report for Served {
+    fn render(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        writeln!(
+            out,
+            "uci: {} played {} moves in answer to {} commands ({} refused)",
+            self.engine,
+            group(self.moves),
+            group(self.commands),
+            group(self.errors)
+        )
+    }
+}
+
+/// Serves UCI on standard input and output with the model `config` holds,
+/// until `quit` or the end of standard input.
+pub fn run(config: UciConfig) -> Result<Served, UciError> {
     let name = config.model.label();
     let mut player = NeuralPlayer::new(
         config.model,
@@ -79,10 +130,12 @@ pub struct UciConfig {
 impl UciOptions {
     /// Loads the checkpoint in the precision asked for: a missing or
     /// malformed checkpoint fails here, before the engine answers `uci`.
-    pub fn resolve(&self) -> Result<UciConfig, EvalError> {
+    pub fn resolve(&self) -> Result<UciConfig, UciError> {
+        let model = Model::load(&self.checkpoint, self.weights, self.compute.device)
+            .and_then(|m| m.with_precision(self.compute.precision))
+            .map_err(UciError::Model)?;
         Ok(UciConfig {
-            model: Model::load(&self.checkpoint, self.weights, self.compute.device)?
-                .with_precision(self.compute.precision)?,
+            model,
             repetition_draw: self.repetition_draw,
         })
     }
@@ -122,25 +175,39 @@ pub(crate) fn serve(
     name: &str,
     input: impl BufRead,
     mut output: impl Write,
-) -> Result<(), EvalError> {
-    let io = |e: std::io::Error| EvalError::Io {
-        path: "(uci stdout)".into(),
-        source: e,
+) -> Result<Served, UciError> {
+    let io = |source: std::io::Error| UciError::Io {
+        stream: "standard output",
+        source,
     };
     let mut s = Session { game: None };
-    let say = |out: &mut dyn Write, text: &str| -> Result<(), EvalError> {
+    let mut served = Served {
+        engine: name.to_owned(),
+        ..Served::default()
+    };
+    let mut say = |out: &mut dyn Write, text: &str| -> Result<(), UciError> {
+        if text.starts_with("info string error:") {
+            served.errors += 1;
+        } else if text.starts_with("bestmove ") && text != "bestmove 0000" {
+            served.moves += 1;
+        }
         writeln!(out, "{text}").map_err(io)?;
         out.flush().map_err(io)
     };
+    let mut commands = 0;
     for line in input.lines() {
-        let line = line.map_err(|e| EvalError::Io {
-            path: "(uci stdin)".into(),
-            source: e,
+        let line = line.map_err(|source| UciError::Io {
+            stream: "standard input",
+            source,
         })?;
         let cmd = match Command::parse(&line) {
-            Ok(Some(c)) => c,
+            Ok(Some(c)) => {
+                commands += 1;
+                c
+            }
             Ok(None) => continue,
             Err(e) => {
+                commands += 1;
                 // A bad `position` leaves no position: `go` must not play
                 // in the previous one.
                 if line.split_whitespace().next() == Some("position") {
@@ -159,7 +226,7 @@ pub(crate) fn serve(
             Command::IsReady => say(&mut output, "readyok")?,
             Command::UciNewGame => {
                 s.game = None;
-                player.new_game()?;
+                player.new_game().map_err(UciError::NewGame)?;
             }
             Command::Position(p) => match match &p {
                 Position::StartPos { moves } => position(None, moves),
@@ -226,7 +293,8 @@ pub(crate) fn serve(
             Command::Quit => break,
         }
     }
-    Ok(())
+    served.commands = commands;
+    Ok(served)
 }
 
 #[cfg(test)]
@@ -257,6 +325,19 @@ mod tests {
         let mut out = Vec::new();
         serve(&mut First, "test", input.as_bytes(), &mut out).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_summary_counts_commands_moves_and_refusals() {
+        let mut out = Vec::new();
+        let script = "uci\n\nposition startpos\ngo\nposition startpos moves e2e9\ngo\nfoo\nquit\n";
+        let served = serve(&mut First, "test", script.as_bytes(), &mut out).unwrap();
+        assert_eq!(served.engine, "test");
+        // Blank lines are no command; `quit` is.
+        assert_eq!(served.commands, 7);
+        assert_eq!(served.moves, 1, "bestmove 0000 is no move");
+        // The bad move, the `go` without a position, the unknown command.
+        assert_eq!(served.errors, 3);
     }
 
     #[test]

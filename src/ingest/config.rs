@@ -15,44 +15,11 @@ use std::{
 
 use clap::{Args, ValueEnum, ValueHint};
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
 
-use crate::options::{ByteSize, Resources, RunArg};
+use super::dedup::SpillFormat;
+use crate::options::{ByteSize, Env, Resources, RunArg};
 
-/// Configuration problems, naming the option or file at fault.
-#[derive(Debug, Error)]
-pub enum ConfigError {
-    #[error(
-        "no input: give PGN files (.pgn, .pgn.zst) or '-' for standard input, or a pipeline config with [[ingest.inputs]]"
-    )]
-    NoInputs,
-    #[error("no run directory: give RUN_DIR or `run` in the pipeline's [ingest] table")]
-    NoRun,
-    #[error("standard input ('-') can be read only once, but it is listed {0} times")]
-    StdinTwice(usize),
-    #[error("input {}: {source}", path.display())]
-    Input {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("input {}: is a directory, expected a PGN file", .0.display())]
-    InputIsDir(PathBuf),
-    #[error("invalid split name {0:?}: use 1-64 characters from a-z, 0-9, '_' and '-'")]
-    SplitName(String),
-    #[error("--test-fraction must be in [0, 1], got {0}")]
-    TestFraction(f64),
-    #[error("--test-split {0:?} is also the split of an input; pick another name")]
-    TestSplitClash(String),
-    #[error("--min-elo {min} is above --max-elo {max}")]
-    EloRange { min: u16, max: u16 },
-    #[error("invalid {option}: {message}")]
-    Invalid {
-        option: &'static str,
-        message: String,
-    },
-    #[error("cannot resolve {spec:?}: {message}")]
-    Crate { spec: String, message: String },
-}
+pub use super::error::ConfigError;
 
 /// Lichess speed classes, from the estimated duration base + 40 * increment
 /// (lichess `chess.Speed`): ultrabullet < 30 s, bullet < 180 s, blitz < 480 s,
@@ -210,6 +177,9 @@ pub struct IngestConfig {
     pub memory_limit: u64,
     /// Show a progress bar (when stderr is a terminal).
     pub progress: bool,
+    /// How deduplication lays out what it spills: this CPU's choice, or
+    /// the one `CHESSBENCH_SPILL_FORMAT` names.
+    pub(crate) spill_format: SpillFormat,
 }
 
 impl IngestConfig {
@@ -364,7 +334,8 @@ impl<'de> Deserialize<'de> for InputArg {
 
 impl IngestOptions {
     /// Validates into a config; checks that every input file can be opened.
-    pub fn resolve(&self) -> Result<IngestConfig, ConfigError> {
+    /// `env` gives the progress bar and the spill format's override.
+    pub fn resolve(&self, env: &Env) -> Result<IngestConfig, ConfigError> {
         check_split(&self.split)?;
         if self.inputs.is_empty() {
             return Err(ConfigError::NoInputs);
@@ -461,7 +432,13 @@ impl IngestOptions {
             limits,
             threads,
             memory_limit,
-            progress: true,
+            progress: env.progress,
+            spill_format: SpillFormat::from_env(env.var_os(SpillFormat::ENV)).map_err(
+                |message| ConfigError::Invalid {
+                    option: SpillFormat::ENV,
+                    message,
+                },
+            )?,
         })
     }
 }
@@ -630,18 +607,24 @@ mod tests {
             },
             ..Default::default()
         };
-        assert!(base().resolve().is_ok());
+        assert!(base().resolve(&Env::default()).is_ok());
+        let spill = Env::default().with_var("CHESSBENCH_SPILL_FORMAT", "Packed");
+        let e = base().resolve(&spill).unwrap_err().to_string();
+        assert!(
+            e.contains("CHESSBENCH_SPILL_FORMAT") && e.contains("\"plain\" or \"packed\""),
+            "{e}"
+        );
         let missing = IngestOptions {
             inputs: vec!["/no/such.pgn".parse().unwrap()],
             ..base()
         };
-        let e = missing.resolve().unwrap_err().to_string();
+        let e = missing.resolve(&Env::default()).unwrap_err().to_string();
         assert!(e.contains("/no/such.pgn"), "{e}");
         let e = IngestOptions {
             test_fraction: Some(1.5),
             ..base()
         }
-        .resolve()
+        .resolve(&Env::default())
         .unwrap_err();
         assert!(matches!(e, ConfigError::TestFraction(_)));
         let e = IngestOptions {
@@ -649,14 +632,14 @@ mod tests {
             max_elo: Some(1000),
             ..base()
         }
-        .resolve()
+        .resolve(&Env::default())
         .unwrap_err();
         assert!(matches!(e, ConfigError::EloRange { .. }));
         let e = IngestOptions {
             max_game_bytes: ByteSize(100),
             ..base()
         }
-        .resolve()
+        .resolve(&Env::default())
         .unwrap_err()
         .to_string();
         assert!(e.contains("max_game_bytes"), "{e}");
@@ -665,7 +648,7 @@ mod tests {
                 run: RunArg::default(),
                 ..base()
             }
-            .resolve(),
+            .resolve(&Env::default()),
             Err(ConfigError::NoRun)
         ));
     }

@@ -40,16 +40,14 @@ use crate::{
     chess::movegen,
     store::{
         Table,
+        boards::{BoardRow, BoardRows, Seen, Terminal},
         legal_moves::{self, Encode, LegalMovesWriter},
         writer::{
             BOARDS_PER_PART, BOARDS_ROW_GROUP_ROWS, RowGroupEncoder, RowGroupFile, part_file_name,
         },
     },
 };
-use arrow_array::{
-    ArrayRef, RecordBatch,
-    builder::{StringBuilder, UInt8Builder, UInt32Builder, UInt64Builder},
-};
+use arrow_array::RecordBatch;
 
 /// Record counts of a split (Table A1).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -616,50 +614,6 @@ impl Part {
     }
 }
 
-struct BoardColumns {
-    board_id: UInt64Builder,
-    fen: StringBuilder,
-    side: StringBuilder,
-    occurrences: UInt64Builder,
-    legal: UInt8Builder,
-    terminal: StringBuilder,
-    first_game_no: UInt64Builder,
-    first_ply: UInt32Builder,
-    rows: usize,
-}
-
-impl BoardColumns {
-    fn new(n: usize) -> BoardColumns {
-        BoardColumns {
-            board_id: UInt64Builder::with_capacity(n),
-            fen: StringBuilder::with_capacity(n, n * 64),
-            side: StringBuilder::with_capacity(n, n),
-            occurrences: UInt64Builder::with_capacity(n),
-            legal: UInt8Builder::with_capacity(n),
-            terminal: StringBuilder::with_capacity(n, n * 4),
-            first_game_no: UInt64Builder::with_capacity(n),
-            first_ply: UInt32Builder::with_capacity(n),
-            rows: 0,
-        }
-    }
-
-    fn finish(&mut self) -> Result<RecordBatch, IngestError> {
-        self.rows = 0;
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(self.board_id.finish()),
-            Arc::new(self.fen.finish()),
-            Arc::new(self.side.finish()),
-            Arc::new(self.occurrences.finish()),
-            Arc::new(self.legal.finish()),
-            Arc::new(self.terminal.finish()),
-            Arc::new(self.first_game_no.finish()),
-            Arc::new(self.first_ply.finish()),
-        ];
-        RecordBatch::try_new(Table::Boards.schema(), columns)
-            .map_err(|e| IngestError::Internal(format!("boards batch: {e}")))
-    }
-}
-
 /// Renders boards `first_id..` into a boards batch; their legal moves are
 /// appended to `m`.
 fn render(
@@ -667,7 +621,7 @@ fn render(
     entries: &[Entry],
     m: &mut MovesChunk,
 ) -> Result<(RecordBatch, BoardTotals), IngestError> {
-    let mut b = BoardColumns::new(entries.len());
+    let mut b = BoardRows::with_capacity(entries.len());
     let mut totals = BoardTotals::default();
     let mut fen = String::with_capacity(96);
     for (i, e) in entries.iter().enumerate() {
@@ -681,28 +635,33 @@ fn render(
         })?;
         let actions = &m.actions[before..];
         let terminal = match (actions.is_empty(), in_check) {
-            (false, _) => "none",
-            (true, true) => "checkmate",
-            (true, false) => "stalemate",
+            (false, _) => Terminal::None,
+            (true, true) => Terminal::Checkmate,
+            (true, false) => Terminal::Stalemate,
         };
         let (first_game_no, first_ply) = split_first_seen(e.first);
-        b.board_id.append_value(id);
-        b.fen.append_value(&fen);
-        b.side
-            .append_value(if e.key.turn().is_white() { "w" } else { "b" });
-        b.occurrences.append_value(e.count);
-        b.legal.append_value(actions.len() as u8);
-        b.terminal.append_value(terminal);
-        b.first_game_no.append_value(first_game_no);
-        b.first_ply.append_value(first_ply);
-        b.rows += 1;
+        b.push(BoardRow {
+            board_id: id,
+            fen: &fen,
+            white_to_move: e.key.turn().is_white(),
+            legal_moves: actions.len(),
+            terminal,
+            seen: Some(Seen {
+                occurrences: e.count,
+                first_game_no,
+                first_ply,
+            }),
+        });
         m.counts.push(actions.len() as u8);
         totals.state_value += 1;
         totals.behavioral_cloning += u64::from(!actions.is_empty());
         totals.action_value += actions.len() as u64;
         totals.positions += e.count;
     }
-    Ok((b.finish()?, totals))
+    let batch = b
+        .finish()
+        .map_err(|e| IngestError::Internal(format!("boards batch: {e}")))?;
+    Ok((batch, totals))
 }
 
 #[cfg(test)]

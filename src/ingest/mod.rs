@@ -83,7 +83,7 @@ fn now_secs() -> u64 {
 pub fn run(config: &IngestConfig) -> Result<Summary, IngestError> {
     let clock = Instant::now();
     let started_at = now_secs();
-    let spill_format = SpillFormat::from_env(std::env::var_os(SpillFormat::ENV).as_deref())?;
+    let spill_format = config.spill_format;
     let run_dir = RunDir::open(&config.out)?;
     let txn = run_dir.begin()?;
     let splits = config.splits();

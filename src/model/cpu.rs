@@ -738,7 +738,8 @@ mod tests {
             crate::chess::RecordSet::StateValue,
             8,
         );
-        let burn = crate::model::Predictor::<burn::backend::Flex>::new(&shape, &Default::default());
+        let burn =
+            crate::model::net::Predictor::<burn::backend::Flex>::new(&shape, &Default::default());
         let fused = burn.to_cpu(&shape);
         let t = shape.seq_len;
         assert!(matches!(

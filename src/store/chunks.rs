@@ -38,9 +38,12 @@ use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::{
-    Source, StoreError, Table,
     commit::{partition_dir, remove_dir_if_exists, remove_file_if_exists, sync_dir, write_atomic},
-    failpoint, open_columns, parquet_files,
+    error::StoreError,
+    failpoint,
+    files::{open_columns, open_parquet, parquet_files},
+    schema::Table,
+    source::Source,
     writer::PartWriter,
 };
 
@@ -259,7 +262,7 @@ pub(crate) fn read_table(
     if !path.exists() {
         return Ok(None);
     }
-    let reader = super::open_parquet(&path)?
+    let reader = open_parquet(&path)?
         .build()
         .map_err(|e| StoreError::parquet(&path, e))?;
     let batches = reader

@@ -22,7 +22,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{StoreError, manifest::Manifest, schema::Table};
+use super::{error::StoreError, manifest::Manifest, schema::Table};
 
 const STAGING: &str = ".staging";
 const TRASH: &str = ".trash";

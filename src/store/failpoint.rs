@@ -1,8 +1,9 @@
-//! Named points in the commit path where a process can be made to die, so
-//! that tests (`tests/slurm/faults.sh`) kill a real process, on a real
-//! cluster, exactly where a power failure would hurt most: after a chunk's
-//! files are written and before its entry, or after the entry and before
-//! the files are renamed.
+//! Named points where a process can be made to die, so that tests kill a
+//! real process exactly where a crash would hurt most: in the commit path
+//! (`tests/slurm/faults.sh`, on a real cluster), after a chunk's files are
+//! written and before its entry, or after the entry and before the files
+//! are renamed; and in training, right after a step's metrics are logged
+//! (the resume test).
 //!
 //! `CHESSBENCH_FAILPOINT=NAME` kills the process with SIGKILL the first time
 //! it reaches point NAME; `NAME@N` the N-th time (counted over all threads).
@@ -25,16 +26,25 @@ pub(crate) enum Point {
     EntryWritten,
     /// The first of the chunk's files is renamed; the others are not.
     FirstRename,
+    /// Training logged a step's metrics row (the N-th hit is the N-th row
+    /// this process logs: step N of a fresh run logging every step).
+    StepLogged,
 }
 
 impl Point {
-    const ALL: [Point; 3] = [Point::ChunkWritten, Point::EntryWritten, Point::FirstRename];
+    const ALL: [Point; 4] = [
+        Point::ChunkWritten,
+        Point::EntryWritten,
+        Point::FirstRename,
+        Point::StepLogged,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Point::ChunkWritten => "chunk-written",
             Point::EntryWritten => "entry-written",
             Point::FirstRename => "first-rename",
+            Point::StepLogged => "step-logged",
         }
     }
 }
@@ -124,6 +134,7 @@ mod tests {
         assert_eq!(parse("chunk-written"), Ok((Point::ChunkWritten, 1)));
         assert_eq!(parse("entry-written@3"), Ok((Point::EntryWritten, 3)));
         assert_eq!(parse("first-rename@1"), Ok((Point::FirstRename, 1)));
+        assert_eq!(parse("step-logged@9"), Ok((Point::StepLogged, 9)));
         assert!(
             parse("entry-writen")
                 .unwrap_err()

@@ -37,7 +37,7 @@ use parquet::{
     schema::types::ColumnDescPtr,
 };
 
-use super::{StoreError, schema::Table, writer::properties};
+use super::{error::StoreError, schema::Table, writer::properties};
 use crate::chess::{NUM_ACTIONS, vocabulary};
 
 /// Rows per row group.

@@ -14,7 +14,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{StoreError, schema::SCHEMA_VERSION};
+use super::{error::StoreError, schema::SCHEMA_VERSION};
 
 /// Identifies the file format.
 pub(crate) const FORMAT: &str = "chessbench-run";

@@ -21,8 +21,9 @@ use std::{
 use arrow_array::RecordBatch;
 
 use super::{
-    StoreError, Table,
+    error::StoreError,
     legal_moves::{self, Encode, LegalMovesWriter},
+    schema::Table,
     writer::{self, RowGroupEncoder, RowGroupFile, properties},
 };
 
@@ -447,7 +448,7 @@ mod tests {
             Arc::new(UInt16Array::new_null(n)),
             Arc::new(UInt64Array::new_null(n)),
             Arc::new(UInt32Array::new_null(n)),
-            crate::store::ValueSource::Bag.column(n),
+            crate::store::source::ValueSource::Bag.column(n),
         ];
         RecordBatch::try_new(Table::ActionValues.schema(), cols).unwrap()
     }

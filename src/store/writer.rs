@@ -26,7 +26,7 @@ use parquet::{
     schema::types::ColumnPath,
 };
 
-use super::{StoreError, schema::Table};
+use super::{error::StoreError, schema::Table};
 
 /// Rows per row group of the value tables (the training loader's units).
 pub(crate) const VALUE_ROW_GROUP_ROWS: usize = 64 * 1024;

@@ -13,7 +13,7 @@ use crate::store::LabelSource;
 use crate::{
     chess::RecordSet,
     model::{Architecture, DeviceKind, ModelShape, Precision, Preset},
-    options::{Compute, MEMORY_LIMIT_BYTES, Resources, RunArg},
+    options::{Compute, Env, MEMORY_LIMIT_BYTES, Resources, RunArg},
 };
 
 /// Configuration problems, naming the option at fault.
@@ -234,6 +234,14 @@ pub struct TrainConfig {
     pub marginal_records: usize,
     pub device: DeviceKind,
     pub precision: Precision,
+    /// Draw a progress bar. From the invocation: not part of the recipe
+    /// saved with the checkpoints.
+    #[serde(skip)]
+    pub progress: bool,
+    /// Discard the run's checkpoints and logs and start from step 0
+    /// (`--restart`). From the invocation, like `progress`.
+    #[serde(skip)]
+    pub restart: bool,
 }
 
 /// Fields that may change when a run is resumed (they do not change what is
@@ -294,8 +302,9 @@ impl TrainConfig {
 }
 
 impl TrainOptions {
-    /// Validates and fills the defaults that depend on other options.
-    pub fn resolve(&self) -> Result<TrainConfig, TrainConfigError> {
+    /// Validates and fills the defaults that depend on other options;
+    /// `env` gives the progress bar and `--restart` (as its overwrite).
+    pub fn resolve(&self, env: &Env) -> Result<TrainConfig, TrainConfigError> {
         let run = self.run.run.clone().ok_or(TrainConfigError::NoRun)?;
         let recipe = &self.recipe;
         let policy = recipe.policy;
@@ -416,6 +425,8 @@ impl TrainOptions {
             marginal_records: positive("marginal_records", self.marginal_records as u64)? as usize,
             device,
             precision,
+            progress: env.progress,
+            restart: env.overwrite,
         })
     }
 }
@@ -431,22 +442,26 @@ mod tests {
     #[test]
     fn defaults_follow_the_policy() {
         let c = options("run = \"r\"\npolicy = \"behavioral_cloning\"")
-            .resolve()
+            .resolve(&Env::default())
             .unwrap();
         assert_eq!(c.loss, Loss::CrossEntropy);
         assert_eq!(c.name, "bc_tiny");
-        let c = options("run = \"r\"").resolve().unwrap();
+        let c = options("run = \"r\"").resolve(&Env::default()).unwrap();
         assert_eq!((c.policy, c.loss), (RecordSet::ActionValue, Loss::HlGauss));
         assert_eq!(c.eval_split.as_deref(), Some("test"));
     }
 
     #[test]
     fn bad_options_are_named() {
-        let err = |t: &str| options(t).resolve().unwrap_err().to_string();
+        let err = |t: &str| options(t).resolve(&Env::default()).unwrap_err().to_string();
         assert!(err("run=\"r\"\npolicy=\"behavioral_cloning\"\nloss=\"l2\"").contains("loss"));
         assert!(err("run=\"r\"\nbuckets=1").contains("buckets"));
         // Mixed bf16 runs on every device (emulated products on the CPU).
-        assert!(options("run=\"r\"\nprecision=\"bf16\"").resolve().is_ok());
+        assert!(
+            options("run=\"r\"\nprecision=\"bf16\"")
+                .resolve(&Env::default())
+                .is_ok()
+        );
         assert!(crate::options::from_table::<TrainOptions>("precision=\"f8\"").is_err());
         assert!(err("run=\"r\"\nname=\"../x\"").contains("name"));
         assert!(err("run=\"r\"\nema_decay=1.5").contains("ema_decay"));
@@ -456,7 +471,9 @@ mod tests {
 
     #[test]
     fn resume_compatibility() {
-        let a = options("run=\"r\"\nsteps=10").resolve().unwrap();
+        let a = options("run=\"r\"\nsteps=10")
+            .resolve(&Env::default())
+            .unwrap();
         let mut b = a.clone();
         b.steps = 20;
         b.workers = 2;

@@ -48,7 +48,7 @@ use crate::{
         tokens_tensor, tune_allocator,
     },
     options::Shard,
-    store::LabelSource,
+    store::{LabelSource, failpoint},
     ui::{Report, group},
 };
 
@@ -100,18 +100,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
 
 /// Held while a run seeds the backend and draws its initial parameters.
 static INITIALISING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// How to run (not part of the recipe).
-#[derive(Debug, Clone, Default)]
-pub struct RunOptions {
-    /// Show a progress bar on stderr.
-    pub progress: bool,
-    /// Discard existing checkpoints and logs instead of resuming.
-    pub restart: bool,
-    /// Test hook: abort the process (no clean-up, like a crash or `kill -9`)
-    /// right after logging this step.
-    pub abort_after_step: Option<u64>,
-}
 
 /// What a finished run reports (also `summary.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -192,17 +180,16 @@ impl Report for Summary {
 
 /// Trains (or resumes) the run `config` describes, on the backend it names
 /// (f32 parameters on both; the precision is the forward pass's).
-pub fn run(config: &TrainConfig, options: &RunOptions) -> Result<Summary, TrainError> {
+pub fn run(config: &TrainConfig) -> Result<Summary, TrainError> {
     use burn::backend::Autodiff;
+    failpoint::check();
     crate::model::check_compute(config.device, config.precision, crate::model::Use::Train)?;
     match config.device {
-        DeviceKind::Cpu => {
-            train_on::<Autodiff<burn::backend::Flex>>(config, options, Default::default())
-        }
+        DeviceKind::Cpu => train_on::<Autodiff<burn::backend::Flex>>(config, Default::default()),
         #[cfg(feature = "cuda")]
         DeviceKind::Cuda => {
             crate::model::gpu::cache::configure_kernel_cache();
-            train_on::<Autodiff<burn::backend::Cuda<f32, i32>>>(config, options, Default::default())
+            train_on::<Autodiff<burn::backend::Cuda<f32, i32>>>(config, Default::default())
         }
         #[cfg(feature = "wgpu")]
         DeviceKind::Wgpu => {
@@ -210,7 +197,7 @@ pub fn run(config: &TrainConfig, options: &RunOptions) -> Result<Summary, TrainE
             let device = crate::model::gpu::wgpu::device()
                 .map_err(|e| crate::model::ComputeError::NoAdapter(e.to_string()))?;
             crate::model::gpu::wgpu::check_batch(&device, &config.shape(), config.batch_size)?;
-            train_on::<Autodiff<burn::backend::Wgpu<f32, i32>>>(config, options, device)
+            train_on::<Autodiff<burn::backend::Wgpu<f32, i32>>>(config, device)
         }
         #[allow(unreachable_patterns)]
         other => Err(crate::model::ComputeError::NotBuilt(other).into()),
@@ -419,7 +406,6 @@ fn progress_bar(enabled: bool, total: u64, start: u64) -> ProgressBar {
 
 fn train_on<B: TrainBackend>(
     config: &TrainConfig,
-    options: &RunOptions,
     device: B::Device,
 ) -> Result<Summary, TrainError> {
     tune_allocator();
@@ -439,7 +425,7 @@ fn train_on<B: TrainBackend>(
         mut optimiser,
         mut state,
         resumed_from,
-    } = resume_or_start::<B>(config, &out, options.restart, &shape, adam, &device)?;
+    } = resume_or_start::<B>(config, &out, config.restart, &shape, adam, &device)?;
     // The data is opened before anything is written or removed: a run that
     // is not one, or has no records, leaves no training directory behind,
     // and `--restart` keeps the earlier run's files until the data opens.
@@ -448,13 +434,13 @@ fn train_on<B: TrainBackend>(
         None => None,
     };
     let mut loader = Loader::new(training_data(config, Shard::ALL), state.position)?;
-    if options.restart && out.exists() {
+    if config.restart && out.exists() {
         clear_for_restart(&out)?;
     }
     let (metrics_path, eval_path) = open_logs(config, &out, state.step)?;
     let epoch_records = loader.records().max(1);
 
-    let bar = progress_bar(options.progress, config.steps, state.step);
+    let bar = progress_bar(config.progress, config.steps, state.step);
     let start_step = state.step;
     let run_start = Instant::now();
     let elapsed_before = state.elapsed_s;
@@ -537,9 +523,7 @@ fn train_on<B: TrainBackend>(
             interval_wait = 0.0;
             interval_steps = 0;
             interval_samples = 0;
-            if options.abort_after_step == Some(state.step) {
-                std::process::abort();
-            }
+            failpoint::hit(failpoint::Point::StepLogged);
         }
         let eval_now = config.eval_every > 0 && state.step % config.eval_every == 0;
         if let Some(set) = &eval

@@ -182,8 +182,9 @@ proptest! {
             },
             ..Default::default()
         };
-        let mut config = options.resolve().unwrap();
-        config.progress = false;
+        let config = options
+            .resolve(&chessbench::options::Env::default())
+            .unwrap();
         let summary = chessbench::ingest::run(&config).unwrap();
         let (_, c) = &summary.splits[0];
         let rejected: u64 = c.rejected.values().sum();

@@ -13,7 +13,7 @@
 use std::{path::Path, process::Command};
 
 use chessbench::{
-    options::Shard,
+    options::{Env, Shard},
     train::{TrainOptions, data::Loader, run::training_data, sampler::Position},
 };
 use clap::{Args, FromArgMatches};
@@ -75,7 +75,7 @@ fn rust_batches(
     argv.extend_from_slice(args);
     let matches = command.try_get_matches_from(argv).unwrap();
     let options = TrainOptions::from_arg_matches(&matches).unwrap();
-    let config = options.resolve().unwrap();
+    let config = options.resolve(&Env::default()).unwrap();
     let mut loader = Loader::new(training_data(&config, shard), start).unwrap();
     (0..batches)
         .map(|_| {

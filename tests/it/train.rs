@@ -430,7 +430,12 @@ fn a_killed_run_resumes_on_the_exact_loss_trajectory() {
     assert_eq!(a.len(), 14);
     assert_eq!(a.last().unwrap().1, 14 * 32);
     // Crash after step 9 (checkpoint at 6): nothing clean-up runs.
-    let crashed = train("resume_b", &["--steps", "14", "--abort-after-step", "9"]);
+    let crashed = std::process::Command::new(crate::util::BIN)
+        .args(train_args("resume_b", &["--steps", "14"]))
+        .arg("--no-progress")
+        .env("CHESSBENCH_FAILPOINT", "step-logged@9")
+        .output()
+        .unwrap();
     assert!(!crashed.status.success());
     assert_eq!(trajectory("resume_b").len(), 9);
     // Started again: resumes at step 6, the log is cut back to step 6 and

@@ -1,21 +1,17 @@
 //! The imported split's `boards` and `legal_moves`: each distinct board's
 //! FEN parsed and its legal moves written, in id order, part by part.
 
-use std::{
-    path::{Path, PathBuf},
-    sync::Arc,
-};
+use std::path::{Path, PathBuf};
 
-use arrow_array::{
-    ArrayRef, RecordBatch, StringArray, UInt8Array, UInt32Array, UInt64Array, new_empty_array,
-};
+use arrow_array::{ArrayRef, RecordBatch, new_empty_array};
 
 use super::options::BATCH_ROWS;
 use crate::{
-    bag::{BagSetError, decode::Board},
+    bag::{decode::Board, error::BagSetError},
     chess::legal::ValueKind,
     store::{
         StoreError, Table,
+        boards::{BoardRow, BoardRows, Terminal},
         parallel::{Encoders, ParallelMovesWriter, ParallelPartWriter},
         writer::{BOARDS_PER_PART, part_file_name},
     },
@@ -29,20 +25,11 @@ pub(super) struct Boards {
     pub(super) writer: Option<ParallelPartWriter>,
     pub(super) moves: Option<ParallelMovesWriter>,
     pub(super) moves_dir: PathBuf,
-    pub(super) buf: BoardColumns,
+    pub(super) buf: BoardRows,
     pub(super) legal_moves: u64,
     pub(super) with_moves: u64,
     /// Where the part files' row groups are encoded.
     pub(super) encoders: Encoders,
-}
-
-#[derive(Default)]
-pub(super) struct BoardColumns {
-    pub(super) board_id: Vec<u64>,
-    pub(super) fen: arrow_array::builder::StringBuilder,
-    pub(super) side: Vec<&'static str>,
-    pub(super) num_moves: Vec<u8>,
-    pub(super) terminal: Vec<&'static str>,
 }
 
 impl Boards {
@@ -79,40 +66,37 @@ impl Boards {
         self.legal_moves += actions.len() as u64;
         self.with_moves += u64::from(!actions.is_empty());
         self.count += 1;
-        let b = &mut self.buf;
-        b.board_id.push(id);
-        b.side.push(if board.black_to_move { "b" } else { "w" });
-        b.num_moves.push(actions.len().min(255) as u8);
-        b.terminal.push(match board.terminal {
-            Some(ValueKind::Checkmate) => "checkmate",
-            Some(ValueKind::Stalemate) => "stalemate",
-            _ => "none",
+        self.buf.push(BoardRow {
+            board_id: id,
+            fen: board.fen,
+            white_to_move: !board.black_to_move,
+            legal_moves: actions.len(),
+            terminal: match board.terminal {
+                Some(ValueKind::Checkmate) => Terminal::Checkmate,
+                Some(ValueKind::Stalemate) => Terminal::Stalemate,
+                _ => Terminal::None,
+            },
+            // Published records say nothing of the games.
+            seen: None,
         });
-        b.fen.append_value(board.fen);
-        if b.board_id.len() == BATCH_ROWS {
+        if self.buf.len() == BATCH_ROWS {
             self.flush_batch()?;
         }
         Ok(board.kind())
     }
 
     pub(super) fn flush_batch(&mut self) -> Result<(), BagSetError> {
-        let b = std::mem::take(&mut self.buf);
-        let n = b.board_id.len();
-        if n == 0 {
+        if self.buf.len() == 0 {
             return Ok(());
         }
-        let nulls64: ArrayRef = Arc::new(UInt64Array::new_null(n));
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(UInt64Array::from(b.board_id)),
-            Arc::new({ b.fen }.finish()),
-            Arc::new(StringArray::from(b.side)),
-            nulls64.clone(),
-            Arc::new(UInt8Array::from(b.num_moves)),
-            Arc::new(StringArray::from(b.terminal)),
-            nulls64,
-            Arc::new(UInt32Array::new_null(n)),
-        ];
-        write_batch(self.writer.as_mut(), Table::Boards, columns, &self.dir)
+        let batch = self
+            .buf
+            .finish()
+            .map_err(|e| StoreError::Corrupt(self.dir.clone(), e.to_string()))?;
+        match self.writer.as_mut() {
+            Some(w) => Ok(w.write(&batch)?),
+            None => Err(StoreError::Missing(self.dir.clone()).into()),
+        }
     }
 
     pub(super) fn flush_part(&mut self) -> Result<(), BagSetError> {

@@ -41,20 +41,22 @@ use std::{
 use arrow_array::{ArrayRef, Float64Array, Int32Array, UInt16Array, UInt32Array, UInt64Array};
 
 use self::{
-    boards::{BoardColumns, Boards, write_batch, write_empty},
+    boards::{Boards, write_batch, write_empty},
     options::{AV_ROWS_PER_PART, BATCH_ROWS, BYTES_PER_BOARD, PREFETCH, buffers},
     values::{Arrays, Values, write_state_values},
 };
 use super::{
-    BagSetError,
     bagz::{BagReader, is_compressed, shard_paths},
     decode::{Board, Decode, Input, each_batch},
+    error::BagSetError,
     ids::{BoardIds, Partitioner, Resolved, ensure_open_files, partitions_for},
 };
 use crate::{
     chess::{RecordSet, legal::ValueKind},
     store::{
-        RunDir, StoreError, Table, ValueSource, chunks,
+        RunDir, StoreError, Table, ValueSource,
+        boards::BoardRows,
+        chunks,
         commit::Transaction,
         manifest::{ImportRecord, IngestRecord, InputRecord, SplitCounts, SplitManifest},
         parallel::{Encoders, ParallelPartWriter},
@@ -141,7 +143,7 @@ pub fn run(config: &ImportConfig) -> Result<ImportSummary, BagSetError> {
         writer: None,
         moves: None,
         moves_dir: txn.partition(Table::LegalMoves, split)?,
-        buf: BoardColumns::default(),
+        buf: BoardRows::with_capacity(BATCH_ROWS),
         legal_moves: 0,
         with_moves: 0,
         encoders: encoders.clone(),

@@ -7,7 +7,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::{bag::BagSetError, chess::RecordSet};
+use crate::{bag::error::BagSetError, chess::RecordSet};
 
 /// Rows per action_values part file.
 pub(super) const AV_ROWS_PER_PART: u64 = 1 << 24;
@@ -49,8 +49,8 @@ pub struct BagImportOptions {
 
 impl BagImportOptions {
     /// What to import: the sets found in `dir`, replaced by the files given
-    /// per set.
-    pub fn resolve(&self, progress: bool) -> Result<ImportConfig, BagSetError> {
+    /// per set; `env` gives the progress bar.
+    pub fn resolve(&self, env: &crate::options::Env) -> Result<ImportConfig, BagSetError> {
         let mut inputs = match &self.dir {
             Some(dir) => discover(dir)?,
             None => Vec::new(),
@@ -71,7 +71,7 @@ impl BagImportOptions {
             inputs,
             memory_limit: self.budget.bytes(),
             threads: self.jobs.or_cores(),
-            progress,
+            progress: env.progress,
         })
     }
 }

@@ -11,7 +11,7 @@ use arrow_array::{
 use super::{boards::write_batch, options::BATCH_ROWS};
 use crate::{
     bag::{
-        BagSetError,
+        error::BagSetError,
         ids::{In, Out, remove},
     },
     chess::legal::ValueKind,

@@ -18,9 +18,10 @@ use burn_fusion::Fusion;
 use crate::model::{
     attention,
     backend::{AttentionKernel, LayerKernels, ModelBackend, Products, burn_swiglu},
-    gpu,
-    gpu::pass::FusedCube,
+    device::Precision,
+    gpu::{attention as gpu_attention, layers as gpu_layers, pass::FusedCube},
     layers,
+    shape::ModelShape,
 };
 
 /// `x [.., k] · w [k, n]` as one 2-D product over every leading position
@@ -137,7 +138,7 @@ impl<R: GpuRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ModelBacken
     }
 
     fn attend(q: Tensor<Self, 4>, k: Tensor<Self, 4>, v: Tensor<Self, 4>) -> Tensor<Self, 4> {
-        if gpu::attention::use_fused::<R, F, I, BT>(&q.device(), q.dims(), q.dtype()) {
+        if gpu_attention::use_fused::<R, F, I, BT>(&q.device(), q.dims(), q.dtype()) {
             attention::fused_attention_inference(q, k, v)
         } else {
             burn::tensor::module::attention(q, k, v, None, None, Default::default())
@@ -145,7 +146,7 @@ impl<R: GpuRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ModelBacken
     }
 
     fn attention() -> AttentionKernel {
-        gpu::attention::attention_kernel::<R>()
+        gpu_attention::attention_kernel::<R>()
     }
 
     fn norm(norm: &LayerNorm<Self>, x: Tensor<Self, 3>) -> Tensor<Self, 3> {
@@ -156,7 +157,7 @@ impl<R: GpuRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ModelBacken
     }
 
     fn swiglu(both: Tensor<Self, 3>) -> Tensor<Self, 3> {
-        if gpu::layers::use_fused_swiglu::<R, F, I, BT>(&both.device(), both.dims(), both.dtype()) {
+        if gpu_layers::use_fused_swiglu::<R, F, I, BT>(&both.device(), both.dims(), both.dtype()) {
             layers::fused_swiglu_inference(both)
         } else {
             burn_swiglu(both)
@@ -164,7 +165,7 @@ impl<R: GpuRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ModelBacken
     }
 
     fn layers() -> LayerKernels {
-        gpu::layers::layer_kernels::<R>()
+        gpu_layers::layer_kernels::<R>()
     }
 
     fn profiler_range(start: bool) {
@@ -203,7 +204,7 @@ where
     }
 
     fn attend(q: Tensor<Self, 4>, k: Tensor<Self, 4>, v: Tensor<Self, 4>) -> Tensor<Self, 4> {
-        if gpu::attention::use_fused::<R, F, I, BT>(&q.device(), q.dims(), q.dtype()) {
+        if gpu_attention::use_fused::<R, F, I, BT>(&q.device(), q.dims(), q.dtype()) {
             attention::fused_attention(q, k, v)
         } else {
             burn::tensor::module::attention(q, k, v, None, None, Default::default())
@@ -211,7 +212,7 @@ where
     }
 
     fn attention() -> AttentionKernel {
-        gpu::attention::attention_kernel::<R>()
+        gpu_attention::attention_kernel::<R>()
     }
 
     fn norm(norm: &LayerNorm<Self>, x: Tensor<Self, 3>) -> Tensor<Self, 3> {
@@ -222,7 +223,7 @@ where
     }
 
     fn swiglu(both: Tensor<Self, 3>) -> Tensor<Self, 3> {
-        if gpu::layers::use_fused_swiglu::<R, F, I, BT>(&both.device(), both.dims(), both.dtype()) {
+        if gpu_layers::use_fused_swiglu::<R, F, I, BT>(&both.device(), both.dims(), both.dtype()) {
             layers::fused_swiglu(both)
         } else {
             burn_swiglu(both)
@@ -230,7 +231,7 @@ where
     }
 
     fn layers() -> LayerKernels {
-        gpu::layers::layer_kernels::<R>()
+        gpu_layers::layer_kernels::<R>()
     }
 
     fn profiler_range(start: bool) {
@@ -270,7 +271,7 @@ where
     let (gamma, beta) = (norm.gamma.val(), beta.val());
     let fits = gamma.dtype() == x.dtype()
         && beta.dtype() == x.dtype()
-        && gpu::layers::use_fused_norm::<R, F, I, BT>(&x.device(), x.dims(), x.dtype());
+        && gpu_layers::use_fused_norm::<R, F, I, BT>(&x.device(), x.dims(), x.dtype());
     fits.then_some((gamma, beta))
 }
 
@@ -282,29 +283,29 @@ where
 /// wgpu tests assert them; `bench-step` reports them.
 pub fn self_test_model<R: GpuRuntime>(
     device: &R::Device,
-    shape: &crate::model::ModelShape,
-    precision: crate::model::Precision,
+    shape: &ModelShape,
+    precision: Precision,
 ) -> Vec<crate::model::gpu::pass::Verdict> {
     use burn::tensor::DType;
     let products = match precision {
-        crate::model::Precision::F32 => DType::F32,
-        crate::model::Precision::Bf16 => DType::BF16,
-        crate::model::Precision::F16 => DType::F16,
+        Precision::F32 => DType::F32,
+        Precision::Bf16 => DType::BF16,
+        Precision::F16 => DType::F16,
     };
     let (t, d) = (shape.seq_len, shape.d_model);
     if shape.layers > 0 && shape.heads > 0 {
-        gpu::attention::use_fused::<R, f32, i32, u32>(
+        gpu_attention::use_fused::<R, f32, i32, u32>(
             device,
             [2, shape.heads, t, d / shape.heads],
             products,
         );
-        gpu::layers::use_fused_norm::<R, f32, i32, u32>(device, [2, t, d], DType::F32);
-        gpu::layers::use_fused_swiglu::<R, f32, i32, u32>(
+        gpu_layers::use_fused_norm::<R, f32, i32, u32>(device, [2, t, d], DType::F32);
+        gpu_layers::use_fused_swiglu::<R, f32, i32, u32>(
             device,
             [2, t, 2 * shape.widening * d],
             products,
         );
     }
-    gpu::layers::use_fused_norm::<R, f32, i32, u32>(device, [2, 1, d], DType::F32);
+    gpu_layers::use_fused_norm::<R, f32, i32, u32>(device, [2, 1, d], DType::F32);
     crate::model::gpu::pass::verdicts()
 }

@@ -58,15 +58,15 @@ impl GpuRuntime for WgpuRuntime {
 /// panic deep in the first step.
 pub fn check_batch(
     device: &WgpuDevice,
-    shape: &crate::model::ModelShape,
+    shape: &crate::model::shape::ModelShape,
     batch: usize,
-) -> Result<(), crate::model::ComputeError> {
+) -> Result<(), crate::model::device::ComputeError> {
     let allowed = <WgpuRuntime as GpuRuntime>::max_buffer_bytes(device).unwrap_or(u64::MAX);
     let needed = shape.widest_activation_bytes(batch);
     if needed <= allowed {
         return Ok(());
     }
-    Err(crate::model::ComputeError::Buffer {
+    Err(crate::model::device::ComputeError::Buffer {
         batch,
         needed,
         allowed,
@@ -448,7 +448,7 @@ mod tests {
     /// printed beside it (wrong on lavapipe with burn 0.21).
     #[test]
     fn whole_tensor_sums_are_right_past_two_to_the_eighteen() {
-        use crate::model::ModelBackend;
+        use crate::model::backend::ModelBackend;
         let device = wgpu();
         for n in [1000usize, 264_800, 600_000, 9_000_000] {
             let v: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32) / 100.0).collect();

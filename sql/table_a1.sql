@@ -7,7 +7,7 @@
 --   action_value       = the legal moves of those boards (rows of legal_moves)
 --   state_values, action_values, failures = rows annotated so far (Stockfish's,
 --                        or imported .bag files')
---   evals_state_values, evals_action_values = rows from the Lichess evaluation
+--   lichess_evals_state_values, lichess_evals_action_values = rows from the Lichess evaluation
 --                        database (chessbench annotate --evals: evals-*.parquet)
 --   *_bytes            = Parquet bytes on disk of the table's split
 --
@@ -30,8 +30,8 @@ WITH files AS (
            sum(num_rows) FILTER (WHERE p.tbl = 'rejects') AS rejected,
            sum(num_rows) FILTER (WHERE p.tbl = 'state_values' AND NOT evals) AS state_values,
            sum(num_rows) FILTER (WHERE p.tbl = 'action_values' AND NOT evals) AS action_values,
-           sum(num_rows) FILTER (WHERE p.tbl = 'state_values' AND evals) AS evals_state_values,
-           sum(num_rows) FILTER (WHERE p.tbl = 'action_values' AND evals) AS evals_action_values,
+           sum(num_rows) FILTER (WHERE p.tbl = 'state_values' AND evals) AS lichess_evals_state_values,
+           sum(num_rows) FILTER (WHERE p.tbl = 'action_values' AND evals) AS lichess_evals_action_values,
            sum(num_rows) FILTER (WHERE p.tbl = 'failures') AS failures,
            sum(file_size_bytes) FILTER (WHERE p.tbl = 'games') AS games_bytes,
            sum(file_size_bytes) FILTER (WHERE p.tbl = 'boards') AS boards_bytes,
@@ -52,8 +52,8 @@ SELECT split,
        coalesce(state_values, 0)::UBIGINT AS state_values,
        coalesce(action_values, 0)::UBIGINT AS action_values,
        coalesce(failures, 0)::UBIGINT AS failures,
-       coalesce(evals_state_values, 0)::UBIGINT AS evals_state_values,
-       coalesce(evals_action_values, 0)::UBIGINT AS evals_action_values,
+       coalesce(lichess_evals_state_values, 0)::UBIGINT AS lichess_evals_state_values,
+       coalesce(lichess_evals_action_values, 0)::UBIGINT AS lichess_evals_action_values,
        coalesce(games_bytes, 0)::UBIGINT AS games_bytes,
        coalesce(boards_bytes, 0)::UBIGINT AS boards_bytes,
        coalesce(legal_moves_bytes, 0)::UBIGINT AS legal_moves_bytes,

@@ -7,13 +7,13 @@ use std::path::PathBuf;
 
 use chessbench::{
     ablate::AblateOptions,
-    annotate::AnnotateOptions,
-    bag::{BagExportOptions, BagImportOptions},
-    eval::{EvalOptions, UciOptions},
-    ingest::IngestOptions,
-    sql::SqlOptions,
-    stats::StatsOptions,
-    train::{BenchStepOptions, TrainOptions},
+    annotate::{self, AnnotateOptions},
+    bag::{self, BagExportOptions, BagImportOptions},
+    eval::{self, EvalOptions, UciOptions},
+    ingest::{self, IngestOptions},
+    sql::{self, SqlOptions},
+    stats::{self, StatsOptions},
+    train::{self, BenchStepOptions, TrainOptions},
 };
 use clap::{Args, Parser, Subcommand, ValueHint};
 
@@ -59,7 +59,7 @@ pub struct Pipeline {
 #[derive(Subcommand)]
 pub enum Command {
     /// Turn PGN dumps into games, boards, legal_moves and rejects tables.
-    #[command(long_about = ingest_about())]
+    #[command(long_about = ingest_about(), mut_arg("memory_limit", memory_help(ingest::MEMORY)))]
     Ingest(Box<Staged<IngestOptions>>),
     /// Stockfish state values and action values for every board of a run.
     #[command(
@@ -80,13 +80,15 @@ Cost first: `chessbench annotate RUN --plan` counts the searches and CPU-days.\n
 Without an engine: `--evals lichess_db_eval.jsonl.zst` labels the boards the Lichess evaluation \
 database holds (source lichess_evals, in its own chunk files; `--plan` prints its coverage by split \
 and phase), and a later `--only-missing true` searches only the boards it left. \
-`chessbench sql RUN label_sources` compares the two sources."
+`chessbench sql RUN label_sources` compares the two sources.",
+        mut_arg("memory_limit", memory_help(annotate::memory_help()))
     )]
     Annotate(Box<AnnotateArgs>),
     /// Print Table A1 (record counts per split, bytes on disk, test-in-train overlap).
+    #[command(mut_arg("memory_limit", memory_help(stats::MEMORY)))]
     Stats(StatsOptions),
     /// Query a run's tables in SQL (embedded DuckDB, views preloaded).
-    #[command(long_about = crate::sql::long_about())]
+    #[command(long_about = crate::sql::long_about(), mut_arg("memory_limit", memory_help(sql::MEMORY)))]
     Sql(SqlOptions),
     /// Export or import ChessBench .bag files (state_value, behavioral_cloning, action_value).
     #[command(subcommand)]
@@ -109,7 +111,8 @@ cores; pipeline/ablation.toml: the paper's 9M ablation; pipeline/paper.toml: the
 options given here override the file.\n\n\
   chessbench train --config pipeline/demo.toml\n\
   chessbench train runs/demo --policy behavioral_cloning --steps 500 --batch-size 256\n\
-  chessbench train --config pipeline/ablation.toml --device cuda   # needs --features cuda"
+  chessbench train --config pipeline/ablation.toml --device cuda   # needs --features cuda",
+        mut_arg("memory_limit", memory_help(train::MEMORY))
     )]
     Train(Box<TrainArgs>),
     /// Time the training step alone (random batches, no data loader): samples/s and model FLOP/s.
@@ -173,7 +176,8 @@ Files: eval.json, eval.md, calibration.csv, puzzles.csv, puzzles_by_rating.csv, 
 elo.csv. `make eval` also draws the plots (notebooks/eval.ipynb).\n\n\
   chessbench eval --config pipeline/demo.toml\n\
   chessbench eval runs/demo --checkpoint runs/demo/train/av_tiny --puzzles data/lichess_db_puzzle_head1000.csv \\\n\
-      --opponent stockfish:skill=0 --opponent stockfish:nodes=100 --only games"
+      --opponent stockfish:skill=0 --opponent stockfish:nodes=100 --only games",
+        mut_arg("memory_limit", memory_help(eval::MEMORY))
     )]
     Eval(Box<Staged<EvalOptions>>),
     /// Play a checkpoint as a UCI engine on stdin/stdout.
@@ -257,7 +261,8 @@ state_value_data.bag (fen, win_prob), behavioral_cloning_data.bag (fen, best mov
 action_value_data.bag (fen, move, win_prob), with searchless_chess's record encoding (Apache Beam \
 TupleCoder of StrUtf8Coder / FloatCoder) and bagz.py's file layout, so its data loaders read them. \
 Sets larger than --records-per-shard are sharded as SET-00000-of-0000N_data.bag (read them as \
-SET@N_data.bag). Files appear under their final names only when complete."
+SET@N_data.bag). Files appear under their final names only when complete.",
+        mut_arg("memory_limit", memory_help(sql::MEMORY))
     )]
     Export(BagExportOptions),
     /// Read ChessBench .bag files into a split of a run directory.
@@ -268,7 +273,8 @@ best actions from behavioral_cloning records. Give a directory holding the Chess
 (e.g. the downloaded data/test/), or files per set; SET@N_data.bag stands for N shards. Every FEN is \
 parsed and every move checked to be legal. Columns the .bag files do not carry (games, occurrence \
 counts, centipawns, depths) are null. The split is committed atomically and replaces one of the \
-same name."
+same name.",
+        mut_arg("memory_limit", memory_help(bag::import::MEMORY))
     )]
     Import(BagImportOptions),
 }
@@ -329,4 +335,15 @@ out of date. `chessbench COMMAND --help` prints the same text.\n",
     root.build();
     section(&mut out, "chessbench", &mut root);
     out
+}
+
+/// `--memory-limit`'s help followed by how the stage shares the limit out:
+/// the consumers it declares ([`chessbench::options::Memory`]), which its
+/// run divides the limit between. Each stage's command applies it to its
+/// flag (`mut_arg`).
+fn memory_help(list: impl std::fmt::Display) -> impl FnOnce(clap::Arg) -> clap::Arg {
+    move |arg| {
+        let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+        arg.long_help(format!("{help}:\n{list}"))
+    }
 }

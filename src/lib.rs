@@ -70,7 +70,7 @@ mod tests {
         check::<crate::train::sampler::Sampling>();
         check::<crate::uci_client::oracle::Mode>();
         #[cfg(feature = "sql")]
-        check::<crate::eval::run::Part>();
+        check::<crate::eval::config::Part>();
         check::<crate::ingest::config::Speed>();
     }
 }

@@ -41,6 +41,10 @@ use thiserror::Error;
 
 use crate::model::{DeviceKind, Precision};
 
+mod budget;
+
+pub use budget::{Consumer, Memory, Share};
+
 /// The memory budget every stage takes by default (`--memory-limit`,
 /// `memory_limit`): what it may hold in memory before it spills to the run
 /// directory or waits.
@@ -90,8 +94,8 @@ impl Jobs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Args, Serialize, Deserialize)]
 pub struct Budget {
     /// Memory the stage may hold (tables, buffers, batches, the model) before
-    /// it spills to the run directory or waits; what each stage counts is in
-    /// docs/scale.md.
+    /// it spills to the run directory or waits; how the stage shares it out
+    /// follows (docs/scale.md has what each part holds).
     #[arg(long, value_name = "SIZE", default_value = MEMORY_LIMIT, help_heading = "Resources")]
     pub memory_limit: ByteSize,
 }
@@ -164,8 +168,10 @@ impl Env {
         self
     }
 
-    /// The same, with the environment variable `key` set to `value`.
-    pub fn with_var(mut self, key: &str, value: &str) -> Env {
+    /// The same, with the environment variable `key` set to `value` (for
+    /// tests: a stage's reading of its variables without the process's).
+    #[cfg(test)]
+    pub(crate) fn with_var(mut self, key: &str, value: &str) -> Env {
         self.vars.insert(key.into(), value.into());
         self
     }

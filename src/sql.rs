@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-pub use crate::duckdb_session::{BUILTIN, SqlError, output::Format};
+pub use crate::duckdb_session::{BUILTIN, MEMORY, SqlError, output::Format};
 use crate::duckdb_session::{PartialSplit, QueryRows, Session, query_text};
 
 /// `chessbench sql --help`'s long text: the views, the built-in queries

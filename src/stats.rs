@@ -18,9 +18,12 @@ use serde::Serialize;
 use thiserror::Error;
 use xxhash_rust::xxh3::xxh3_128;
 
-use crate::store::{
-    RunDir, Source, StoreError, Table, cache::prefetch, commit::RunReader, open_parquet,
-    parquet_files,
+use crate::{
+    options::{Consumer, Memory, Share},
+    store::{
+        RunDir, Source, StoreError, Table, cache::prefetch, commit::RunReader, open_parquet,
+        parquet_files,
+    },
 };
 
 /// `chessbench stats`'s options (command line only).
@@ -81,9 +84,9 @@ pub struct SplitStats {
     /// Boards labelled by the sources besides Stockfish's: the Lichess
     /// evaluation database (`annotate --evals`: rows of its `evals-*` files
     /// of `state_values`).
-    pub evals_state_values: u64,
+    pub lichess_evals_state_values: u64,
     /// Action values from the sources besides Stockfish's.
-    pub evals_action_values: u64,
+    pub lichess_evals_action_values: u64,
     /// Boards the engine could not annotate (rows of `failures`).
     pub failures: u64,
     /// Bytes on disk per table.
@@ -106,14 +109,14 @@ pub struct RunStats {
 /// own and imported `.bag` files) apart from the other sources' (the
 /// evaluation database's `evals-*`).
 fn rows_and_bytes(dir: &Path) -> Result<(u64, u64, u64), StatsError> {
-    let (mut rows, mut evals_rows, mut bytes) = (0u64, 0u64, 0u64);
+    let (mut rows, mut other_rows, mut bytes) = (0u64, 0u64, 0u64);
     for path in parquet_files(dir)? {
         let b = open_parquet(&path)?;
         let n = b.metadata().file_metadata().num_rows() as u64;
         if Source::of_file(path.file_name().and_then(|n| n.to_str()).unwrap_or(""))
             != Source::Stockfish
         {
-            evals_rows += n;
+            other_rows += n;
         } else {
             rows += n;
         }
@@ -121,7 +124,7 @@ fn rows_and_bytes(dir: &Path) -> Result<(u64, u64, u64), StatsError> {
             .map_err(|e| StoreError::io(&path, e))?
             .len();
     }
-    Ok((rows, evals_rows, bytes))
+    Ok((rows, other_rows, bytes))
 }
 
 /// Calls `f` on every batch of one column of a partition.
@@ -426,16 +429,32 @@ impl TestSet {
 /// readers' buffers and a batch of hashes per thread.
 const OVERLAP_READERS_BYTES: u64 = 128 << 20;
 
+/// What `stats` holds within `--memory-limit`: only the test-in-train
+/// overlap grows with the run.
+pub const MEMORY: Memory<2> = Memory([
+    Consumer::new(
+        "the Parquet readers' buffers and a batch of hashes a thread",
+        Share::Buffers {
+            first: OVERLAP_READERS_BYTES,
+            each_thread: 0,
+        },
+    ),
+    Consumer::new(
+        "the test split's FEN hashes for the test-in-train overlap (a split that does not fit \
+         is hashed in passes, train read once a pass)",
+        Share::Rest { at_least: (1, 2) },
+    ),
+]);
+
 /// How many passes [`overlap`] makes so that one pass's set of `test_boards`
-/// hashes (and `threads` probers' found-bits) stays within `memory_limit`.
+/// hashes (and `threads` probers' found-bits) stays within its share of
+/// `memory_limit` ([`MEMORY`]).
 fn overlap_passes(test_boards: u64, threads: usize, memory_limit: u64) -> u64 {
     let per_member = SLOT_BYTES_PER_MEMBER as f64
         + BLOOM_BITS_PER_MEMBER as f64 / 8.0
         + threads as f64 * SLOTS_PER_MEMBER.0 as f64 / SLOTS_PER_MEMBER.1 as f64 / 8.0;
-    let budget = memory_limit
-        .saturating_sub(OVERLAP_READERS_BYTES)
-        .max(memory_limit / 2)
-        .max(1);
+    let [_, hashes] = MEMORY.share(memory_limit, threads);
+    let budget = hashes.max(1);
     ((test_boards as f64 * per_member / budget as f64).ceil() as u64).max(1)
 }
 
@@ -546,8 +565,12 @@ pub fn run(config: &StatsConfig) -> Result<RunStats, StatsError> {
                 Table::Boards => s.state_value = rows,
                 Table::LegalMoves => s.action_value = rows,
                 Table::Rejects => s.rejected = rows,
-                Table::StateValues => (s.state_values, s.evals_state_values) = (rows, evals),
-                Table::ActionValues => (s.action_values, s.evals_action_values) = (rows, evals),
+                Table::StateValues => {
+                    (s.state_values, s.lichess_evals_state_values) = (rows, evals)
+                }
+                Table::ActionValues => {
+                    (s.action_values, s.lichess_evals_action_values) = (rows, evals)
+                }
                 Table::Failures => s.failures = rows,
             }
         }
@@ -644,7 +667,7 @@ fn render(stats: &RunStats) -> String {
     if stats
         .splits
         .values()
-        .any(|s| s.state_values + s.failures + s.evals_state_values > 0)
+        .any(|s| s.state_values + s.failures + s.lichess_evals_state_values > 0)
     {
         out.push_str(&format!(
             "\n{:<12} {:>14} {:>16} {:>10} {:>10}\n",
@@ -657,21 +680,33 @@ fn render(stats: &RunStats) -> String {
                 format!("{}/{}", group(s.state_values), group(s.state_value)),
                 group(s.action_values),
                 group(s.failures),
-                per_record(s, "action_values", s.action_values + s.evals_action_values),
+                per_record(
+                    s,
+                    "action_values",
+                    s.action_values + s.lichess_evals_action_values
+                ),
             ));
         }
     }
-    if stats.splits.values().any(|s| s.evals_state_values > 0) {
+    if stats
+        .splits
+        .values()
+        .any(|s| s.lichess_evals_state_values > 0)
+    {
         out.push_str(&format!(
             "\n{:<12} {:>14} {:>16}   (chessbench sql RUN label_sources)\n",
-            "evals db", "state_values", "action_values"
+            "lichess_evals", "state_values", "action_values"
         ));
         for (name, s) in &stats.splits {
             out.push_str(&format!(
                 "{:<12} {:>14} {:>16}\n",
                 name,
-                format!("{}/{}", group(s.evals_state_values), group(s.state_value)),
-                group(s.evals_action_values),
+                format!(
+                    "{}/{}",
+                    group(s.lichess_evals_state_values),
+                    group(s.state_value)
+                ),
+                group(s.lichess_evals_action_values),
             ));
         }
     }

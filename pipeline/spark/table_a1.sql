@@ -7,7 +7,7 @@
 --   behavioral_cloning = distinct boards with at least one legal move
 --   action_value       = the legal moves of those boards (rows of legal_moves)
 --   state_values, action_values, failures = rows annotated so far
---   evals_state_values, evals_action_values = rows from the Lichess evaluation
+--   lichess_evals_state_values, lichess_evals_action_values = rows from the Lichess evaluation
 --                        database (evals-*.parquet)
 --   *_bytes            = Parquet bytes on disk of the table's split
 --
@@ -52,8 +52,8 @@ WITH listed AS (
            sum(num_rows) FILTER (WHERE tbl = 'rejects') AS rejected,
            sum(num_rows) FILTER (WHERE tbl = 'state_values' AND NOT evals) AS state_values,
            sum(num_rows) FILTER (WHERE tbl = 'action_values' AND NOT evals) AS action_values,
-           sum(num_rows) FILTER (WHERE tbl = 'state_values' AND evals) AS evals_state_values,
-           sum(num_rows) FILTER (WHERE tbl = 'action_values' AND evals) AS evals_action_values,
+           sum(num_rows) FILTER (WHERE tbl = 'state_values' AND evals) AS lichess_evals_state_values,
+           sum(num_rows) FILTER (WHERE tbl = 'action_values' AND evals) AS lichess_evals_action_values,
            sum(num_rows) FILTER (WHERE tbl = 'failures') AS failures,
            sum(file_size_bytes) FILTER (WHERE tbl = 'games') AS games_bytes,
            sum(file_size_bytes) FILTER (WHERE tbl = 'boards') AS boards_bytes,
@@ -74,8 +74,8 @@ SELECT split,
        CAST(coalesce(state_values, 0) AS BIGINT) AS state_values,
        CAST(coalesce(action_values, 0) AS BIGINT) AS action_values,
        CAST(coalesce(failures, 0) AS BIGINT) AS failures,
-       CAST(coalesce(evals_state_values, 0) AS BIGINT) AS evals_state_values,
-       CAST(coalesce(evals_action_values, 0) AS BIGINT) AS evals_action_values,
+       CAST(coalesce(lichess_evals_state_values, 0) AS BIGINT) AS lichess_evals_state_values,
+       CAST(coalesce(lichess_evals_action_values, 0) AS BIGINT) AS lichess_evals_action_values,
        CAST(coalesce(games_bytes, 0) AS BIGINT) AS games_bytes,
        CAST(coalesce(boards_bytes, 0) AS BIGINT) AS boards_bytes,
        CAST(coalesce(legal_moves_bytes, 0) AS BIGINT) AS legal_moves_bytes,

@@ -12,7 +12,7 @@ use thiserror::Error;
 
 use crate::{
     annotate::{AnnotateOptions, config::AnnotateConfig},
-    eval::{EvalOptions, run::EvalConfig},
+    eval::{EvalConfig, EvalOptions},
     options::{self, Env, OptionsError, line_of},
     train::{TrainOptions, config::TrainConfig},
     uci_client::Limit,

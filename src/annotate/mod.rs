@@ -76,3 +76,20 @@ pub fn execute(config: &AnnotateConfig, task: Task) -> Result<Done, AnnotateErro
         (None, Task::Write) => Done::Annotated(run(config)?),
     })
 }
+
+/// How annotate shares out `--memory-limit`, for its `--help`: only the
+/// evaluation database's labelling divides it ([`lichess_evals::reader::MEMORY`]);
+/// Stockfish's searches hold one chunk of boards per engine process
+/// whatever the split's size.
+pub fn memory_help() -> String {
+    format!(
+        "  with --evals:\n{}\n  with an engine: one chunk of --chunk-boards boards per engine process, \
+whatever the split's size; each engine adds its hash (--hash-mb) and network outside the limit",
+        lichess_evals::reader::MEMORY
+            .to_string()
+            .lines()
+            .map(|l| format!("  {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )
+}

@@ -24,7 +24,10 @@ use arrow_array::RecordBatch;
 use duckdb::Connection;
 use thiserror::Error;
 
-use crate::store::{RunDir, StoreError, Table, chunks, commit::RunReader, commit::partition_dir};
+use crate::{
+    options::{Consumer, Memory, Share},
+    store::{RunDir, StoreError, Table, chunks, commit::RunReader, commit::partition_dir},
+};
 pub(crate) use output::Format;
 pub(crate) use script::Statement;
 
@@ -231,14 +234,23 @@ const REQUIRED: [(&str, &str); 5] = [
     ),
 ];
 
-/// DuckDB's share of a stage's budget. Its `memory_limit` governs its buffer
-/// manager only: allocations outside it (Parquet readers, result batches,
-/// this process) came to about two fifths more at 10^6 games
+/// What a DuckDB session holds within the budget it is opened with
+/// (`sql`'s and `bag export`'s whole limit, `eval`'s before any board is
+/// scored). DuckDB's own `memory_limit` governs its buffer manager only:
+/// allocations outside it (Parquet readers, result batches, this process)
+/// came to about two fifths more at 10^6 games
 /// (bench/results/amd2-2026-11-29/README.md, "Figures once kept in the
-/// source"), so it gets five eighths of the budget.
-fn duckdb_share(memory_limit: u64) -> u64 {
-    memory_limit / 8 * 5
-}
+/// source"), so the buffer manager gets five eighths of the budget.
+pub const MEMORY: Memory<2> = Memory([
+    Consumer::new(
+        "DuckDB's buffer manager (past it, sorts and joins spill into RUN/.tmp/)",
+        Share::Part(5, 8),
+    ),
+    Consumer::new(
+        "what DuckDB allocates outside it: Parquet readers, result batches",
+        Share::Rest { at_least: (0, 1) },
+    ),
+]);
 
 impl Session {
     /// Checks the run, opens an in-memory DuckDB that may use
@@ -262,7 +274,7 @@ impl Session {
         // DuckDB wants memory per thread (~128 MiB for sorts and joins):
         // small budgets get fewer threads rather than out-of-memory errors.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-        let duckdb_limit = duckdb_share(memory_limit);
+        let [duckdb_limit, _] = MEMORY.share(memory_limit, 1);
         let threads = (duckdb_limit / (128 << 20)).clamp(1, cores);
         let mut session = Session {
             conn,

@@ -1,4 +1,5 @@
-//! What stops an evaluation, naming the file, line or board.
+//! What stops an evaluation, naming the file, line or board, and the
+//! options it refuses.
 
 use std::path::PathBuf;
 
@@ -6,6 +7,22 @@ use thiserror::Error;
 
 use super::{elo, game};
 use crate::{duckdb_session::SqlError, model::CheckpointError, uci_client::EngineError};
+
+/// Options an evaluation cannot run with (`EvalOptions::resolve`), naming
+/// the option.
+#[derive(Debug, Error)]
+pub enum EvalConfigError {
+    #[error("no run: pass RUN or set `run` in the pipeline file's [eval] table")]
+    NoRun,
+    #[error(
+        "no checkpoint: pass --checkpoint RUN/train/NAME or set `checkpoint` in the pipeline file's [eval] table"
+    )]
+    NoCheckpoint,
+    #[error("{option}: expected a stockfish:... spec, got {spec}")]
+    NotAnEngine { option: &'static str, spec: String },
+    #[error("adjudicate_cp {0}: expected a positive number of centipawns")]
+    AdjudicateCp(i32),
+}
 
 /// Evaluation failures, naming the file, line or board.
 #[derive(Debug, Error)]
@@ -49,16 +66,6 @@ pub enum EvalError {
     Elo(#[from] elo::EloError),
     #[error(transparent)]
     Play(#[from] game::PlayError),
-    #[error("no run: pass RUN or set `run` in the pipeline file's [eval] table")]
-    NoRun,
-    #[error(
-        "no checkpoint: pass --checkpoint RUN/train/NAME or set `checkpoint` in the pipeline file's [eval] table"
-    )]
-    NoCheckpointGiven,
-    #[error("{option}: expected a stockfish:... spec, got {spec}")]
-    NotAnEngine { option: &'static str, spec: String },
-    #[error("adjudicate_cp {0}: expected a positive number of centipawns")]
-    AdjudicateCp(i32),
     #[error("{0}")]
     Buckets(#[from] crate::chess::value::BucketError),
     #[error("writing the report: {0}")]

@@ -14,9 +14,13 @@
 //! - [`game`], [`tournament`], [`elo`]: games from ECO openings against
 //!   Stockfish and other checkpoints, PGN, and a Bradley-Terry Elo fit;
 //! - [`uci_server`]: `chessbench uci`, a model as a UCI engine;
-//! - [`run`]: the `[eval]` recipe and the report;
-//! - `error`: [`EvalError`], what stops an evaluation.
+//! - [`config`]: the `[eval]` recipe and its memory shares;
+//! - [`run`]: `chessbench eval`'s parts, run in order;
+//! - [`report`]: the summary and the report directory's files;
+//! - `error`: [`EvalError`], what stops an evaluation, and
+//!   [`EvalConfigError`], the options it refuses.
 
+pub mod config;
 pub(crate) mod elo;
 mod error;
 pub(crate) mod game;
@@ -24,11 +28,14 @@ pub(crate) mod metrics;
 pub mod policy;
 pub mod predict;
 pub(crate) mod puzzles;
+pub mod report;
 pub mod run;
 pub mod tournament;
 pub mod trained;
 pub mod uci_server;
 
-pub use error::EvalError;
-pub use run::{EvalOptions, run};
+pub use config::{EvalConfig, EvalOptions, MEMORY};
+pub use error::{EvalConfigError, EvalError};
+pub use report::EvalSummary;
+pub use run::run;
 pub use uci_server::UciOptions;

@@ -503,7 +503,7 @@ mod tests {
             let together = predict_many(&model, &refs).unwrap();
             // A memory limit of 64 KiB leaves room for a few dozen
             // sequences a batch: the same predictions, in many batches.
-            let model = model.with_memory_limit(64 << 10);
+            let model = model.with_batch_memory(32 << 10);
             assert!(model.batch_sequences() < 100, "{}", model.batch_sequences());
             let (small, times) = predict_many_timed(&model, &refs).unwrap();
             assert!(times.batches > 10, "{times:?}");

@@ -18,7 +18,7 @@ use shakmaty::{Chess, Move, Position};
 
 use super::{
     elo::GameRecord,
-    error::EvalError,
+    error::{EvalConfigError, EvalError},
     game::{Game, GameResult, Termination, fen_of},
     policy::{ENGINE_TIMEOUT, Player, search_game},
     puzzles::play_pgn,
@@ -304,10 +304,13 @@ impl fmt::Display for Opponent {
 impl Opponent {
     /// A Stockfish spec (the oracle, the adjudicator, the decisiveness
     /// rule), else the error naming `option`.
-    pub(crate) fn engine(self, option: &'static str) -> Result<(Limit, Option<i32>), EvalError> {
+    pub(crate) fn engine(
+        self,
+        option: &'static str,
+    ) -> Result<(Limit, Option<i32>), EvalConfigError> {
         match self {
             Opponent::Stockfish { limit, skill } => Ok((limit, skill)),
-            other => Err(EvalError::NotAnEngine {
+            other => Err(EvalConfigError::NotAnEngine {
                 option,
                 spec: other.to_string(),
             }),

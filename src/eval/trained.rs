@@ -18,7 +18,7 @@ use crate::{
 
 /// Sequences (legal moves) the boards of one
 /// [`predict_many`](super::predict::predict_many) batch add up to at most,
-/// fewer where the memory limit says so ([`Model::with_memory_limit`]): the
+/// fewer where the memory limit says so ([`Model::with_batch_memory`]): the
 /// model splits them into passes its device memory allows
 /// ([`Model::log_probs`]); a board is never split between batches.
 pub const BATCH_SEQUENCES: usize = 32 * 1024;
@@ -236,7 +236,7 @@ pub struct Model {
     device: DeviceKind,
     precision: Precision,
     /// Sequences [`crate::eval::predict::predict_many`] gathers in one batch
-    /// ([`Model::with_memory_limit`]).
+    /// ([`Model::with_batch_memory`]).
     batch_sequences: usize,
 }
 
@@ -353,14 +353,15 @@ impl Model {
     }
 
     /// The same model gathering its batches within `bytes` of host memory:
-    /// half of it for the batches in flight (the one being tokenised and the
-    /// one being scored, their tokens and log-probabilities), the rest for
-    /// the weights and the fused CPU path's activations, which it computes a
-    /// few hundred rows at a time.
-    pub fn with_memory_limit(mut self, bytes: u64) -> Model {
+    /// the batches in flight (the one being tokenised and the one being
+    /// scored, their tokens and log-probabilities). The weights and the
+    /// fused CPU path's activations, which it computes a few hundred rows at
+    /// a time, are beside them (`eval`'s share of the limit for each:
+    /// [`crate::eval::MEMORY`]).
+    pub fn with_batch_memory(mut self, bytes: u64) -> Model {
         let shape = &self.state.shape;
         let per_sequence = 2 * (shape.seq_len + shape.outputs) * std::mem::size_of::<f32>();
-        let fit = (bytes / 2) / per_sequence.max(1) as u64;
+        let fit = bytes / per_sequence.max(1) as u64;
         self.batch_sequences = (fit as usize).clamp(1, BATCH_SEQUENCES);
         self
     }

@@ -35,6 +35,7 @@ pub mod visitor;
 pub mod worker;
 
 pub use config::IngestOptions;
+pub use dedup::MEMORY;
 pub use error::IngestError;
 pub use summary::Summary;
 

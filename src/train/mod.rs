@@ -29,5 +29,5 @@ pub(crate) mod save;
 pub mod throughput;
 
 pub use config::TrainOptions;
-pub use run::run;
+pub use run::{MEMORY, run};
 pub use throughput::{BenchStepOptions, bench_steps};

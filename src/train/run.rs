@@ -47,7 +47,7 @@ use crate::{
         checkpoint::{latest, load_module, read_state},
         tokens_tensor, tune_allocator,
     },
-    options::Shard,
+    options::{Consumer, Memory, Shard, Share},
     store::{LabelSource, failpoint},
     ui::{Report, group},
 };
@@ -255,7 +255,21 @@ pub fn training_data(config: &TrainConfig, shard: Shard) -> DataConfig {
     }
 }
 
+/// What `train` holds within `--memory-limit`.
+pub const MEMORY: Memory<2> = Memory([
+    Consumer::new(
+        "the loader's windows of records (being built, prefetched, served): it bounds \
+         prefetching, never what is served",
+        Share::Part(1, 2),
+    ),
+    Consumer::new(
+        "the model, its activations and the optimiser",
+        Share::Rest { at_least: (0, 1) },
+    ),
+]);
+
 fn data_config(config: &TrainConfig, split: &str, batch_size: usize, seed: u64) -> DataConfig {
+    let [loader, _] = MEMORY.share(config.memory_limit, 1);
     DataConfig {
         run: config.run.clone(),
         split: split.to_owned(),
@@ -266,8 +280,7 @@ fn data_config(config: &TrainConfig, split: &str, batch_size: usize, seed: u64) 
         seed,
         window: config.window,
         workers: 1,
-        // The model, its activations and the optimiser get the other half.
-        memory_limit: config.memory_limit / 2,
+        memory_limit: loader,
         label_source: config.label_source,
         shard: Shard::ALL,
     }
@@ -441,18 +454,10 @@ fn train_on<B: TrainBackend>(
     let epoch_records = loader.records().max(1);
 
     let bar = progress_bar(config.progress, config.steps, state.step);
-    let start_step = state.step;
-    let run_start = Instant::now();
-    let elapsed_before = state.elapsed_s;
-    let mut interval_start = Instant::now();
-    let mut interval_wait = 0.0f64;
+    let clock = Clock::start(&state);
+    let mut interval = Interval::<B::InnerBackend>::begin();
     let mut total_wait = 0.0f64;
-    let mut interval_steps = 0u64;
-    let mut interval_samples = 0u64;
-    let mut loss_sum: Option<Tensor<B::InnerBackend, 1>> = None;
-    let mut last_norm: Option<Tensor<B::InnerBackend, 1>>;
     let mut last_loss = None;
-    let start_samples = state.samples;
     let mut last_eval = None;
     let seq_len = config.policy.sequence_length();
 
@@ -460,7 +465,7 @@ fn train_on<B: TrainBackend>(
         let waited = Instant::now();
         let batch = loader.next_batch()?;
         let w = waited.elapsed().as_secs_f64();
-        interval_wait += w;
+        interval.wait_s += w;
         total_wait += w;
         let n = batch.len();
         let tokens = tokens_tensor::<B>(&batch.tokens, seq_len, &device);
@@ -480,49 +485,21 @@ fn train_on<B: TrainBackend>(
             config.grad_clip,
         );
         model = updated;
-        last_norm = Some(norm);
-        loss_sum = Some(match loss_sum.take() {
-            Some(s) => s + detached,
-            None => detached,
-        });
+        interval.add(detached, norm, n);
         state.step += 1;
         state.samples += n as u64;
         state.position = batch.position;
-        interval_steps += 1;
-        interval_samples += n as u64;
 
         let last = state.step == config.steps;
         if state.step % config.log_every == 0 || last {
-            let mean_loss = loss_sum.take().map(scalar).unwrap_or(f64::NAN) / interval_steps as f64;
-            if !mean_loss.is_finite() {
-                return Err(TrainError::Diverged {
-                    step: state.step,
-                    value: mean_loss,
-                });
-            }
-            let norm = last_norm.take().map(scalar);
-            let secs = interval_start.elapsed().as_secs_f64();
-            let rate = interval_samples as f64 / secs.max(1e-9);
-            let elapsed = elapsed_before + run_start.elapsed().as_secs_f64();
-            let row = MetricsRow {
-                step: state.step,
-                epoch: state.samples as f64 / epoch_records as f64,
-                samples: state.samples,
-                loss: mean_loss,
-                grad_norm: norm,
-                learning_rate: config.learning_rate,
-                samples_per_s: rate,
-                data_wait_share: interval_wait / secs.max(1e-9),
-                elapsed_s: elapsed,
-            };
+            let row = interval.close(&state, config, epoch_records, clock.elapsed_s())?;
             append(&metrics_path, &row.line())?;
             bar.set_position(state.step);
-            bar.set_message(format!("loss {mean_loss:.4} · {rate:.0} samples/s"));
-            last_loss = Some(mean_loss);
-            interval_start = Instant::now();
-            interval_wait = 0.0;
-            interval_steps = 0;
-            interval_samples = 0;
+            bar.set_message(format!(
+                "loss {:.4} · {:.0} samples/s",
+                row.loss, row.samples_per_s
+            ));
+            last_loss = Some(row.loss);
             failpoint::hit(failpoint::Point::StepLogged);
         }
         let eval_now = config.eval_every > 0 && state.step % config.eval_every == 0;
@@ -538,16 +515,11 @@ fn train_on<B: TrainBackend>(
                 state.step,
                 &device,
             );
-            log_eval(
-                &r,
-                &eval_path,
-                elapsed_before + run_start.elapsed().as_secs_f64(),
-                &bar,
-            )?;
+            log_eval(&r, &eval_path, clock.elapsed_s(), &bar)?;
             last_eval = Some(r);
         }
         if state.step % config.checkpoint_every == 0 || last {
-            state.elapsed_s = elapsed_before + run_start.elapsed().as_secs_f64();
+            state.elapsed_s = clock.elapsed_s();
             save::save(
                 &out,
                 &state,
@@ -559,8 +531,8 @@ fn train_on<B: TrainBackend>(
         }
     }
     bar.finish_and_clear();
-    let run_secs = run_start.elapsed().as_secs_f64();
-    let steps_this_run = state.step - start_step;
+    let run_secs = clock.run.elapsed().as_secs_f64();
+    let steps_this_run = state.step - clock.step;
     let summary = Summary {
         name: config.name.clone(),
         out_dir: out.clone(),
@@ -572,7 +544,7 @@ fn train_on<B: TrainBackend>(
         resumed_from,
         last_loss,
         samples_per_s: (steps_this_run > 0)
-            .then(|| (state.samples - start_samples) as f64 / run_secs.max(1e-9)),
+            .then(|| (state.samples - clock.samples) as f64 / run_secs.max(1e-9)),
         data_wait_share: (steps_this_run > 0).then(|| total_wait / run_secs.max(1e-9)),
         train_flops_per_sample: shape.train_flops_per_sample(),
         device: format!("{:?}", device),
@@ -582,6 +554,100 @@ fn train_on<B: TrainBackend>(
     };
     write_summary(&out, &summary)?;
     Ok(summary)
+}
+
+/// Where this invocation of a run started: its step and samples, and the
+/// time, beside the training time of the invocations before it.
+struct Clock {
+    run: Instant,
+    step: u64,
+    samples: u64,
+    elapsed_before: f64,
+}
+
+impl Clock {
+    fn start(state: &TrainState) -> Clock {
+        Clock {
+            run: Instant::now(),
+            step: state.step,
+            samples: state.samples,
+            elapsed_before: state.elapsed_s,
+        }
+    }
+
+    /// Seconds the run has trained, over all its invocations.
+    fn elapsed_s(&self) -> f64 {
+        self.elapsed_before + self.run.elapsed().as_secs_f64()
+    }
+}
+
+/// The steps since the last `metrics.csv` row: their summed loss (on the
+/// device, read only when the row is written), the last gradient norm,
+/// samples, and the time spent waiting for data.
+struct Interval<B: Backend> {
+    start: Instant,
+    wait_s: f64,
+    steps: u64,
+    samples: u64,
+    loss_sum: Option<Tensor<B, 1>>,
+    last_norm: Option<Tensor<B, 1>>,
+}
+
+impl<B: Backend> Interval<B> {
+    fn begin() -> Interval<B> {
+        Interval {
+            start: Instant::now(),
+            wait_s: 0.0,
+            steps: 0,
+            samples: 0,
+            loss_sum: None,
+            last_norm: None,
+        }
+    }
+
+    /// A step of `samples` samples with its (detached) loss and norm.
+    fn add(&mut self, loss: Tensor<B, 1>, norm: Tensor<B, 1>, samples: usize) {
+        self.loss_sum = Some(match self.loss_sum.take() {
+            Some(sum) => sum + loss,
+            None => loss,
+        });
+        self.last_norm = Some(norm);
+        self.steps += 1;
+        self.samples += samples as u64;
+    }
+
+    /// The interval's row at `state`, and the next interval begun; a mean
+    /// loss that is not finite is the run diverging.
+    fn close(
+        &mut self,
+        state: &TrainState,
+        config: &TrainConfig,
+        epoch_records: u64,
+        elapsed_s: f64,
+    ) -> Result<MetricsRow, TrainError> {
+        let mean_loss = self.loss_sum.take().map(scalar).unwrap_or(f64::NAN) / self.steps as f64;
+        if !mean_loss.is_finite() {
+            return Err(TrainError::Diverged {
+                step: state.step,
+                value: mean_loss,
+            });
+        }
+        let grad_norm = self.last_norm.take().map(scalar);
+        let secs = self.start.elapsed().as_secs_f64().max(1e-9);
+        let row = MetricsRow {
+            step: state.step,
+            epoch: state.samples as f64 / epoch_records as f64,
+            samples: state.samples,
+            loss: mean_loss,
+            grad_norm,
+            learning_rate: config.learning_rate,
+            samples_per_s: self.samples as f64 / secs,
+            data_wait_share: self.wait_s / secs,
+            elapsed_s,
+        };
+        *self = Interval::begin();
+        Ok(row)
+    }
 }
 
 /// Removes what an earlier run of this name left (`--restart`): its

@@ -918,7 +918,7 @@ fn evals_label_the_covered_boards_and_stockfish_fills_the_rest() {
     assert_eq!(state_values(&run).len(), covered.len());
     let stats = util::stats_json(&run);
     assert_eq!(
-        stats["splits"]["train"]["evals_state_values"],
+        stats["splits"]["train"]["lichess_evals_state_values"],
         covered.len() as u64
     );
     assert_eq!(stats["splits"]["train"]["state_values"], 0);
@@ -994,7 +994,7 @@ fn evals_label_the_covered_boards_and_stockfish_fills_the_rest() {
     over.push("--overwrite");
     annotate(&run, &over);
     assert_eq!(
-        util::stats_json(&run)["splits"]["train"]["evals_state_values"],
+        util::stats_json(&run)["splits"]["train"]["lichess_evals_state_values"],
         covered.len() as u64
     );
 
@@ -1015,7 +1015,7 @@ fn evals_label_the_covered_boards_and_stockfish_fills_the_rest() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert_eq!(
-        util::stats_json(&run)["splits"]["train"]["evals_state_values"],
+        util::stats_json(&run)["splits"]["train"]["lichess_evals_state_values"],
         covered.len() as u64
     );
 

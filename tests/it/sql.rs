@@ -106,8 +106,8 @@ fn table_a1_sql_matches_rust_stats() {
             ("state_values", "state_values"),
             ("action_values", "action_values"),
             ("failures", "failures"),
-            ("evals_state_values", "evals_state_values"),
-            ("evals_action_values", "evals_action_values"),
+            ("lichess_evals_state_values", "lichess_evals_state_values"),
+            ("lichess_evals_action_values", "lichess_evals_action_values"),
         ] {
             assert_eq!(u(&row[col]), u(&s[key]), "{split} {col}");
         }

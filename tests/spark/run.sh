@@ -221,11 +221,11 @@ ok = True
 if tmp_split != evals_split and copy[tmp_split] != clean[tmp_split]:
     print(f"split {tmp_split}: the .tmp files changed its numbers: {copy[tmp_split]} vs {clean[tmp_split]}")
     ok = False
-if copy[evals_split]["evals_state_values"] == 0 or copy[evals_split]["state_values"] != clean[evals_split]["state_values"]:
+if copy[evals_split]["lichess_evals_state_values"] == 0 or copy[evals_split]["state_values"] != clean[evals_split]["state_values"]:
     print(f"split {evals_split}: evals-*.parquet not counted as evaluation rows: {copy[evals_split]}")
     ok = False
 print(f"  split {tmp_split} with its .tmp files {'equals the run' if tmp_split != evals_split else 'read'}; split {evals_split}: "
-      f"{copy[evals_split]['evals_state_values']} evals state values, {copy[evals_split]['evals_action_values']} evals action values")
+      f"{copy[evals_split]['lichess_evals_state_values']} evals state values, {copy[evals_split]['lichess_evals_action_values']} evals action values")
 sys.exit(0 if ok else 1)
 EOF
 

@@ -8,8 +8,8 @@
 //! two sources never overwrite each other and SQL can compare them.
 //!
 //! The file is read once per pass. A pass holds the board index and the
-//! labels of as many pending chunks as fit in half of `--memory-limit`
-//! ([`BYTES_PER_BOARD`]); after the pass its chunks are committed one by
+//! labels of as many pending chunks as fit in their share of
+//! `--memory-limit` ([`reader::MEMORY`], [`BYTES_PER_BOARD`]); after the pass its chunks are committed one by
 //! one, each atomically, so a killed run loses at most the pass it was in
 //! and a rerun skips the chunks already committed: nothing is added twice.
 
@@ -282,11 +282,8 @@ fn one_pass_if_stdin(
     file: &Path,
     pending: &[Pending],
 ) -> Result<Vec<Vec<(usize, u64)>>, AnnotateError> {
-    let plan = passes(
-        pending,
-        config.chunk_boards,
-        (config.memory_limit / 2).max(1),
-    );
+    let [boards, _] = reader::MEMORY.share(config.memory_limit, config.workers);
+    let plan = passes(pending, config.chunk_boards, boards.max(1));
     if plan.len() > 1 && file == Path::new("-") {
         let boards = pending
             .iter()

@@ -29,6 +29,7 @@ use xxhash_rust::xxh3::xxh3_128;
 pub use crate::annotate::error::EvalsReadError;
 use crate::{
     chess::lichess_evals::{self, EvalsPosition, EvalsReject, FlatRow},
+    options::{Consumer, Memory, Share},
     store::{
         StoreError, Table,
         commit::partition_dir,
@@ -696,6 +697,20 @@ where
 /// id in a sorted list, and the hash's first position in a hash map.
 pub const INDEX_BYTES_PER_BOARD: u64 = 64;
 
+/// What `annotate --evals` holds within `--memory-limit` (its `--plan`
+/// too).
+pub const MEMORY: Memory<2> = Memory([
+    Consumer::new(
+        "a pass's boards: their index (64 bytes a board) and labels (96 more); boards that do \
+         not fit are labelled in passes over the file",
+        Share::Part(1, 2),
+    ),
+    Consumer::new(
+        "the file's readers and the chunks being written",
+        Share::Rest { at_least: (0, 1) },
+    ),
+]);
+
 /// The boards of a run by key: every board whose FEN starts with a key's
 /// four fields, so that one evaluation labels all of them.
 pub(crate) struct BoardIndex {
@@ -885,14 +900,14 @@ pub struct Coverage {
     /// (`no_search`, `illegal_move`).
     pub pass: EvalsPass,
     /// Passes over the file: one per partition of the boards that fits in
-    /// half of `memory_limit`.
+    /// their share of `memory_limit` ([`MEMORY`]).
     pub passes: u64,
 }
 
 /// How much of `splits` of the run the database at `path` labels, in all
 /// and by game phase ([`Phase`]), within
 /// `memory_limit` bytes: the boards' index takes [`INDEX_BYTES_PER_BOARD`]
-/// a board, and when the boards do not fit in half the limit they are
+/// a board, and when the boards do not fit in their share ([`MEMORY`]) they are
 /// indexed a hash partition at a time, with a pass over the file each
 /// (standard input cannot be read twice, so it must fit in one). The file
 /// is read on `threads` threads ([`read_parallel`]).
@@ -913,7 +928,8 @@ pub fn coverage(
             .sum::<Result<u64, StoreError>>()?;
         out.splits.insert(split.clone(), SplitCoverage::default());
     }
-    let room = (memory_limit / 2).max(1);
+    let [index, _] = MEMORY.share(memory_limit, threads);
+    let room = index.max(1);
     out.passes = (boards * INDEX_BYTES_PER_BOARD).div_ceil(room).max(1);
     if out.passes > 1 && path == Path::new("-") {
         return Err(EvalsReadError::OnePass {

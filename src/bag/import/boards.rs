@@ -93,10 +93,7 @@ impl Boards {
             .buf
             .finish()
             .map_err(|e| StoreError::Corrupt(self.dir.clone(), e.to_string()))?;
-        match self.writer.as_mut() {
-            Some(w) => Ok(w.write(&batch)?),
-            None => Err(StoreError::Missing(self.dir.clone()).into()),
-        }
+        write_to(self.writer.as_mut(), &batch, &self.dir)
     }
 
     pub(super) fn flush_part(&mut self) -> Result<(), BagSetError> {
@@ -111,6 +108,7 @@ impl Boards {
     }
 }
 
+/// Writes `columns` as a batch of `table` to the part file open in `dir`.
 pub(super) fn write_batch(
     writer: Option<&mut ParallelPartWriter>,
     table: Table,
@@ -119,8 +117,18 @@ pub(super) fn write_batch(
 ) -> Result<(), BagSetError> {
     let batch = RecordBatch::try_new(table.schema(), columns)
         .map_err(|e| StoreError::Corrupt(dir.to_owned(), e.to_string()))?;
+    write_to(writer, &batch, dir)
+}
+
+/// Writes `batch` to the part file open in `dir` (none open is a bug in the
+/// import's phases, reported as the missing file).
+fn write_to(
+    writer: Option<&mut ParallelPartWriter>,
+    batch: &RecordBatch,
+    dir: &Path,
+) -> Result<(), BagSetError> {
     match writer {
-        Some(w) => Ok(w.write(&batch)?),
+        Some(w) => Ok(w.write(batch)?),
         None => Err(StoreError::Missing(dir.to_owned()).into()),
     }
 }

@@ -27,7 +27,7 @@ mod options;
 mod summary;
 mod values;
 
-pub use options::{BagImportOptions, ImportConfig};
+pub use options::{BagImportOptions, ImportConfig, MEMORY};
 pub use summary::ImportSummary;
 
 use std::{
@@ -42,7 +42,7 @@ use arrow_array::{ArrayRef, Float64Array, Int32Array, UInt16Array, UInt32Array, 
 
 use self::{
     boards::{Boards, write_batch, write_empty},
-    options::{AV_ROWS_PER_PART, BATCH_ROWS, BYTES_PER_BOARD, PREFETCH, buffers},
+    options::{AV_ROWS_PER_PART, BATCH_ROWS, BYTES_PER_BOARD, PREFETCH},
     values::{Arrays, Values, write_state_values},
 };
 use super::{
@@ -197,7 +197,8 @@ struct ImportPlan {
     expected: u64,
     /// Partitions of the on-disk id passes; `None` when the boards fit.
     partitions: Option<usize>,
-    /// What the boards may use: the limit less the threads' buffers.
+    /// What the boards may use: the limit less the threads' buffers
+    /// ([`MEMORY`]).
     room: u64,
 }
 
@@ -219,11 +220,7 @@ impl ImportPlan {
         let records: u64 = inputs.iter().map(|i| i.records).sum();
         // The in-memory table when the boards fit, else the on-disk passes
         // with partitions that fit.
-        let buffers = buffers(config.threads);
-        let room = config
-            .memory_limit
-            .saturating_sub(buffers)
-            .max(config.memory_limit / 4);
+        let [buffers, room] = MEMORY.share(config.memory_limit, config.threads);
         let partitions = if expected * BYTES_PER_BOARD + buffers <= config.memory_limit {
             None
         } else {

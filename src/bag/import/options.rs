@@ -7,7 +7,11 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::{bag::error::BagSetError, chess::RecordSet};
+use crate::{
+    bag::error::BagSetError,
+    chess::RecordSet,
+    options::{Consumer, Memory, Share},
+};
 
 /// Rows per action_values part file.
 pub(super) const AV_ROWS_PER_PART: u64 = 1 << 24;
@@ -104,10 +108,23 @@ pub(super) const IMPORT_BUFFERS: u64 = 48 << 20;
 /// peak memory measured from 2 to 16 threads (docs/benchmarks.md#constants).
 pub(super) const THREAD_BUFFERS: u64 = 24 << 20;
 
-/// Memory besides the boards' at `threads` threads.
-pub(super) fn buffers(threads: usize) -> u64 {
-    IMPORT_BUFFERS + threads.saturating_sub(1) as u64 * THREAD_BUFFERS
-}
+/// What `bag import` holds within `--memory-limit`, at `-j` threads: the
+/// buffers, and the boards' table in what they leave.
+pub const MEMORY: Memory<2> = Memory([
+    Consumer::new(
+        "buffers: row groups of legal moves, batches of boards and values, the Parquet \
+         writers' and the bags' readers' buffers",
+        Share::Buffers {
+            first: IMPORT_BUFFERS,
+            each_thread: THREAD_BUFFERS,
+        },
+    ),
+    Consumer::new(
+        "the FEN-to-id table and the values (31 bytes a board), or past it partitions of the \
+         records worked out on disk",
+        Share::Rest { at_least: (1, 4) },
+    ),
+]);
 
 /// Finds the ChessBench files of a directory: `SET_data.bag` or
 /// `SET-00000-of-0000N_data.bag` (`.bagz` too), for each set present.

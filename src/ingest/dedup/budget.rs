@@ -5,6 +5,25 @@
 //! sum can be read (and tested) in one place.
 
 use super::{entry::ENTRY_SIZE, partition::PARTITIONS};
+use crate::options::{Consumer, Memory, Share};
+
+/// What `ingest` holds within `--memory-limit`: the tables' share is what
+/// [`fitted_table_bytes`] fits the tables and their spill buffers into
+/// (`chessbench ingest --help` says how, [`table_bytes`] does it).
+pub const MEMORY: Memory<2> = Memory([
+    Consumer::new(
+        "what ingest holds whatever the limit: the blocks being parsed, the boards in flight, \
+         the writers",
+        Share::Buffers {
+            first: PIPELINE_FLOOR,
+            each_thread: 0,
+        },
+    ),
+    Consumer::new(
+        "the board deduplication tables and their spill buffers",
+        Share::Rest { at_least: (0, 1) },
+    ),
+]);
 
 /// Memory per entry counted against the limit: the entry plus up to two
 /// 8-byte index slots (load factor 1/4..1/2).
@@ -57,7 +76,7 @@ pub(super) fn table_bytes(memory_limit: u64, splits: usize) -> u64 {
 /// The most the tables may take with the floor and the spill buffers
 /// beside them within `memory_limit`.
 fn fitted_table_bytes(memory_limit: u64, splits: usize) -> u64 {
-    let room = memory_limit.saturating_sub(PIPELINE_FLOOR);
+    let [_, room] = MEMORY.share(memory_limit, 1);
     (room / 9 * 8).min(room.saturating_sub(least_spill_buffers(splits)))
 }
 

@@ -54,6 +54,7 @@ mod table;
 
 // The budget's sizes are also what `chessbench ingest --help` states
 // (`ingest::config::memory_note`).
+pub use self::budget::MEMORY;
 pub(crate) use self::{
     aggregator::{Aggregator, BatchGame, KeyBatch, Keys, finish},
     budget::{MIN_TABLES, PIPELINE_FLOOR, PIPELINE_RESERVE, STREAM_TABLE_BYTES, least_limit},

@@ -24,7 +24,7 @@ FUZZ_CASES  ?= 20000
 
 .PHONY: all prerequisites demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-evals bench-scale bench-cores \
-        test-slurm test-cluster test-k8s test-spark test-demo test-python test-searchless-loader test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu bench-wgpu bench-account bench-nvrtc test-cuda gpu-bundle stockfish doc clean
+        test-slurm test-cluster test-k8s test-spark test-demo test-python test-searchless-loader test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu wgpu-autotune-seed bench-wgpu bench-account bench-nvrtc test-cuda gpu-bundle stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -157,8 +157,10 @@ lint:
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CARGO) clippy --locked -p chessbench-python -- -D warnings
 
+# The fuzz properties (tests/it/fuzz.rs) run once, in fuzz-smoke's 64
+# cases, not also in the default 256 here.
 unit:
-	$(CARGO) test --locked
+	$(CARGO) test --locked -- --skip fuzz::
 
 fuzz-smoke:
 	PROPTEST_CASES=64 $(CARGO) test --locked --test it fuzz
@@ -297,6 +299,13 @@ parity-paired: $(BENCH_READY) | $(DUCKDB_LIB)
 # set, one build): CUDA (compiled, its kernels run on the CPU as C++) and
 # wgpu (run on Mesa's lavapipe).
 GPU_FEATURES := cuda,wgpu
+# chessbench's own code unoptimised in that build (its dependencies stay
+# optimised, as in every debug build): with both backends the compiler
+# instantiates the model, training and evaluation for each, and optimising
+# that took about 11 minutes of the build on 2 cores, against 2 unoptimised;
+# the checks below then run about 2 minutes longer. Release builds
+# (test-cuda, gpu-bundle) are optimised as always.
+GPU_CARGO   := $(CARGO) --config 'profile.dev.opt-level=0'
 
 ## The GPU builds compile: the library, the binary, the library's tests and
 ## the GPU test targets (tests/cuda.rs, tests/wgpu.rs) with both backends (no
@@ -304,18 +313,25 @@ GPU_FEATURES := cuda,wgpu
 ## then reuse it. The CPU integration tests (tests/it) run in `make test`'s
 ## build without GPU features.
 check-cuda: | $(DUCKDB_LIB)
-	$(CARGO) test --no-run --locked --features $(GPU_FEATURES) --lib --test cuda --test wgpu
+	$(GPU_CARGO) test --no-run --locked --features $(GPU_FEATURES) --lib --test cuda --test wgpu
 
 ## The project's GPU kernels (fused attention, layer norm, SwiGLU) as
 ## CubeCL compiles them for CUDA, run on the CPU as C++ under a model of
 ## CUDA's memory layouts and launch (no GPU needed; g++, ThreadSanitizer):
 ## src/model/gpu/cuda_emulator.rs, docs/gpu.md.
 test-kernels: | $(DUCKDB_LIB)
-	$(CARGO) test --locked --features $(GPU_FEATURES) --lib -- --nocapture \
+	$(GPU_CARGO) test --locked --features $(GPU_FEATURES) --lib -- --nocapture \
 	  model::gpu::attention::emulated model::gpu::layers::emulated model::gpu::cuda_emulator model::gpu::cache
 
-# Mesa's loader warns on every start without a runtime directory.
-WGPU_ENV    := XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp}
+# Mesa's loader warns on every start without a runtime directory. The
+# tests keep their kernel cache in the target directory, started from the
+# autotune seed (tests/wgpu-autotune/, `make wgpu-autotune-seed`): without
+# it a new machine compiles and times every candidate kernel of each shape
+# burn autotunes, about 7 minutes of the tests on 2 cores, and each run
+# could pick other kernels. Shapes the seed lacks are tuned as usual.
+WGPU_KERNELS ?= $(TARGET_DIR)/wgpu-test-kernels
+WGPU_SEED   ?= tests/wgpu-autotune
+WGPU_ENV    := XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} CHESSBENCH_KERNEL_CACHE=$(abspath $(WGPU_KERNELS))
 
 ## The GPU code through a real GPU runtime without a GPU: burn's wgpu
 ## backend on Mesa's lavapipe (software Vulkan; Debian's
@@ -327,15 +343,25 @@ WGPU_ENV    := XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp}
 ## the binary (tests/wgpu.rs) on the trained demo run: evaluation and UCI
 ## scores against the CPU's, training and the kernel count.
 test-wgpu: $(RUN)/train/$(TRAIN_NAME)/summary.json | $(DUCKDB_LIB)
-	$(WGPU_ENV) $(CARGO) test --locked --features $(GPU_FEATURES) --lib model::gpu::wgpu -- --test-threads=2
-	$(WGPU_ENV) CHESSBENCH_DEMO_RUN=$(abspath $(RUN)) $(CARGO) test --locked --features $(GPU_FEATURES) --test wgpu -- --test-threads=1
+	mkdir -p $(WGPU_KERNELS)/autotune
+	$(if $(WGPU_SEED),cp -rn $(WGPU_SEED)/. $(WGPU_KERNELS)/autotune/)
+	$(WGPU_ENV) $(GPU_CARGO) test --locked --features $(GPU_FEATURES) --lib model::gpu::wgpu -- --test-threads=2
+	$(WGPU_ENV) CHESSBENCH_DEMO_RUN=$(abspath $(RUN)) $(GPU_CARGO) test --locked --features $(GPU_FEATURES) --test wgpu -- --test-threads=1
+
+## test-wgpu from an empty kernel cache, then its autotune results written
+## as the seed test-wgpu starts from (tests/wgpu-autotune/, without the
+## timings): after a change of the shapes the tests run, or of burn.
+wgpu-autotune-seed: $(RUN)/train/$(TRAIN_NAME)/summary.json | $(DUCKDB_LIB)
+	rm -rf $(WGPU_KERNELS).seed
+	$(MAKE) test-wgpu WGPU_KERNELS=$(WGPU_KERNELS).seed WGPU_SEED=
+	scripts/wgpu-autotune-seed $(WGPU_KERNELS).seed tests/wgpu-autotune
 
 ## The kernels a training step launches after fusion, and those a cold
 ## process compiles, on wgpu (lavapipe without a GPU): tiny and 9M, the
 ## fused kernels against burn's, f32, beside the operations before fusion
 ## (bench/wgpu_kernels.sh); rows in bench-data/wgpu/kernels.jsonl.
 bench-wgpu: | $(DUCKDB_LIB)
-	$(CARGO) build --locked --features $(GPU_FEATURES) --bin chessbench
+	$(GPU_CARGO) build --locked --features $(GPU_FEATURES) --bin chessbench
 	bench/wgpu_kernels.sh $(TARGET_DIR)/debug/chessbench bench-data/wgpu
 
 ## The 9M step's account without a GPU: every kernel burn launches after
@@ -343,7 +369,7 @@ bench-wgpu: | $(DUCKDB_LIB)
 ## operators (on the CPU; needs torch), extrapolated to batch 1,024, with an
 ## H100 roofline (bench/step_account.py; about 15 minutes on 2 cores).
 bench-account: | $(DUCKDB_LIB)
-	$(CARGO) build --locked --features $(GPU_FEATURES) --bin chessbench
+	$(GPU_CARGO) build --locked --features $(GPU_FEATURES) --bin chessbench
 	python3 bench/step_account.py run $(TARGET_DIR)/debug/chessbench bench-data/account
 
 ## NVRTC's compile time for the project's kernel variants the 9M step runs
@@ -352,7 +378,7 @@ bench-account: | $(DUCKDB_LIB)
 ## only (bench/nvrtc_compile.py); a regression check of the cold start.
 bench-nvrtc: | $(DUCKDB_LIB)
 	rm -rf bench-data/nvrtc
-	CHESSBENCH_NVRTC_DUMP=$(abspath bench-data/nvrtc) $(CARGO) test --locked --features $(GPU_FEATURES) \
+	CHESSBENCH_NVRTC_DUMP=$(abspath bench-data/nvrtc) $(GPU_CARGO) test --locked --features $(GPU_FEATURES) \
 	  --lib the_nine_million_steps_variants_are_cuda_c
 	python3 bench/nvrtc_compile.py bench-data/nvrtc
 

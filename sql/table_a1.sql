@@ -19,7 +19,8 @@
 WITH files AS (
     -- Every committed Parquet file of the run: TABLE/split=NAME/FILE.parquet.
     SELECT regexp_extract(file_name, '([^/]+)/split=([^/]+)/[^/]+$', ['tbl', 'split']) AS p,
-           parse_filename(file_name) LIKE 'evals-%' AS evals,
+           -- The file's label source, by views.sql's macros (src/store/source.rs).
+           cb_label_of(cb_source_of_file(parse_filename(file_name))) = 'lichess_evals' AS evals,
            num_rows, file_size_bytes
     FROM parquet_file_metadata(getvariable('cb_run') || '/*/split=*/*.parquet')
 ), per_split AS (

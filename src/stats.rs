@@ -81,12 +81,12 @@ pub struct SplitStats {
     pub state_values: u64,
     /// Rows of `action_values` from Stockfish or imported `.bag` files.
     pub action_values: u64,
-    /// Boards labelled by the sources besides Stockfish's: the Lichess
-    /// evaluation database (`annotate --evals`: rows of its `evals-*` files
-    /// of `state_values`).
-    pub lichess_evals_state_values: u64,
-    /// Action values from the sources besides Stockfish's.
-    pub lichess_evals_action_values: u64,
+    /// Rows of the label sources besides Stockfish's (the Lichess
+    /// evaluation database's `annotate --evals`), from their own chunk
+    /// files: in JSON `SOURCE_state_values` and `SOURCE_action_values` for
+    /// every such source (`lichess_evals_state_values`, ...).
+    #[serde(flatten)]
+    pub other_sources: OtherSources,
     /// Boards the engine could not annotate (rows of `failures`).
     pub failures: u64,
     /// Bytes on disk per table.
@@ -105,26 +105,75 @@ pub struct RunStats {
     pub overlap_passes: Option<u64>,
 }
 
-/// Rows and bytes of a table partition: rows of Stockfish's files (its
-/// own and imported `.bag` files) apart from the other sources' (the
-/// evaluation database's `evals-*`).
-fn rows_and_bytes(dir: &Path) -> Result<(u64, u64, u64), StatsError> {
-    let (mut rows, mut other_rows, mut bytes) = (0u64, 0u64, 0u64);
+/// A label source's rows in a split's value tables.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SourceRows {
+    pub state_values: u64,
+    pub action_values: u64,
+}
+
+/// The rows of every label source besides Stockfish's ([`Source::ALL`]),
+/// zero for a source with none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtherSources(pub BTreeMap<Source, SourceRows>);
+
+impl Default for OtherSources {
+    fn default() -> OtherSources {
+        OtherSources(
+            Source::ALL
+                .into_iter()
+                .filter(|s| *s != Source::Stockfish)
+                .map(|s| (s, SourceRows::default()))
+                .collect(),
+        )
+    }
+}
+
+impl OtherSources {
+    /// All their state-value rows.
+    pub fn state_values(&self) -> u64 {
+        self.0.values().map(|r| r.state_values).sum()
+    }
+
+    /// All their action-value rows.
+    pub fn action_values(&self) -> u64 {
+        self.0.values().map(|r| r.action_values).sum()
+    }
+}
+
+impl Serialize for OtherSources {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(2 * self.0.len()))?;
+        for (source, rows) in &self.0 {
+            map.serialize_entry(
+                &format!("{}_state_values", source.name()),
+                &rows.state_values,
+            )?;
+            map.serialize_entry(
+                &format!("{}_action_values", source.name()),
+                &rows.action_values,
+            )?;
+        }
+        map.end()
+    }
+}
+
+/// Rows and bytes of a table partition, the rows by label source (of the
+/// value tables' chunk files; imported `.bag` files' are Stockfish's, as are
+/// every other table's).
+fn rows_and_bytes(dir: &Path) -> Result<(BTreeMap<Source, u64>, u64), StatsError> {
+    let (mut rows, mut bytes) = (BTreeMap::new(), 0u64);
     for path in parquet_files(dir)? {
         let b = open_parquet(&path)?;
         let n = b.metadata().file_metadata().num_rows() as u64;
-        if Source::of_file(path.file_name().and_then(|n| n.to_str()).unwrap_or(""))
-            != Source::Stockfish
-        {
-            other_rows += n;
-        } else {
-            rows += n;
-        }
+        let source = Source::of_file(path.file_name().and_then(|n| n.to_str()).unwrap_or(""));
+        *rows.entry(source).or_insert(0) += n;
         bytes += std::fs::metadata(&path)
             .map_err(|e| StoreError::io(&path, e))?
             .len();
     }
-    Ok((rows, other_rows, bytes))
+    Ok((rows, bytes))
 }
 
 /// Calls `f` on every batch of one column of a partition.
@@ -491,7 +540,7 @@ pub(crate) fn overlap(
     memory_limit: u64,
 ) -> Result<(Option<f64>, u64), StatsError> {
     let test_dir = partition(run, Table::Boards, test);
-    let (rows, _, _) = rows_and_bytes(&test_dir)?;
+    let rows: u64 = rows_and_bytes(&test_dir)?.0.values().sum();
     let test_files = parquet_files(&test_dir)?;
     // Train's files are probed by one thread per core.
     let files = parquet_files(&partition(run, Table::Boards, train))?;
@@ -558,18 +607,23 @@ pub fn run(config: &StatsConfig) -> Result<RunStats, StatsError> {
     for split in splits(run)? {
         let mut s = SplitStats::default();
         for table in Table::ALL {
-            let (rows, evals, bytes) = rows_and_bytes(&partition(run, table, &split))?;
+            let (by_source, bytes) = rows_and_bytes(&partition(run, table, &split))?;
             s.bytes.insert(table.name(), bytes);
+            let rows = by_source.get(&Source::Stockfish).copied().unwrap_or(0);
+            let others = s.other_sources.0.iter_mut();
+            let others = others.map(|(source, r)| (r, by_source.get(source).copied().unwrap_or(0)));
             match table {
                 Table::Games => s.games = rows,
                 Table::Boards => s.state_value = rows,
                 Table::LegalMoves => s.action_value = rows,
                 Table::Rejects => s.rejected = rows,
                 Table::StateValues => {
-                    (s.state_values, s.lichess_evals_state_values) = (rows, evals)
+                    s.state_values = rows;
+                    others.for_each(|(r, n)| r.state_values = n);
                 }
                 Table::ActionValues => {
-                    (s.action_values, s.lichess_evals_action_values) = (rows, evals)
+                    s.action_values = rows;
+                    others.for_each(|(r, n)| r.action_values = n);
                 }
                 Table::Failures => s.failures = rows,
             }
@@ -667,7 +721,7 @@ fn render(stats: &RunStats) -> String {
     if stats
         .splits
         .values()
-        .any(|s| s.state_values + s.failures + s.lichess_evals_state_values > 0)
+        .any(|s| s.state_values + s.failures + s.other_sources.state_values() > 0)
     {
         out.push_str(&format!(
             "\n{:<12} {:>14} {:>16} {:>10} {:>10}\n",
@@ -683,30 +737,29 @@ fn render(stats: &RunStats) -> String {
                 per_record(
                     s,
                     "action_values",
-                    s.action_values + s.lichess_evals_action_values
+                    s.action_values + s.other_sources.action_values()
                 ),
             ));
         }
     }
-    if stats
-        .splits
-        .values()
-        .any(|s| s.lichess_evals_state_values > 0)
-    {
+    for source in Source::ALL.into_iter().filter(|s| *s != Source::Stockfish) {
+        let rows = |s: &SplitStats| s.other_sources.0.get(&source).copied().unwrap_or_default();
+        if stats.splits.values().all(|s| rows(s).state_values == 0) {
+            continue;
+        }
         out.push_str(&format!(
             "\n{:<12} {:>14} {:>16}   (chessbench sql RUN label_sources)\n",
-            "lichess_evals", "state_values", "action_values"
+            source.name(),
+            "state_values",
+            "action_values"
         ));
         for (name, s) in &stats.splits {
+            let r = rows(s);
             out.push_str(&format!(
                 "{:<12} {:>14} {:>16}\n",
                 name,
-                format!(
-                    "{}/{}",
-                    group(s.lichess_evals_state_values),
-                    group(s.state_value)
-                ),
-                group(s.lichess_evals_action_values),
+                format!("{}/{}", group(r.state_values), group(s.state_value)),
+                group(r.action_values),
             ));
         }
     }

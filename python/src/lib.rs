@@ -24,8 +24,8 @@ use chessbench::{
     train::{
         TrainOptions,
         data::{Batch, Loader as RustLoader},
-        run::training_data,
         sampler::Position,
+        training_data,
     },
     ui::describe,
 };

@@ -31,7 +31,10 @@ use crate::{
         manifest::{AnnotateRecord, EngineRecord, ShardRecord},
         unix_now,
     },
-    uci_client::{Engine, oracle::SearchSettings},
+    uci_client::{
+        Engine,
+        oracle::{SearchSettings, Work},
+    },
     ui::{Report, group},
 };
 
@@ -247,86 +250,10 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
     // again.
     let mut retry_chunks: Vec<BTreeSet<u64>> = Vec::new();
     for (name, n) in &scope {
-        if config.overwrite {
-            // Stockfish's chunks and settings only: the evaluation
-            // database's labels stay (`annotate --evals --overwrite` redoes
-            // those).
-            remove_source(&config.run, name, Source::Stockfish)?;
-        }
-        check_settings(
-            &config.run,
-            name,
-            Source::Stockfish,
-            stockfish_settings(config, &manifest, name),
-            upgrade_stockfish_settings,
-        )?;
-        let mut done = store_chunks::recover(
-            &config.run,
-            name,
-            Source::Stockfish,
-            (shard.index, shard.count),
-        )?;
-        let total = n.div_ceil(config.chunk_boards);
-        let mine: Vec<u64> = (0..total)
-            .filter(|&c| chunk_shard(c, shard.count) == shard.index)
-            .collect();
-        let failed = failed_chunks(config, name, total, &done)?;
-        for chunk in failed.keys() {
-            done.remove(chunk);
-        }
-        let todo: Vec<u64> = mine.iter().copied().filter(|c| !done.contains(c)).collect();
-        summaries.push((
-            name.clone(),
-            SplitSummary {
-                boards_in_scope: *n,
-                chunks_total: total,
-                chunks_of_shard: mine.len() as u64,
-                chunks_already_done: (mine.len() - todo.len()) as u64,
-                chunks_retried: failed.len() as u64,
-                boards_retried: failed.values().map(|b| b.len() as u64).sum(),
-                ..SplitSummary::default()
-            },
-        ));
-        let mut skip = if config.only_missing {
-            // Under the evaluation database's lock (shared with the other
-            // shards reading it), with its interrupted commits completed:
-            // the boards it labels, all of them.
-            let _evals = evals_lock(config, false)?;
-            for source in Source::Stockfish.overridden_by() {
-                store_chunks::recover(&config.run, name, source, (0, 1))?;
-            }
-            store_chunks::labelled_boards(&config.run, name, Source::Stockfish.overridden_by())?
-        } else {
-            Vec::new()
-        };
-        if let Some(last) = summaries.last_mut() {
-            last.1.left_to_evals = todo
-                .iter()
-                .filter(|c| !failed.contains_key(c))
-                .map(|&c| {
-                    let (a, b) = pool::chunk_range(c, config.chunk_boards, *n);
-                    pool::skipped(&skip, a, b)
-                })
-                .sum();
-        }
-        // A chunk with failed boards searches only those: its other boards
-        // keep the rows they have.
-        for (&chunk, boards) in &failed {
-            let (a, b) = pool::chunk_range(chunk, config.chunk_boards, *n);
-            skip.extend((a..b).filter(|id| boards.binary_search(id).is_err()));
-        }
-        if !failed.is_empty() {
-            skip.sort_unstable();
-            skip.dedup();
-        }
-        retry_chunks.push(failed.into_keys().collect::<BTreeSet<u64>>());
-        work.push(SplitWork {
-            name: name.clone(),
-            boards_dir: config.run.join(partition_dir(Table::Boards, name)),
-            boards: *n,
-            chunks: todo,
-            skip,
-        });
+        let (split, retry, split_work) = plan_split(config, &manifest, name, *n)?;
+        summaries.push((name.clone(), split));
+        retry_chunks.push(retry);
+        work.push(split_work);
     }
     let pending_boards: u64 = work
         .iter()
@@ -354,8 +281,7 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
     };
     let workers = config.workers;
     let pool_start = Instant::now();
-    let (mut searches, mut search_time, mut fallbacks, mut boards, mut retries) =
-        (0u64, Duration::ZERO, 0u64, 0u64, 0u64);
+    let mut tally = Tally::default();
     let names: Vec<String> = work.iter().map(|w| w.name.clone()).collect();
     let shard_name = shard.to_string();
     let run_dir = config.run.clone();
@@ -365,20 +291,11 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
         workers,
         settings,
         |_outcome: &Outcome, w| {
-            boards += 1;
-            searches += w.searches;
-            search_time += w.search_time;
-            fallbacks += w.fallbacks;
-            retries += w.retries;
-            let secs = pool_start.elapsed().as_secs_f64().max(1e-9);
-            bar.set_position(boards);
-            if boards.is_multiple_of(8) || boards == pending_boards {
-                bar.set_message(format!(
-                    "{:.1} boards/s, {:.0} searches/s, engines busy {:.1}%",
-                    boards as f64 / secs,
-                    searches as f64 / secs,
-                    100.0 * search_time.as_secs_f64() / (secs * workers as f64)
-                ));
+            tally.add(w);
+            bar.set_position(tally.boards);
+            if tally.boards.is_multiple_of(8) || tally.boards == pending_boards {
+                let secs = pool_start.elapsed().as_secs_f64().max(1e-9);
+                bar.set_message(tally.rates(secs, workers));
             }
         },
         |finished| {
@@ -431,19 +348,142 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
         shard_source: config.shard_source.to_owned(),
         workers,
         seconds: started.elapsed().as_secs_f64(),
-        searches,
-        search_seconds: search_time.as_secs_f64(),
-        utilisation: if pool_secs > 0.0 && searches > 0 {
-            search_time.as_secs_f64() / (pool_secs * workers as f64)
+        searches: tally.searches,
+        search_seconds: tally.search_time.as_secs_f64(),
+        utilisation: if pool_secs > 0.0 && tally.searches > 0 {
+            tally.search_time.as_secs_f64() / (pool_secs * workers as f64)
         } else {
             0.0
         },
-        fallbacks,
-        retries,
+        fallbacks: tally.fallbacks,
+        retries: tally.retries,
         splits: summaries,
     };
     record(config, &summary)?;
     Ok(summary)
+}
+
+/// What the pool's boards added up to so far: for the progress bar and
+/// the summary.
+#[derive(Debug, Default)]
+struct Tally {
+    boards: u64,
+    searches: u64,
+    search_time: Duration,
+    fallbacks: u64,
+    retries: u64,
+}
+
+impl Tally {
+    fn add(&mut self, w: &Work) {
+        self.boards += 1;
+        self.searches += w.searches;
+        self.search_time += w.search_time;
+        self.fallbacks += w.fallbacks;
+        self.retries += w.retries;
+    }
+
+    /// The progress bar's message after `secs` seconds on `workers`
+    /// engines.
+    fn rates(&self, secs: f64, workers: usize) -> String {
+        format!(
+            "{:.1} boards/s, {:.0} searches/s, engines busy {:.1}%",
+            self.boards as f64 / secs,
+            self.searches as f64 / secs,
+            100.0 * self.search_time.as_secs_f64() / (secs * workers as f64)
+        )
+    }
+}
+
+/// One split's part of a run: its summary so far, its committed chunks
+/// whose failed boards are searched again, and the pool's work (this
+/// shard's chunks not done, and the boards in them to skip: those the
+/// evaluation database labels with `--only-missing`, and in a chunk with
+/// failed boards all but those). With `--overwrite` the split's Stockfish
+/// labels go first; settings that differ from the split's earlier ones
+/// refuse.
+fn plan_split(
+    config: &AnnotateConfig,
+    manifest: &Manifest,
+    name: &str,
+    n: u64,
+) -> Result<(SplitSummary, BTreeSet<u64>, SplitWork), AnnotateError> {
+    let shard = config.shard;
+    if config.overwrite {
+        // Stockfish's chunks and settings only: the evaluation
+        // database's labels stay (`annotate --evals --overwrite` redoes
+        // those).
+        remove_source(&config.run, name, Source::Stockfish)?;
+    }
+    check_settings(
+        &config.run,
+        name,
+        Source::Stockfish,
+        stockfish_settings(config, manifest, name),
+        upgrade_stockfish_settings,
+    )?;
+    let mut done = store_chunks::recover(
+        &config.run,
+        name,
+        Source::Stockfish,
+        (shard.index, shard.count),
+    )?;
+    let total = n.div_ceil(config.chunk_boards);
+    let mine: Vec<u64> = (0..total)
+        .filter(|&c| chunk_shard(c, shard.count) == shard.index)
+        .collect();
+    let failed = failed_chunks(config, name, total, &done)?;
+    for chunk in failed.keys() {
+        done.remove(chunk);
+    }
+    let todo: Vec<u64> = mine.iter().copied().filter(|c| !done.contains(c)).collect();
+    let mut summary = SplitSummary {
+        boards_in_scope: n,
+        chunks_total: total,
+        chunks_of_shard: mine.len() as u64,
+        chunks_already_done: (mine.len() - todo.len()) as u64,
+        chunks_retried: failed.len() as u64,
+        boards_retried: failed.values().map(|b| b.len() as u64).sum(),
+        ..SplitSummary::default()
+    };
+    let mut skip = if config.only_missing {
+        // Under the evaluation database's lock (shared with the other
+        // shards reading it), with its interrupted commits completed:
+        // the boards it labels, all of them.
+        let _evals = evals_lock(config, false)?;
+        for source in Source::Stockfish.overridden_by() {
+            store_chunks::recover(&config.run, name, source, (0, 1))?;
+        }
+        store_chunks::labelled_boards(&config.run, name, Source::Stockfish.overridden_by())?
+    } else {
+        Vec::new()
+    };
+    summary.left_to_evals = todo
+        .iter()
+        .filter(|c| !failed.contains_key(c))
+        .map(|&c| {
+            let (a, b) = pool::chunk_range(c, config.chunk_boards, n);
+            pool::skipped(&skip, a, b)
+        })
+        .sum();
+    // A chunk with failed boards searches only those: its other boards
+    // keep the rows they have.
+    for (&chunk, boards) in &failed {
+        let (a, b) = pool::chunk_range(chunk, config.chunk_boards, n);
+        skip.extend((a..b).filter(|id| boards.binary_search(id).is_err()));
+    }
+    if !failed.is_empty() {
+        skip.sort_unstable();
+        skip.dedup();
+    }
+    let work = SplitWork {
+        name: name.to_owned(),
+        boards_dir: config.run.join(partition_dir(Table::Boards, name)),
+        boards: n,
+        chunks: todo,
+        skip,
+    };
+    Ok((summary, failed.into_keys().collect(), work))
 }
 
 /// Adds this shard's record to the manifest's `annotate` section.

@@ -24,7 +24,11 @@ use super::{
     worker::{BlockResult, Verdict, replay},
 };
 use crate::{
-    store::manifest::{InputRecord, SplitCounts},
+    store::{
+        StoreError, Table,
+        commit::Transaction,
+        manifest::{InputRecord, SplitCounts},
+    },
     ui::group,
 };
 
@@ -73,6 +77,57 @@ pub(super) struct Collector<'a> {
     pub(super) accepted: u64,
     pub(super) stopped: bool,
     pub(super) reservoir: Option<Reservoir>,
+}
+
+impl<'a> Collector<'a> {
+    /// A collector of `config`'s inputs into the games and rejects tables of
+    /// `splits` in `txn` (`input_splits`: each input's split, as an index of
+    /// `splits`), with the sampler's reservoir when `--sample-games` asks.
+    pub(super) fn new(
+        config: &'a IngestConfig,
+        txn: &Transaction<'_>,
+        splits: &[String],
+        input_splits: Vec<u8>,
+    ) -> Result<Collector<'a>, IngestError> {
+        Ok(Collector {
+            config,
+            inputs: config
+                .inputs
+                .iter()
+                .map(|i| InputState {
+                    record: InputRecord {
+                        source: i.display.clone(),
+                        split: i.split.clone(),
+                        zstd: false,
+                        bytes_read: 0,
+                        pgn_bytes: 0,
+                        games_read: 0,
+                        error: None,
+                    },
+                    game_index: 0,
+                    lines: 0,
+                })
+                .collect(),
+            input_splits,
+            games: splits
+                .iter()
+                .map(|s| Ok(RowSink::new(txn.partition(Table::Games, s)?)))
+                .collect::<Result<_, StoreError>>()?,
+            rejects: splits
+                .iter()
+                .map(|s| Ok(RowSink::new(txn.partition(Table::Rejects, s)?)))
+                .collect::<Result<_, StoreError>>()?,
+            counts: vec![SplitCounts::default(); splits.len()],
+            offered: vec![0; splits.len()],
+            next_game_no: 0,
+            accepted: 0,
+            stopped: false,
+            reservoir: match config.selection.sample {
+                Some(s) => Some(Reservoir::new(s.games, s.seed, &txn.scratch("sample")?)?),
+                None => None,
+            },
+        })
+    }
 }
 
 impl Collector<'_> {

@@ -52,19 +52,17 @@ use indicatif::ProgressBar;
 
 use self::{
     chunker::{Block, Chunker},
-    collector::{Collector, InputShared, InputState, KeySink},
+    collector::{Collector, InputShared, KeySink},
     config::{IngestConfig, Source},
     dedup::{Aggregator, KeyBatch, Keys, SpillFormat, SplitBoards},
     finalize::{BoardTotals, Layout, sizing, write_split},
     process::{dedup_shards, merge_threads, peak_rss, release_free_memory, spawn_named},
-    sample::Reservoir,
-    tables::RowSink,
     visitor::GameVisitor,
     worker::{BlockResult, Emit, WorkerSettings, process_block},
 };
 use crate::{
     store::{
-        RunDir, StoreError, Table,
+        RunDir, Table,
         commit::Transaction,
         manifest::{IngestRecord, InputRecord, SplitCounts, SplitManifest},
     },
@@ -184,44 +182,7 @@ fn stream<'a>(
             Emit::Keys
         },
     };
-    let mut collector = Collector {
-        config,
-        inputs: config
-            .inputs
-            .iter()
-            .map(|i| InputState {
-                record: InputRecord {
-                    source: i.display.clone(),
-                    split: i.split.clone(),
-                    zstd: false,
-                    bytes_read: 0,
-                    pgn_bytes: 0,
-                    games_read: 0,
-                    error: None,
-                },
-                game_index: 0,
-                lines: 0,
-            })
-            .collect(),
-        input_splits: settings.input_splits.clone(),
-        games: splits
-            .iter()
-            .map(|s| Ok(RowSink::new(txn.partition(Table::Games, s)?)))
-            .collect::<Result<_, StoreError>>()?,
-        rejects: splits
-            .iter()
-            .map(|s| Ok(RowSink::new(txn.partition(Table::Rejects, s)?)))
-            .collect::<Result<_, StoreError>>()?,
-        counts: vec![SplitCounts::default(); splits.len()],
-        offered: vec![0; splits.len()],
-        next_game_no: 0,
-        accepted: 0,
-        stopped: false,
-        reservoir: match config.selection.sample {
-            Some(s) => Some(Reservoir::new(s.games, s.seed, &txn.scratch("sample")?)?),
-            None => None,
-        },
-    };
+    let mut collector = Collector::new(config, txn, splits, settings.input_splits.clone())?;
     let aggregators = Aggregator::sharded(
         splits.len(),
         config.memory_limit,

@@ -18,8 +18,8 @@ use burn::{
 use serde::Serialize;
 
 use super::{
+    error::TrainError,
     loss::{self, Loss, ValueSupport},
-    run::TrainError,
     sampler::SplitMix64,
 };
 use crate::{
@@ -262,7 +262,7 @@ impl StepLoss {
 /// backend `R` and on `B` (in `precision`), from the same initial
 /// parameters (drawn on `R` with `seed`, copied to `B` through a burn
 /// record) on the same random batches of `batch` records, each side with
-/// its own optimiser ([`super::run::step`]: Adam, global-norm clipping,
+/// its own optimiser ([`super::step::step`]: Adam, global-norm clipping,
 /// the average): each step's loss on both. The trainer's own step, so the
 /// fused kernels, burn's operations and the flat optimiser on `B` all run
 /// as `chessbench train` runs them.
@@ -280,7 +280,7 @@ pub fn train_both<R: TrainBackend, B: TrainBackend>(
 ) -> Result<Vec<StepLoss>, TrainError> {
     use super::{
         optim::{AdamSettings, Optimiser},
-        run,
+        step,
     };
     R::seed(reference_device, seed);
     let mut reference = Predictor::<R>::new(shape, reference_device);
@@ -305,7 +305,7 @@ pub fn train_both<R: TrainBackend, B: TrainBackend>(
     for step in 0..steps {
         let records = Batch::random(shape, batch.max(1), &mut rng);
         let n = records.targets.len();
-        let reference_batch = run::Batch::<R> {
+        let reference_batch = step::Batch::<R> {
             tokens: tokens_tensor::<R>(&records.tokens, shape.seq_len, reference_device),
             targets: Tensor::from_data(
                 TensorData::new(records.targets.clone(), [n]),
@@ -316,12 +316,12 @@ pub fn train_both<R: TrainBackend, B: TrainBackend>(
                 reference_device,
             ),
         };
-        let other_batch = run::Batch::<B> {
+        let other_batch = step::Batch::<B> {
             tokens: tokens_tensor::<B>(&records.tokens, shape.seq_len, device),
             targets: Tensor::from_data(TensorData::new(records.targets.clone(), [n]), device),
             win_prob: Tensor::from_data(TensorData::new(records.win.clone(), [n]), device),
         };
-        let (updated, want, _) = run::step(
+        let (updated, want, _) = step::step(
             reference,
             &mut reference_optimiser,
             reference_batch,
@@ -331,7 +331,7 @@ pub fn train_both<R: TrainBackend, B: TrainBackend>(
             1.0,
         );
         reference = updated;
-        let (updated, got, _) = run::step(
+        let (updated, got, _) = step::step(
             model,
             &mut optimiser,
             other_batch,

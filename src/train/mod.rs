@@ -9,7 +9,9 @@
 //! - [`optim`]: global-norm clipping, Adam and the parameters' average in
 //!   one pass over flat buffers;
 //! - [`save`], [`run`]: writing checkpoints, exact resume, logs, the
-//!   loop;
+//!   loop; beneath it `step` (one optimiser step, also `bench-step`'s),
+//!   `stream` (the records a run reads, and the loader's memory share),
+//!   `held_out` (the eval split scored during training) and `error`;
 //! - [`logs`]: the typed rows of `metrics.csv` and `eval.csv`;
 //! - [`config`]: the `[train]` table, validated;
 //! - [`throughput`]: the step alone, timed (benchmarks);
@@ -19,6 +21,8 @@
 pub mod agreement;
 pub mod config;
 pub mod data;
+mod error;
+mod held_out;
 pub(crate) mod logs;
 pub mod loss;
 pub(crate) mod optim;
@@ -26,8 +30,12 @@ pub mod parity;
 pub mod run;
 pub mod sampler;
 pub(crate) mod save;
+pub(crate) mod step;
+mod stream;
 pub mod throughput;
 
 pub use config::TrainOptions;
-pub use run::{MEMORY, run};
+pub use error::TrainError;
+pub use run::run;
+pub use stream::{MEMORY, training_data};
 pub use throughput::{BenchStepOptions, bench_steps};

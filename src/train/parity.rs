@@ -17,7 +17,7 @@ use burn::{
 use super::{
     loss::{Loss, ValueSupport},
     optim::{AdamSettings, Optimiser},
-    run::{Batch, step},
+    step::{Batch, step},
 };
 use crate::{
     chess::value::ValueBuckets,

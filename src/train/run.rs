@@ -20,83 +20,34 @@ use std::{
     time::Instant,
 };
 
-use burn::{
-    optim::GradientsParams,
-    tensor::{
-        Int, Tensor, TensorData,
-        backend::{AutodiffBackend, Backend},
-    },
-};
+use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
 
 use super::{
     config::TrainConfig,
-    data::{DataConfig, DataError, Loader},
+    data::{DataError, Loader},
+    error::{TrainError, io},
+    held_out::{eval_set, evaluate},
     logs::{self, EvalResult, EvalRow, MetricsRow},
-    loss::{self, ValueSupport},
+    loss::ValueSupport,
     optim::{AdamSettings, OptimError, Optimiser, scalar},
-    sampler::{Position, Sampling},
+    sampler::Position,
     save::{self, TrainState},
+    step::{Batch, step},
+    stream::training_data,
 };
 use crate::{
-    chess::{RecordSet, actions::NUM_ACTIONS, value::ValueBuckets},
+    chess::{RecordSet, value::ValueBuckets},
     model::{
-        CheckpointError, DeviceKind, ModelBackend, Predictor, Products, TrainBackend,
+        DeviceKind, ModelBackend, Predictor, Products, TrainBackend,
         checkpoint::{latest, load_module, read_state},
         tokens_tensor, tune_allocator,
     },
-    options::{Consumer, Memory, Shard, Share},
-    store::{LabelSource, failpoint},
+    options::Shard,
+    store::failpoint,
     ui::{Report, group},
 };
-
-/// Training failures.
-#[derive(Debug, Error)]
-pub enum TrainError {
-    #[error(transparent)]
-    Data(#[from] DataError),
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
-    /// Writing a log or the summary (the store's error names the file).
-    #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
-    #[error("{}: {source}", path.display())]
-    Optimiser { path: PathBuf, source: OptimError },
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "{} was trained with another recipe; resume needs the same one (or pass --restart to start over):\n  {}",
-        dir.display(),
-        diffs.join("\n  ")
-    )]
-    Incompatible { dir: PathBuf, diffs: Vec<String> },
-    #[error("comparing backends: {0}")]
-    Backend(String),
-    #[error("the loss became {value} at step {step}: lower the learning rate or check the data")]
-    Diverged { step: u64, value: f64 },
-    #[error(transparent)]
-    Compute(#[from] crate::model::ComputeError),
-    #[error(
-        "--count-kernels counts a GPU step's kernels from CubeCL's logs: use --device wgpu or cuda, in a process that has not set up the GPU before"
-    )]
-    CountKernelsSettings,
-    #[error(
-        "--count-ops counts the f32 step's operations on the CPU (as built for CUDA): use --device cpu --precision f32"
-    )]
-    CountOpsSettings,
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
-    move |source| TrainError::Io {
-        path: path.to_owned(),
-        source,
-    }
-}
 
 /// Held while a run seeds the backend and draws its initial parameters.
 static INITIALISING: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -230,181 +181,6 @@ fn append(path: &Path, line: &str) -> Result<(), TrainError> {
         .map_err(io(path))?;
     writeln!(f, "{line}").map_err(io(path))?;
     f.sync_data().map_err(io(path))
-}
-
-/// Records held in memory for evaluation.
-struct EvalSet {
-    split: String,
-    tokens: Vec<i32>,
-    seq_len: usize,
-    targets: Vec<i32>,
-    win_prob: Vec<f32>,
-    marginal_log_loss: f64,
-}
-
-/// The stream `chessbench train` learns from under `config`: its split,
-/// batch size, seed, sampler and loader threads, the whole of `shard`'s
-/// slice. The Python package's loader is built from this too, so its
-/// batches are the trainer's.
-pub fn training_data(config: &TrainConfig, shard: Shard) -> DataConfig {
-    DataConfig {
-        workers: config.workers,
-        sampling: config.sampling,
-        shard,
-        ..data_config(config, &config.split, config.batch_size, config.seed)
-    }
-}
-
-/// What `train` holds within `--memory-limit`.
-pub const MEMORY: Memory<2> = Memory([
-    Consumer::new(
-        "the loader's windows of records (being built, prefetched, served): it bounds \
-         prefetching, never what is served",
-        Share::Part(1, 2),
-    ),
-    Consumer::new(
-        "the model, its activations and the optimiser",
-        Share::Rest { at_least: (0, 1) },
-    ),
-]);
-
-fn data_config(config: &TrainConfig, split: &str, batch_size: usize, seed: u64) -> DataConfig {
-    let [loader, _] = MEMORY.share(config.memory_limit, 1);
-    DataConfig {
-        run: config.run.clone(),
-        split: split.to_owned(),
-        policy: config.policy,
-        buckets: config.buckets,
-        batch_size,
-        sampling: Sampling::Uniform,
-        seed,
-        window: config.window,
-        workers: 1,
-        memory_limit: loader,
-        label_source: config.label_source,
-        shard: Shard::ALL,
-    }
-}
-
-/// The eval records (the first `eval_records` of a fixed uniform order) and
-/// the marginal baseline estimated from `marginal_records` train records.
-fn eval_set(config: &TrainConfig, split: &str) -> Result<EvalSet, TrainError> {
-    const EVAL_SEED: u64 = 0x0e7a_1000;
-    let outputs = match config.policy {
-        RecordSet::BehavioralCloning => NUM_ACTIONS,
-        _ => config.buckets,
-    };
-    let mut counts = vec![0u64; outputs];
-    let marginal = Loader::new(
-        data_config(config, &config.split, 64 * 1024, EVAL_SEED),
-        Position::default(),
-    )?;
-    let wanted = config
-        .marginal_records
-        .min(marginal.records() as usize)
-        .max(1);
-    let mut seen = 0;
-    let mut marginal = marginal;
-    while seen < wanted {
-        let batch = marginal.next_batch()?;
-        for &t in batch.targets.iter().take(wanted - seen) {
-            counts[t as usize] += 1;
-        }
-        seen += batch.len();
-    }
-    drop(marginal);
-    // Held-out records carry Stockfish's values whatever the training
-    // labels are, so every label source is scored against the same
-    // reference; a split only the evaluation database labels is scored on
-    // its labels.
-    let reference = DataConfig {
-        label_source: LabelSource::default(),
-        ..data_config(config, split, 1, EVAL_SEED)
-    };
-    let mut loader = match Loader::new(reference, Position::default()) {
-        Err(DataError::Empty { .. }) => Loader::new(
-            data_config(config, split, 1, EVAL_SEED),
-            Position::default(),
-        )?,
-        other => other?,
-    };
-    let n = config.eval_records.min(loader.records() as usize).max(1);
-    let mut set = EvalSet {
-        split: split.to_owned(),
-        tokens: Vec::new(),
-        seq_len: config.policy.sequence_length(),
-        targets: Vec::new(),
-        win_prob: Vec::new(),
-        marginal_log_loss: f64::NAN,
-    };
-    let mut loader_batch = loader.next_batch()?;
-    while set.targets.len() < n {
-        set.tokens.extend_from_slice(&loader_batch.tokens);
-        set.targets.extend_from_slice(&loader_batch.targets);
-        set.win_prob.extend_from_slice(&loader_batch.win_prob);
-        if set.targets.len() < n {
-            loader_batch = loader.next_batch()?;
-        }
-    }
-    let targets: Vec<usize> = set.targets.iter().map(|&t| t as usize).collect();
-    set.marginal_log_loss = loss::marginal_log_loss(&counts, &targets);
-    Ok(set)
-}
-
-/// Scores `model` on the eval set, `batch_size` records at a time.
-fn evaluate<B: ModelBackend>(
-    model: &Predictor<B>,
-    set: &EvalSet,
-    support: &ValueSupport<B>,
-    policy: RecordSet,
-    batch_size: usize,
-    step: u64,
-    device: &B::Device,
-) -> EvalResult {
-    let n = set.targets.len();
-    let (mut nll, mut correct, mut sq) = (0.0f64, 0usize, 0.0f64);
-    let mut start = 0;
-    while start < n {
-        let end = (start + batch_size).min(n);
-        let m = end - start;
-        let tokens = tokens_tensor::<B>(
-            &set.tokens[start * set.seq_len..end * set.seq_len],
-            set.seq_len,
-            device,
-        );
-        let targets = Tensor::<B, 1, Int>::from_data(
-            TensorData::new(set.targets[start..end].to_vec(), [m]),
-            device,
-        );
-        let log_probs = model.forward(tokens);
-        nll += scalar(loss::cross_entropy(log_probs.clone(), targets.clone())) * m as f64;
-        let hits = log_probs
-            .clone()
-            .argmax(1)
-            .reshape([m])
-            .equal(targets)
-            .int()
-            .sum();
-        correct += scalar(hits.float()) as usize;
-        if policy != RecordSet::BehavioralCloning {
-            let y = Tensor::<B, 1>::from_data(
-                TensorData::new(set.win_prob[start..end].to_vec(), [m]),
-                device,
-            );
-            let d = support.expected_value(log_probs) - y;
-            sq += scalar((d.clone() * d).sum());
-        }
-        start = end;
-    }
-    EvalResult {
-        step,
-        split: set.split.clone(),
-        records: n,
-        log_loss: nll / n as f64,
-        marginal_log_loss: set.marginal_log_loss,
-        accuracy: correct as f64 / n as f64,
-        value_mse: (policy != RecordSet::BehavioralCloning).then(|| sq / n as f64),
-    }
 }
 
 fn progress_bar(enabled: bool, total: u64, start: u64) -> ProgressBar {
@@ -806,56 +582,4 @@ fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), TrainErr
 /// The last row of `eval.csv` (a run resumed after it finished).
 fn read_last_eval(path: &Path) -> Option<EvalResult> {
     Some(EvalResult::from(logs::read::<EvalRow>(path).pop()?))
-}
-
-/// A batch on the device: token sequences `[n, seq_len]` (the target
-/// included), target tokens and win probabilities `[n]`.
-pub(crate) struct Batch<B: Backend> {
-    pub tokens: Tensor<B, 2, Int>,
-    pub targets: Tensor<B, 1, Int>,
-    pub win_prob: Tensor<B, 1>,
-}
-
-/// A step's updated model, loss and unclipped gradient norm.
-pub(crate) type Stepped<B> = (
-    Predictor<B>,
-    Tensor<<B as AutodiffBackend>::InnerBackend, 1>,
-    Tensor<<B as AutodiffBackend>::InnerBackend, 1>,
-);
-
-/// One optimiser step of `chessbench train`, as searchless_chess's
-/// `update_parameters` takes it: the batch's mean loss on the last token,
-/// gradients clipped to a global norm (`optax.clip_by_global_norm`), one
-/// Adam update, the average moved. Returns the updated model, the loss and
-/// the unclipped gradient norm.
-/// The loss's gradients, the loss multiplied by `scale` first unless it
-/// is 1 (mixed f16's loss scaling; the optimiser divides them back).
-pub(crate) fn scaled_backward<B: TrainBackend>(
-    loss: Tensor<B, 1>,
-    scale: f32,
-) -> <B as burn::tensor::backend::AutodiffBackend>::Gradients {
-    if scale == 1.0 {
-        loss.backward()
-    } else {
-        loss.mul_scalar(scale).backward()
-    }
-}
-
-pub(crate) fn step<B: TrainBackend>(
-    model: Predictor<B>,
-    optimiser: &mut Optimiser<B>,
-    batch: Batch<B>,
-    loss: loss::Loss,
-    support: &ValueSupport<B>,
-    learning_rate: f64,
-    grad_clip: f64,
-) -> Stepped<B> {
-    let log_probs = model.forward(batch.tokens);
-    let loss = loss::batch_loss(loss, log_probs, batch.targets, batch.win_prob, support);
-    let detached = loss.clone().inner();
-    let scale = model.precision().loss_scale();
-    optimiser.set_loss_scale(scale);
-    let grads = GradientsParams::from_grads(scaled_backward(loss, scale), &model);
-    let (model, norm) = optimiser.step(model, grads, learning_rate, grad_clip);
-    (model, detached, norm)
 }

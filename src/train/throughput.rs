@@ -18,9 +18,9 @@ use serde::Serialize;
 use super::{
     agreement::Batch,
     config::Recipe,
+    error::TrainError,
     loss::{self, Loss, ValueSupport},
     optim::{AdamSettings, Optimiser, Phase, scalar},
-    run::TrainError,
     sampler::SplitMix64,
 };
 use crate::{
@@ -376,7 +376,7 @@ fn run<B: TrainBackend>(
         let scale = model.precision().loss_scale();
         optimiser.set_loss_scale(scale);
         let grads =
-            GradientsParams::from_grads(super::run::scaled_backward(loss.clone(), scale), &model);
+            GradientsParams::from_grads(super::step::scaled_backward(loss.clone(), scale), &model);
         mark(2, &mut t);
         model = optimiser
             .step_marked(model, grads, 1e-4, 1.0, &mut |phase| match phase {

@@ -176,6 +176,54 @@ fn help_explains_the_stage() {
     }
 }
 
+/// Every stage that takes `--memory-limit` lists under it the shares its
+/// run divides the limit by (the stage's `options::Memory`), each share
+/// once, in the declared order.
+#[test]
+fn memory_limit_help_lists_the_stage_s_shares() {
+    use chessbench::{annotate, bag, eval, ingest, sql, stats, train};
+    let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    for (stage, shares) in [
+        (vec!["ingest"], ingest::MEMORY.to_string()),
+        (vec!["annotate"], annotate::memory_help()),
+        (vec!["stats"], stats::MEMORY.to_string()),
+        (vec!["sql"], sql::MEMORY.to_string()),
+        (vec!["bag", "export"], sql::MEMORY.to_string()),
+        (vec!["bag", "import"], bag::import::MEMORY.to_string()),
+        (vec!["train"], train::MEMORY.to_string()),
+        (vec!["eval"], eval::MEMORY.to_string()),
+    ] {
+        let o = std::process::Command::new(BIN)
+            .args(&stage)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{stage:?} --help");
+        let help = words(&String::from_utf8_lossy(&o.stdout));
+        let (_, after) = help
+            .split_once("--memory-limit <SIZE>")
+            .unwrap_or_else(|| panic!("{stage:?} --help has no --memory-limit"));
+        let (flag, _) = after.split_once("[default: 2GiB]").unwrap();
+        assert!(
+            flag.contains(&words(&shares)),
+            "{stage:?} --help's --memory-limit lacks its shares:\n{shares}\nit reads: {flag}"
+        );
+        assert!(!shares.trim().is_empty());
+    }
+    // The shares of a stage add up to the limit, a floor aside.
+    let limit = 1u64 << 30;
+    assert_eq!(train::MEMORY.share(limit, 1).iter().sum::<u64>(), limit);
+    assert_eq!(sql::MEMORY.share(limit, 1).iter().sum::<u64>(), limit);
+    assert_eq!(ingest::MEMORY.share(limit, 1).iter().sum::<u64>(), limit);
+    assert_eq!(
+        bag::import::MEMORY.share(limit, 8).iter().sum::<u64>(),
+        limit
+    );
+    assert_eq!(stats::MEMORY.share(limit, 4).iter().sum::<u64>(), limit);
+    let [session, batches, weights] = eval::MEMORY.share(limit, 1);
+    assert_eq!((session, batches + weights), (limit, limit));
+}
+
 /// Runs the binary in `cwd` (the path rules depend on it).
 fn run_in(cwd: &std::path::Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new(BIN)

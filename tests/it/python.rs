@@ -14,7 +14,7 @@ use std::{path::Path, process::Command};
 
 use chessbench::{
     options::{Env, Shard},
-    train::{TrainOptions, data::Loader, run::training_data, sampler::Position},
+    train::{TrainOptions, data::Loader, sampler::Position, training_data},
 };
 use clap::{Args, FromArgMatches};
 

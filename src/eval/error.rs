@@ -24,9 +24,12 @@ pub enum EvalConfigError {
     AdjudicateCp(i32),
 }
 
-/// Evaluation failures, naming the file, line or board.
+/// What stops a player (the trained model or a UCI engine) from being
+/// built or from choosing a move, naming the checkpoint, board or engine
+/// command. The UCI server's errors wrap it; an evaluation's
+/// [`EvalError::Player`] does too.
 #[derive(Debug, Error)]
-pub enum EvalError {
+pub enum PlayerError {
     #[error("{}: no such checkpoint or training run (train one with `chessbench train`, or pass --checkpoint RUN/train/NAME)", .0.display())]
     NoCheckpoint(PathBuf),
     #[error(transparent)]
@@ -35,8 +38,33 @@ pub enum EvalError {
     Compute(#[from] crate::model::ComputeError),
     #[error("reading the model's output: {0}")]
     Tensor(String),
+    #[error("{0}")]
+    Buckets(#[from] crate::chess::value::BucketError),
     #[error("board {fen:?}: {message}")]
     Position { fen: String, message: String },
+    #[error("engine ({what}): {source}")]
+    Engine {
+        what: String,
+        #[source]
+        source: EngineError,
+    },
+}
+
+impl PlayerError {
+    pub(crate) fn engine(what: &str, source: EngineError) -> PlayerError {
+        PlayerError::Engine {
+            what: what.to_owned(),
+            source,
+        }
+    }
+}
+
+/// Evaluation failures, naming the file, line or board.
+#[derive(Debug, Error)]
+pub enum EvalError {
+    /// A player could not be built, or could not choose a move.
+    #[error(transparent)]
+    Player(#[from] PlayerError),
     #[error("{}:{line}: {message}", path.display())]
     Puzzle {
         path: PathBuf,
@@ -45,12 +73,6 @@ pub enum EvalError {
     },
     #[error("openings {}: {message}", path.display())]
     Openings { path: PathBuf, message: String },
-    #[error("engine ({what}): {source}")]
-    Engine {
-        what: String,
-        #[source]
-        source: EngineError,
-    },
     #[error(transparent)]
     Sql(#[from] SqlError),
     /// Writing a report file (the store's error names the file).
@@ -66,17 +88,6 @@ pub enum EvalError {
     Elo(#[from] elo::EloError),
     #[error(transparent)]
     Play(#[from] game::PlayError),
-    #[error("{0}")]
-    Buckets(#[from] crate::chess::value::BucketError),
     #[error("writing the report: {0}")]
     Json(#[from] serde_json::Error),
-}
-
-impl EvalError {
-    pub(crate) fn engine(what: &str, source: EngineError) -> EvalError {
-        EvalError::Engine {
-            what: what.to_owned(),
-            source,
-        }
-    }
 }

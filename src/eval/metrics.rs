@@ -28,7 +28,7 @@ use serde::Serialize;
 use shakmaty::Chess;
 
 use super::{
-    error::EvalError,
+    error::{EvalError, PlayerError},
     game::parse_fen,
     policy::NeuralPlayer,
     predict::{Prediction, argmax, predict_many},
@@ -373,12 +373,12 @@ pub(crate) fn score_stockfish(
     let mut acc = Accumulator::new();
     let mut work = Default::default();
     for (i, board) in boards.iter().enumerate() {
-        let prepared = prepare(&board.fen, None).map_err(|e| EvalError::Position {
+        let prepared = prepare(&board.fen, None).map_err(|e| PlayerError::Position {
             fen: board.fen.clone(),
             message: e.to_string(),
         })?;
         let annotated = annotate(engine, &prepared, settings, &mut work)
-            .map_err(|e| EvalError::engine(&format!("annotating {}", board.fen), e))?;
+            .map_err(|e| PlayerError::engine(&format!("annotating {}", board.fen), e))?;
         // Both sorted by action index.
         let actions: Vec<u16> = annotated.actions.iter().map(|a| a.0).collect();
         let predicted: Vec<f64> = annotated.actions.iter().map(|a| a.1.win_prob).collect();

@@ -17,8 +17,10 @@
 //! - [`config`]: the `[eval]` recipe and its memory shares;
 //! - [`run`]: `chessbench eval`'s parts, run in order;
 //! - [`report`]: the summary and the report directory's files;
-//! - `error`: [`EvalError`], what stops an evaluation, and
-//!   [`EvalConfigError`], the options it refuses.
+//! - `error`: [`EvalError`], what stops an evaluation;
+//!   [`PlayerError`], what stops a player (a model or an engine) being
+//!   built or choosing a move, which the UCI server shares; and
+//!   [`EvalConfigError`], the options an evaluation refuses.
 
 pub mod config;
 pub(crate) mod elo;
@@ -35,7 +37,7 @@ pub mod trained;
 pub mod uci_server;
 
 pub use config::{EvalConfig, EvalOptions, MEMORY};
-pub use error::{EvalConfigError, EvalError};
+pub use error::{EvalConfigError, EvalError, PlayerError};
 pub use report::EvalSummary;
 pub use run::run;
 pub use uci_server::UciOptions;

@@ -24,7 +24,7 @@ use std::time::Duration;
 use shakmaty::{CastlingMode, Chess, Move, uci::UciMove};
 
 use super::{
-    error::EvalError,
+    error::PlayerError,
     game::{Game, fen_of},
     predict::{Prediction, predict_many},
     trained::Model,
@@ -46,9 +46,9 @@ pub(crate) trait Player {
     /// A name for PGN headers and rating tables.
     fn name(&self) -> &str;
     /// Called before each game.
-    fn new_game(&mut self) -> Result<(), EvalError>;
+    fn new_game(&mut self) -> Result<(), PlayerError>;
     /// A legal move in `game`'s current position (which has one).
-    fn choose(&mut self, game: &Game) -> Result<Move, EvalError>;
+    fn choose(&mut self, game: &Game) -> Result<Move, PlayerError>;
     /// The score (win probability) of the last chosen move, if the player
     /// has one (for UCI `info score`).
     fn last_score(&self) -> Option<f64> {
@@ -60,11 +60,11 @@ pub(crate) trait Player {
         1
     }
     /// [`Player::new_game`] for the game in `slot` (below [`Player::slots`]).
-    fn new_game_in(&mut self, _slot: usize) -> Result<(), EvalError> {
+    fn new_game_in(&mut self, _slot: usize) -> Result<(), PlayerError> {
         self.new_game()
     }
     /// A move in each of several games, given as `(slot, game)`.
-    fn choose_many(&mut self, games: &[(usize, &Game)]) -> Result<Vec<Move>, EvalError> {
+    fn choose_many(&mut self, games: &[(usize, &Game)]) -> Result<Vec<Move>, PlayerError> {
         games.iter().map(|(_, g)| self.choose(g)).collect()
     }
 }
@@ -122,7 +122,7 @@ impl NeuralPlayer {
 
     /// The predictions of `games`' positions with the paper's repetition
     /// workaround applied to the scores.
-    fn analyse_many(&self, games: &[(usize, &Game)]) -> Result<Vec<Prediction>, EvalError> {
+    fn analyse_many(&self, games: &[(usize, &Game)]) -> Result<Vec<Prediction>, PlayerError> {
         let positions: Vec<&Chess> = games.iter().map(|(_, g)| g.position()).collect();
         let mut predictions = predict_many(&self.model, &positions)?;
         if self.options.repetition_draw && self.model.policy() != RecordSet::BehavioralCloning {
@@ -143,7 +143,7 @@ impl NeuralPlayer {
         slot: usize,
         game: &Game,
         p: &Prediction,
-    ) -> Result<Option<Move>, EvalError> {
+    ) -> Result<Option<Move>, PlayerError> {
         let Some(decisive) = &self.options.decisive else {
             return Ok(None);
         };
@@ -166,12 +166,12 @@ impl NeuralPlayer {
         slot: usize,
         game: &Game,
         p: &Prediction,
-    ) -> Result<(Move, Option<f64>), EvalError> {
+    ) -> Result<(Move, Option<f64>), PlayerError> {
         if let Some(m) = self.decide_with_stockfish(slot, game, p)? {
             let score = p.moves.iter().position(|x| *x == m).map(|i| p.scores[i]);
             return Ok((m, score));
         }
-        let best = p.best().ok_or_else(|| EvalError::Position {
+        let best = p.best().ok_or_else(|| PlayerError::Position {
             fen: fen_of(game.position()),
             message: "the model scored every move NaN".into(),
         })?;
@@ -213,13 +213,13 @@ pub(crate) fn decisive_choice(
     decisive: &Decisive,
     game: &Game,
     p: &Prediction,
-) -> Result<Option<Move>, EvalError> {
+) -> Result<Option<Move>, PlayerError> {
     let Some(top) = decisive_candidates(&p.scores) else {
         return Ok(None);
     };
     if engine.is_none() {
         *engine =
-            Some(Engine::start(&decisive.engine).map_err(|e| EvalError::engine("starting", e))?);
+            Some(Engine::start(&decisive.engine).map_err(|e| PlayerError::engine("starting", e))?);
     }
     let engine = engine.as_mut().expect("started above");
     let searchmoves: Vec<UciMove> = top
@@ -234,11 +234,11 @@ impl Player for NeuralPlayer {
         &self.name
     }
 
-    fn new_game(&mut self) -> Result<(), EvalError> {
+    fn new_game(&mut self) -> Result<(), PlayerError> {
         self.new_game_in(0)
     }
 
-    fn choose(&mut self, game: &Game) -> Result<Move, EvalError> {
+    fn choose(&mut self, game: &Game) -> Result<Move, PlayerError> {
         let p = self.analyse_many(&[(0, game)])?.remove(0);
         let (m, score) = self.pick(0, game, &p)?;
         self.last_score = score;
@@ -253,15 +253,15 @@ impl Player for NeuralPlayer {
         usize::MAX
     }
 
-    fn new_game_in(&mut self, slot: usize) -> Result<(), EvalError> {
+    fn new_game_in(&mut self, slot: usize) -> Result<(), PlayerError> {
         if let Some(Some(e)) = self.decisive_engines.get_mut(slot) {
             e.new_game(ENGINE_TIMEOUT)
-                .map_err(|e| EvalError::engine("ucinewgame", e))?;
+                .map_err(|e| PlayerError::engine("ucinewgame", e))?;
         }
         Ok(())
     }
 
-    fn choose_many(&mut self, games: &[(usize, &Game)]) -> Result<Vec<Move>, EvalError> {
+    fn choose_many(&mut self, games: &[(usize, &Game)]) -> Result<Vec<Move>, PlayerError> {
         let predictions = self.analyse_many(games)?;
         let mut moves = Vec::with_capacity(games.len());
         for ((slot, game), p) in games.iter().zip(&predictions) {
@@ -284,14 +284,14 @@ pub(crate) fn search_game(
     limit: Limit,
     searchmoves: &[UciMove],
     what: &str,
-) -> Result<SearchResult, EvalError> {
+) -> Result<SearchResult, PlayerError> {
     let moves = game.uci_moves();
     engine
         .set_position(UciPosition::fen(game.start_fen(), &moves))
-        .map_err(|e| EvalError::engine("position", e))?;
+        .map_err(|e| PlayerError::engine("position", e))?;
     engine
         .search(limit, searchmoves, ENGINE_TIMEOUT)
-        .map_err(|e| EvalError::engine(what, e))
+        .map_err(|e| PlayerError::engine(what, e))
 }
 
 /// Asks `engine` for its move in `game` (among `searchmoves` if given).
@@ -300,15 +300,15 @@ pub(crate) fn stockfish_move(
     game: &Game,
     limit: Limit,
     searchmoves: &[UciMove],
-) -> Result<Move, EvalError> {
+) -> Result<Move, PlayerError> {
     let r = search_game(engine, game, limit, searchmoves, "searching")?;
     let fen = fen_of(game.position());
-    let best = r.bestmove.ok_or_else(|| EvalError::Position {
+    let best = r.bestmove.ok_or_else(|| PlayerError::Position {
         fen: fen.clone(),
         message: "the engine answered bestmove (none)".into(),
     })?;
     best.to_move(game.position())
-        .map_err(|_| EvalError::Position {
+        .map_err(|_| PlayerError::Position {
             fen,
             message: format!("the engine played the illegal move {best}"),
         })
@@ -326,8 +326,8 @@ impl EnginePlayer {
         config: &EngineConfig,
         limit: Limit,
         name: String,
-    ) -> Result<EnginePlayer, EvalError> {
-        let engine = Engine::start(config).map_err(|e| EvalError::engine("starting", e))?;
+    ) -> Result<EnginePlayer, PlayerError> {
+        let engine = Engine::start(config).map_err(|e| PlayerError::engine("starting", e))?;
         Ok(EnginePlayer {
             engine,
             limit,
@@ -341,13 +341,13 @@ impl Player for EnginePlayer {
         &self.name
     }
 
-    fn new_game(&mut self) -> Result<(), EvalError> {
+    fn new_game(&mut self) -> Result<(), PlayerError> {
         self.engine
             .new_game(ENGINE_TIMEOUT)
-            .map_err(|e| EvalError::engine("ucinewgame", e))
+            .map_err(|e| PlayerError::engine("ucinewgame", e))
     }
 
-    fn choose(&mut self, game: &Game) -> Result<Move, EvalError> {
+    fn choose(&mut self, game: &Game) -> Result<Move, PlayerError> {
         stockfish_move(&mut self.engine, game, self.limit, &[])
     }
 }

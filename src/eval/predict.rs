@@ -7,7 +7,7 @@
 use shakmaty::{CastlingMode, Chess, Move, Position};
 
 use super::{
-    error::EvalError,
+    error::PlayerError,
     game::fen_of,
     trained::{Model, PassPhases},
 };
@@ -70,23 +70,25 @@ pub(crate) fn argmax(values: &[f64]) -> Option<usize> {
 }
 
 /// The legal moves of `pos` ordered by UCI string, with action indices.
-pub(crate) fn ordered_legal_moves(pos: &Chess) -> Result<Vec<(String, Move, u16)>, EvalError> {
+pub(crate) fn ordered_legal_moves(pos: &Chess) -> Result<Vec<(String, Move, u16)>, PlayerError> {
     let vocab = vocabulary();
     let mut moves = Vec::new();
     for m in pos.legal_moves() {
-        let action = vocab.index_of_move(&m).ok_or_else(|| EvalError::Position {
-            fen: fen_of(pos),
-            message: format!("move {m} has no ChessBench action index"),
-        })?;
+        let action = vocab
+            .index_of_move(&m)
+            .ok_or_else(|| PlayerError::Position {
+                fen: fen_of(pos),
+                message: format!("move {m} has no ChessBench action index"),
+            })?;
         moves.push((m.to_uci(CastlingMode::Standard).to_string(), m, action));
     }
     moves.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(moves)
 }
 
-fn tokens_of(pos: &Chess) -> Result<[u8; crate::chess::tokens::SEQUENCE_LENGTH], EvalError> {
+fn tokens_of(pos: &Chess) -> Result<[u8; crate::chess::tokens::SEQUENCE_LENGTH], PlayerError> {
     let fen = fen_of(pos);
-    tokenize(&fen).map_err(|e| EvalError::Position {
+    tokenize(&fen).map_err(|e| PlayerError::Position {
         fen,
         message: e.to_string(),
     })
@@ -95,7 +97,11 @@ fn tokens_of(pos: &Chess) -> Result<[u8; crate::chess::tokens::SEQUENCE_LENGTH],
 /// Runs `model` on every legal move of `pos` (one forward pass): the UCI
 /// engine's path, one board at a time. Many boards go through
 /// [`predict_many`].
-pub fn predict(model: &Model, pos: &Chess, tokens: &mut Vec<i32>) -> Result<Prediction, EvalError> {
+pub fn predict(
+    model: &Model,
+    pos: &Chess,
+    tokens: &mut Vec<i32>,
+) -> Result<Prediction, PlayerError> {
     let legal = ordered_legal_moves(pos)?;
     tokens.clear();
     push_board(model.policy(), pos, &legal, tokens)?;
@@ -111,9 +117,9 @@ fn push_board(
     pos: &Chess,
     legal: &[(String, Move, u16)],
     tokens: &mut Vec<i32>,
-) -> Result<(), EvalError> {
+) -> Result<(), PlayerError> {
     if legal.is_empty() {
-        return Err(EvalError::Position {
+        return Err(PlayerError::Position {
             fen: fen_of(pos),
             message: "no legal moves".into(),
         });
@@ -249,7 +255,7 @@ pub struct PipelineTimes {
 /// [`BATCH_SEQUENCES`] at a time; the next batch is tokenised on another
 /// thread while the model runs the current one, and the one before it is
 /// turned into predictions on a third.
-pub fn predict_many(model: &Model, positions: &[&Chess]) -> Result<Vec<Prediction>, EvalError> {
+pub fn predict_many(model: &Model, positions: &[&Chess]) -> Result<Vec<Prediction>, PlayerError> {
     if let [pos] = positions {
         // One board (the UCI engine): no thread to overlap with.
         return Ok(vec![predict(model, pos, &mut Vec::new())?]);
@@ -273,7 +279,7 @@ fn finish(readout: &Readout, batch: Batch, log_probs: &[f32], out: &mut Vec<Pred
 pub fn predict_many_timed(
     model: &Model,
     positions: &[&Chess],
-) -> Result<(Vec<Prediction>, PipelineTimes), EvalError> {
+) -> Result<(Vec<Prediction>, PipelineTimes), PlayerError> {
     let readout = Readout::of(model);
     let (mut out, times) = pipeline(
         batches(
@@ -294,7 +300,7 @@ pub fn predict_many_timed(
 /// Where one forward pass over `positions`' sequences (their first pass's
 /// worth) spends its time: copying tokens in, the network, copying
 /// log-probabilities back ([`Model`]'s device synchronised after each).
-pub fn pass_phases(model: &Model, positions: &[&Chess]) -> Result<PassPhases, EvalError> {
+pub fn pass_phases(model: &Model, positions: &[&Chess]) -> Result<PassPhases, PlayerError> {
     let first = batches(
         model.policy(),
         model.seq_len(),
@@ -314,7 +320,7 @@ pub fn pass_phases(model: &Model, positions: &[&Chess]) -> Result<PassPhases, Ev
 /// uniform ones: the work does not depend on the values). The model does
 /// not run. For benchmarks: how many boards a second one host thread
 /// prepares or finishes, against what the device scores.
-pub fn host_times(model: &Model, positions: &[&Chess]) -> Result<(f64, f64), EvalError> {
+pub fn host_times(model: &Model, positions: &[&Chess]) -> Result<(f64, f64), PlayerError> {
     use std::time::Instant;
     let readout = Readout::of(model);
     let (mut prepare_s, mut finish_s) = (0.0, 0.0);
@@ -352,7 +358,7 @@ fn batches<'a>(
     seq_len: usize,
     batch_sequences: usize,
     positions: &'a [&'a Chess],
-) -> impl Iterator<Item = Result<Batch, EvalError>> + Send + 'a {
+) -> impl Iterator<Item = Result<Batch, PlayerError>> + Send + 'a {
     let mut boards = positions.iter();
     let mut failed = false;
     let mut carried: Option<(&Chess, LegalMoves)> = None;
@@ -406,15 +412,15 @@ fn batches<'a>(
 /// The first error (of a batch or of `run`) stops all three and is
 /// returned.
 fn pipeline<T: Send, U: Send, O: Send>(
-    batches: impl Iterator<Item = Result<T, EvalError>> + Send,
-    mut run: impl FnMut(&T) -> Result<U, EvalError>,
+    batches: impl Iterator<Item = Result<T, PlayerError>> + Send,
+    mut run: impl FnMut(&T) -> Result<U, PlayerError>,
     mut finish: impl FnMut(T, U, &mut Vec<O>) + Send,
-) -> Result<(Vec<O>, PipelineTimes), EvalError> {
+) -> Result<(Vec<O>, PipelineTimes), PlayerError> {
     use std::{sync::mpsc::sync_channel, time::Instant};
     let start = Instant::now();
     let mut times = PipelineTimes::default();
     std::thread::scope(|scope| {
-        let (send_batch, prepared) = sync_channel::<Result<T, EvalError>>(1);
+        let (send_batch, prepared) = sync_channel::<Result<T, PlayerError>>(1);
         let preparing = scope.spawn(move || {
             let mut busy = 0.0;
             let mut batches = batches;
@@ -440,7 +446,7 @@ fn pipeline<T: Send, U: Send, O: Send>(
             }
             (out, busy)
         });
-        let ran = (|| -> Result<(), EvalError> {
+        let ran = (|| -> Result<(), PlayerError> {
             loop {
                 let t = Instant::now();
                 let Ok(batch) = prepared.recv() else {
@@ -592,7 +598,7 @@ mod tests {
         let failing = |at: usize| {
             (0..1000).map(move |i| {
                 if i == at {
-                    Err(EvalError::Tensor(format!("batch {i}")))
+                    Err(PlayerError::Tensor(format!("batch {i}")))
                 } else {
                     Ok(i)
                 }
@@ -602,13 +608,13 @@ mod tests {
         let err = pipeline(failing(3), |&i| Ok(i), keep).unwrap_err();
         assert_eq!(
             err.to_string(),
-            EvalError::Tensor("batch 3".into()).to_string()
+            PlayerError::Tensor("batch 3".into()).to_string()
         );
         let err = pipeline(
             failing(usize::MAX),
             |&i| {
                 if i == 7 {
-                    Err(EvalError::Tensor("pass 7".into()))
+                    Err(PlayerError::Tensor("pass 7".into()))
                 } else {
                     Ok(i)
                 }
@@ -618,7 +624,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             err.to_string(),
-            EvalError::Tensor("pass 7".into()).to_string()
+            PlayerError::Tensor("pass 7".into()).to_string()
         );
         let (out, _) = pipeline(failing(usize::MAX), |&i| Ok(i), keep).unwrap();
         assert_eq!(out, (0..1000).collect::<Vec<_>>());

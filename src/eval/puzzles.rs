@@ -398,7 +398,7 @@ pub(crate) fn summarise(player: &str, results: &[PuzzleResult], seconds: f64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::game::parse_uci_move;
+    use crate::eval::{error::PlayerError, game::parse_uci_move};
     use std::io::Write;
 
     /// Plays a fixed list of UCI moves (a "policy" that knows the answer,
@@ -408,11 +408,11 @@ mod tests {
         fn name(&self) -> &str {
             "scripted"
         }
-        fn new_game(&mut self) -> Result<(), EvalError> {
+        fn new_game(&mut self) -> Result<(), PlayerError> {
             self.1 = 0;
             Ok(())
         }
-        fn choose(&mut self, game: &Game) -> Result<Move, EvalError> {
+        fn choose(&mut self, game: &Game) -> Result<Move, PlayerError> {
             let m = self.0[self.1];
             self.1 += 1;
             Ok(parse_uci_move(game.position(), m).unwrap())
@@ -566,10 +566,10 @@ mod tests {
         fn name(&self) -> &str {
             self.0.name()
         }
-        fn new_game(&mut self) -> Result<(), EvalError> {
+        fn new_game(&mut self) -> Result<(), PlayerError> {
             self.0.new_game()
         }
-        fn choose(&mut self, game: &Game) -> Result<Move, EvalError> {
+        fn choose(&mut self, game: &Game) -> Result<Move, PlayerError> {
             self.0.choose(game)
         }
     }

@@ -9,7 +9,7 @@ use indicatif::ProgressBar;
 use super::{
     config::{EvalConfig, MEMORY, Part},
     elo,
-    error::EvalError,
+    error::{EvalError, PlayerError},
     metrics,
     policy::{Decisive, EnginePlayer, NeuralPlayer, Player, PolicyOptions},
     puzzles::{self, PuzzleResult, PuzzleSummary},
@@ -156,7 +156,7 @@ fn static_metrics(
         summary.metrics = Some(m);
         if let Some(Opponent::Stockfish { limit, skill }) = &config.oracle {
             let mut engine = crate::uci_client::Engine::start(&engine_config(config, *skill))
-                .map_err(|e| EvalError::engine("starting the oracle", e))?;
+                .map_err(|e| PlayerError::engine("starting the oracle", e))?;
             let settings = SearchSettings {
                 mode: Mode::PerMove,
                 limit: *limit,

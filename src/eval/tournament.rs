@@ -18,7 +18,7 @@ use shakmaty::{Chess, Move, Position};
 
 use super::{
     elo::GameRecord,
-    error::{EvalConfigError, EvalError},
+    error::{EvalConfigError, EvalError, PlayerError},
     game::{Game, GameResult, Termination, fen_of},
     policy::{ENGINE_TIMEOUT, Player, search_game},
     puzzles::play_pgn,
@@ -54,7 +54,7 @@ impl Adjudicator {
         limit: Limit,
         threshold_cp: i32,
     ) -> Result<Adjudicator, EvalError> {
-        let engine = Engine::start(config).map_err(|e| EvalError::engine("starting", e))?;
+        let engine = Engine::start(config).map_err(|e| PlayerError::engine("starting", e))?;
         Ok(Adjudicator {
             engine,
             limit,
@@ -84,7 +84,7 @@ impl Adjudicator {
     pub(crate) fn new_game(&mut self) -> Result<(), EvalError> {
         self.engine
             .new_game(ENGINE_TIMEOUT)
-            .map_err(|e| EvalError::engine("ucinewgame", e))
+            .map_err(|e| PlayerError::engine("ucinewgame", e).into())
     }
 }
 
@@ -532,10 +532,11 @@ pub(crate) fn play_games(
         for (slot, m, mover) in moves {
             let t = tables[slot].as_mut().expect("a game in every mover's slot");
             if !t.game.position().is_legal(m) {
-                return Err(EvalError::Position {
+                return Err(PlayerError::Position {
                     fen: fen_of(t.game.position()),
                     message: format!("{mover} chose the illegal move {m}"),
-                });
+                }
+                .into());
             }
             t.game.play(&m);
             // searchless_chess evaluates after every move, before its loop

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::error::EvalError;
+use super::error::PlayerError;
 use crate::{
     chess::{RecordSet, value::ValueBuckets},
     model::{
@@ -27,14 +27,14 @@ pub const BATCH_SEQUENCES: usize = 32 * 1024;
 trait Forward {
     /// Log-probabilities, `rows x outputs` row-major, of `tokens` (`rows`
     /// sequences of `seq_len` tokens, the target slot included).
-    fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, EvalError>;
+    fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, PlayerError>;
 
     /// Computes in `precision` from now on.
-    fn set_precision(&mut self, precision: Precision) -> Result<(), EvalError>;
+    fn set_precision(&mut self, precision: Precision) -> Result<(), PlayerError>;
 
     /// One forward pass over the first sequences of `tokens` (as many as
     /// one pass takes), the device synchronised between its phases.
-    fn pass_phases(&self, tokens: &[i32], seq_len: usize) -> Result<PassPhases, EvalError>;
+    fn pass_phases(&self, tokens: &[i32], seq_len: usize) -> Result<PassPhases, PlayerError>;
 }
 
 /// Where one forward pass's time goes ([`Model::pass_phases`]), in seconds,
@@ -90,7 +90,7 @@ pub fn sequences_per_pass_within(shape: &ModelShape, max_buffer: Option<u64>) ->
 }
 
 impl<B: ModelBackend> Forward for BurnForward<B> {
-    fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, EvalError> {
+    fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, PlayerError> {
         let mut out = Vec::new();
         for chunk in tokens.chunks(self.pass_sequences * seq_len) {
             let input = tokens_tensor::<B>(chunk, seq_len, &self.device);
@@ -100,7 +100,7 @@ impl<B: ModelBackend> Forward for BurnForward<B> {
                 .into_data()
                 .convert::<f32>()
                 .to_vec::<f32>()
-                .map_err(|e| EvalError::Tensor(format!("{e:?}")))?;
+                .map_err(|e| PlayerError::Tensor(format!("{e:?}")))?;
             if out.is_empty() {
                 out = rows;
             } else {
@@ -110,14 +110,14 @@ impl<B: ModelBackend> Forward for BurnForward<B> {
         Ok(out)
     }
 
-    fn set_precision(&mut self, precision: Precision) -> Result<(), EvalError> {
+    fn set_precision(&mut self, precision: Precision) -> Result<(), PlayerError> {
         self.model = self.model.clone().with_precision(precision);
         Ok(())
     }
 
-    fn pass_phases(&self, tokens: &[i32], seq_len: usize) -> Result<PassPhases, EvalError> {
+    fn pass_phases(&self, tokens: &[i32], seq_len: usize) -> Result<PassPhases, PlayerError> {
         use std::time::Instant;
-        let sync = || B::sync(&self.device).map_err(|e| EvalError::Tensor(format!("{e:?}")));
+        let sync = || B::sync(&self.device).map_err(|e| PlayerError::Tensor(format!("{e:?}")));
         let chunk = &tokens[..tokens.len().min(self.pass_sequences * seq_len)];
         sync()?;
         let t = Instant::now();
@@ -133,7 +133,7 @@ impl<B: ModelBackend> Forward for BurnForward<B> {
             .into_data()
             .convert::<f32>()
             .to_vec::<f32>()
-            .map_err(|e| EvalError::Tensor(format!("{e:?}")))?;
+            .map_err(|e| PlayerError::Tensor(format!("{e:?}")))?;
         Ok(PassPhases {
             sequences: chunk.len() / seq_len,
             upload_s,
@@ -147,17 +147,18 @@ impl<B: ModelBackend> Forward for BurnForward<B> {
 /// `--device cpu`: the fused inference path (same network, same numbers
 /// within float rounding, several times faster than the burn graph).
 impl Forward for CpuPredictor {
-    fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, EvalError> {
-        CpuPredictor::log_probs(self, tokens, seq_len).map_err(|e| EvalError::Tensor(e.to_string()))
+    fn log_probs(&self, tokens: &[i32], seq_len: usize) -> Result<Vec<f32>, PlayerError> {
+        CpuPredictor::log_probs(self, tokens, seq_len)
+            .map_err(|e| PlayerError::Tensor(e.to_string()))
     }
 
-    fn set_precision(&mut self, precision: Precision) -> Result<(), EvalError> {
+    fn set_precision(&mut self, precision: Precision) -> Result<(), PlayerError> {
         crate::model::check_compute(DeviceKind::Cpu, precision, crate::model::Use::Evaluate)?;
         Ok(())
     }
 
     /// The whole batch is one pass on the CPU, in host memory.
-    fn pass_phases(&self, tokens: &[i32], seq_len: usize) -> Result<PassPhases, EvalError> {
+    fn pass_phases(&self, tokens: &[i32], seq_len: usize) -> Result<PassPhases, PlayerError> {
         let t = std::time::Instant::now();
         Forward::log_probs(self, tokens, seq_len)?;
         Ok(PassPhases {
@@ -173,7 +174,7 @@ fn load_cpu(
     dir: &Path,
     weights: Weights,
     state: &CheckpointInfo,
-) -> Result<Box<dyn Forward>, EvalError> {
+) -> Result<Box<dyn Forward>, PlayerError> {
     let device = Default::default();
     if state.shape.architecture == Architecture::Cnn {
         // No fused path for the ConvNet: burn's graph on the CPU.
@@ -193,7 +194,7 @@ fn load_on<B: ModelBackend>(
     weights: Weights,
     state: &CheckpointInfo,
     device: B::Device,
-) -> Result<Box<dyn Forward>, EvalError> {
+) -> Result<Box<dyn Forward>, PlayerError> {
     let model = checkpoint::load_module(
         dir,
         weights.file(),
@@ -218,7 +219,7 @@ fn random_on<B: ModelBackend>(shape: &ModelShape, device: B::Device) -> Box<dyn 
 
 /// The wgpu device, set up once per process.
 #[cfg(feature = "wgpu")]
-fn wgpu_device() -> Result<cubecl::wgpu::WgpuDevice, EvalError> {
+fn wgpu_device() -> Result<cubecl::wgpu::WgpuDevice, PlayerError> {
     crate::model::gpu::wgpu::device()
         .map_err(|e| crate::model::ComputeError::NoAdapter(e.to_string()).into())
 }
@@ -257,9 +258,9 @@ impl Model {
         path: &Path,
         weights: Weights,
         device: DeviceKind,
-    ) -> Result<Model, EvalError> {
+    ) -> Result<Model, PlayerError> {
         if !path.exists() {
-            return Err(EvalError::NoCheckpoint(path.to_owned()));
+            return Err(PlayerError::NoCheckpoint(path.to_owned()));
         }
         let (dir, state): (PathBuf, CheckpointInfo) = checkpoint::read_state(path)?;
         let forward = match device {
@@ -300,7 +301,7 @@ impl Model {
         policy: RecordSet,
         buckets: usize,
         device: DeviceKind,
-    ) -> Result<Model, EvalError> {
+    ) -> Result<Model, PlayerError> {
         let shape = ModelShape::preset(preset, policy, buckets);
         let forward: Box<dyn Forward> = match device {
             DeviceKind::Cpu => Box::new(
@@ -345,7 +346,7 @@ impl Model {
     /// The same model computing in `precision`: f32, or (CUDA) bf16 or
     /// (wgpu) f16 products and activations with the layer norms and the
     /// log-softmax in f32, as training's mixed precision.
-    pub fn with_precision(mut self, precision: Precision) -> Result<Model, EvalError> {
+    pub fn with_precision(mut self, precision: Precision) -> Result<Model, PlayerError> {
         crate::model::check_compute(self.device, precision, crate::model::Use::Evaluate)?;
         self.forward.set_precision(precision)?;
         self.precision = precision;
@@ -398,7 +399,7 @@ impl Model {
     }
 
     /// Log-probabilities `rows x outputs` of whole sequences.
-    pub fn log_probs(&self, tokens: &[i32]) -> Result<Vec<f32>, EvalError> {
+    pub fn log_probs(&self, tokens: &[i32]) -> Result<Vec<f32>, PlayerError> {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
@@ -408,7 +409,7 @@ impl Model {
     /// Where one forward pass over the first sequences of `tokens` (as
     /// many as one pass takes) spends its time: copies in, the network,
     /// copies back, the device synchronised after each.
-    pub(crate) fn pass_phases(&self, tokens: &[i32]) -> Result<PassPhases, EvalError> {
+    pub(crate) fn pass_phases(&self, tokens: &[i32]) -> Result<PassPhases, PlayerError> {
         self.forward.pass_phases(tokens, self.seq_len())
     }
 }

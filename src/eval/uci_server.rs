@@ -13,7 +13,7 @@ use std::{
 use shakmaty::{CastlingMode, Chess, uci::UciMove};
 
 use super::{
-    error::EvalError,
+    error::PlayerError,
     game::{Game, PlayError, check_uci_move, parse_fen},
     policy::{NeuralPlayer, Player, PolicyOptions},
     trained::Model,
@@ -60,7 +60,7 @@ pub struct UciOptions {
 pub enum UciError {
     /// Loading the checkpoint, or computing in the precision asked for.
     #[error(transparent)]
-    Model(EvalError),
+    Model(PlayerError),
     /// Reading a command or writing an answer.
     #[error("uci {stream}")]
     Io {
@@ -71,7 +71,7 @@ pub enum UciError {
     },
     /// The player could not start a new game (`ucinewgame`).
     #[error("starting a new game")]
-    NewGame(#[source] EvalError),
+    NewGame(#[source] PlayerError),
 }
 
 /// What a `chessbench uci` session did, printed on standard error when it
@@ -310,10 +310,10 @@ mod tests {
         fn name(&self) -> &str {
             "first"
         }
-        fn new_game(&mut self) -> Result<(), EvalError> {
+        fn new_game(&mut self) -> Result<(), PlayerError> {
             Ok(())
         }
-        fn choose(&mut self, game: &Game) -> Result<Move, EvalError> {
+        fn choose(&mut self, game: &Game) -> Result<Move, PlayerError> {
             Ok(ordered_legal_moves(game.position())?[0].1)
         }
         fn last_score(&self) -> Option<f64> {

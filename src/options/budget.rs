@@ -83,7 +83,7 @@ impl<const N: usize> Memory<N> {
 
 impl fmt::Display for Share {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mib = super::ByteSize;
+        let mib = super::values::ByteSize;
         match *self {
             Share::Part(num, den) => write!(f, "{num}/{den}"),
             Share::Buffers {

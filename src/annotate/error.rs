@@ -1,4 +1,7 @@
-//! What stops an annotation, from any label source.
+//! What stops an annotation, from any label source: a failure while it
+//! runs ([`AnnotateError`]), what the run or the command refuses before
+//! any label is written ([`Refusal`]), and another process holding the run
+//! ([`RunBusy`]).
 
 use std::{io, path::PathBuf};
 
@@ -22,10 +25,38 @@ pub enum AnnotateError {
     Boards { path: PathBuf, message: String },
     #[error("board {board_id}: {source} (is the boards table corrupt?)")]
     Prepare { board_id: u64, source: PrepareError },
-    #[error("run has no split {split:?} (it has: {available})")]
-    UnknownSplit { split: String, available: String },
+    #[error(
+        "split {split}, chunk {chunk} (boards from {first_board}): {source}; the chunks committed before it are kept: run the same command again to resume"
+    )]
+    Commit {
+        split: String,
+        chunk: u64,
+        first_board: u64,
+        source: StoreError,
+    },
+    #[error("{0}")]
+    Thread(String),
+    #[error(transparent)]
+    EvalsRead(#[from] EvalsReadError),
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    #[error(transparent)]
+    Busy(#[from] RunBusy),
+}
+
+/// What the run or the command refuses before any label is written: a
+/// split that is not there or not annotatable, labels written with other
+/// settings, or an option this kind of annotation cannot take.
+#[derive(Debug, Error)]
+pub enum Refusal {
     #[error("run {} has no boards yet; run `chessbench ingest` first", .0.display())]
     NoSplits(PathBuf),
+    #[error("run has no split {split:?} (it has: {available})")]
+    UnknownSplit { split: String, available: String },
+    #[error(
+        "split {0} was imported from ChessBench .bag files and already has its values; re-ingest it from PGN to annotate it here"
+    )]
+    Imported(String),
     #[error(
         "split {split}: its {label} labels were written with other settings ({existing}); now: {now}. Resume with the same settings (and file), or pass --overwrite to write that source's labels afresh (other sources' labels stay)"
     )]
@@ -41,6 +72,20 @@ pub enum AnnotateError {
     BoardsChanged { split: String },
     #[error("--overwrite deletes every shard's work; run it unsharded, not as shard {0}")]
     OverwriteSharded(String),
+    #[error(
+        "annotate --evals reads the whole evaluation database for every board at once; run it unsharded, not as shard {0}"
+    )]
+    EvalsSharded(String),
+    #[error(
+        "split {0}: Stockfish's annotation left the boards these labels cover to them (--only-missing); replacing the labels would leave those boards without values. Start Stockfish's annotation over first, searching every board (`annotate --overwrite` without --only-missing), or give the same file to resume"
+    )]
+    EvalsRelied(String),
+}
+
+/// Another process holds what this one would write: it stops before
+/// writing anything.
+#[derive(Debug, Error)]
+pub enum RunBusy {
     #[error(
         "{}: shard {shard} is already being annotated by another process (a job submitted twice, or a task still running on a node thought dead); this one stops without writing anything",
         path.display()
@@ -66,31 +111,6 @@ pub enum AnnotateError {
         /// This process wants to write them (and readers hold them).
         writing: bool,
     },
-    #[error(
-        "split {split}, chunk {chunk} (boards from {first_board}): {source}; the chunks committed before it are kept: run the same command again to resume"
-    )]
-    Commit {
-        split: String,
-        chunk: u64,
-        first_board: u64,
-        source: StoreError,
-    },
-    #[error("{0}")]
-    Thread(String),
-    #[error(
-        "split {0} was imported from ChessBench .bag files and already has its values; re-ingest it from PGN to annotate it here"
-    )]
-    Imported(String),
-    #[error(
-        "annotate --evals reads the whole evaluation database for every board at once; run it unsharded, not as shard {0}"
-    )]
-    EvalsSharded(String),
-    #[error(
-        "split {0}: Stockfish's annotation left the boards these labels cover to them (--only-missing); replacing the labels would leave those boards without values. Start Stockfish's annotation over first, searching every board (`annotate --overwrite` without --only-missing), or give the same file to resume"
-    )]
-    EvalsRelied(String),
-    #[error(transparent)]
-    EvalsRead(#[from] EvalsReadError),
 }
 
 /// A pass over the Lichess evaluation database that could not go on: the

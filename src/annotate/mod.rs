@@ -20,7 +20,7 @@ pub mod search;
 pub(crate) mod splits;
 
 pub use config::{AnnotateOptions, Task};
-pub use error::AnnotateError;
+pub use error::{AnnotateError, Refusal, RunBusy};
 pub use plan::plan;
 pub use search::{SplitSummary, Summary, engine_name, missing_chunks, run};
 

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::{
     config::AnnotateConfig,
-    error::AnnotateError,
+    error::{AnnotateError, Refusal, RunBusy},
     pool::{self, SplitWork, WorkerSettings},
     rows::{self, Outcome},
     splits::{boards_fingerprint, check_settings, evals_lock, remove_source, scope, try_lock},
@@ -179,11 +179,12 @@ fn shard_lock(config: &AnnotateConfig) -> Result<ShardLocks, AnnotateError> {
         let deadline = Instant::now() + COUNT_PROBE_WAIT;
         while try_lock(&path, false)?.is_none() {
             if Instant::now() >= deadline {
-                return Err(AnnotateError::ShardCountBusy {
+                return Err(RunBusy::ShardCountBusy {
                     path,
                     running: count,
                     mine: shard.to_string(),
-                });
+                }
+                .into());
             }
             // Jittered, so that probing siblings fall out of step.
             let jitter = u64::from(std::process::id() % 37);
@@ -196,10 +197,11 @@ fn shard_lock(config: &AnnotateConfig) -> Result<ShardLocks, AnnotateError> {
             _count: count_lock,
             _shard: shard_lock,
         }),
-        None => Err(AnnotateError::ShardBusy {
+        None => Err(RunBusy::ShardBusy {
             path,
             shard: shard.to_string(),
-        }),
+        }
+        .into()),
     }
 }
 
@@ -239,7 +241,7 @@ pub fn run(config: &AnnotateConfig) -> Result<Summary, AnnotateError> {
     let scope = scope(config, &manifest)?;
     let shard = config.shard;
     if config.overwrite && shard.count > 1 {
-        return Err(AnnotateError::OverwriteSharded(shard.to_string()));
+        return Err(Refusal::OverwriteSharded(shard.to_string()).into());
     }
     failpoint::check();
     let _shard_lock = shard_lock(config)?;

@@ -6,7 +6,10 @@
 
 use std::{fs::File, path::Path};
 
-use super::{config::AnnotateConfig, error::AnnotateError};
+use super::{
+    config::AnnotateConfig,
+    error::{AnnotateError, Refusal, RunBusy},
+};
 use crate::store::{
     Manifest, Source, StoreError,
     chunks::{self as store_chunks},
@@ -19,7 +22,7 @@ pub(crate) fn scope(
     manifest: &Manifest,
 ) -> Result<Vec<(String, u64)>, AnnotateError> {
     if manifest.splits.is_empty() {
-        return Err(AnnotateError::NoSplits(config.run.clone()));
+        return Err(Refusal::NoSplits(config.run.clone()).into());
     }
     // Splits imported from ChessBench .bag files already carry their
     // values: Stockfish does not search them again, while the evaluation
@@ -46,7 +49,7 @@ pub(crate) fn scope(
             .then(|| manifest.splits.keys().next())
             .flatten()
     }) {
-        return Err(AnnotateError::Imported(name.clone()));
+        return Err(Refusal::Imported(name.clone()).into());
     }
     names
         .into_iter()
@@ -54,7 +57,7 @@ pub(crate) fn scope(
             let split = manifest
                 .splits
                 .get(&name)
-                .ok_or_else(|| AnnotateError::UnknownSplit {
+                .ok_or_else(|| Refusal::UnknownSplit {
                     split: name.clone(),
                     available: manifest
                         .splits
@@ -85,8 +88,8 @@ pub(crate) fn boards_fingerprint(manifest: &Manifest, split: &str) -> serde_json
 /// Checks (or, on a split's first run, records) what a split's chunks of
 /// `source` are written with, in the source's settings file: `now` is a
 /// JSON object whose `boards` is [`boards_fingerprint`]. Re-ingested boards
-/// fail with [`AnnotateError::BoardsChanged`], other settings with
-/// [`AnnotateError::SettingsChanged`]. `upgrade` brings a file an earlier
+/// fail with [`Refusal::BoardsChanged`], other settings with
+/// [`Refusal::SettingsChanged`]. `upgrade` brings a file an earlier
 /// version wrote to today's form before comparing.
 pub(crate) fn check_settings(
     run: &std::path::Path,
@@ -102,9 +105,10 @@ pub(crate) fn check_settings(
                 .map_err(|e| StoreError::Corrupt(path.clone(), e.to_string()))?;
             upgrade(&mut existing);
             if existing["boards"] != now["boards"] {
-                return Err(AnnotateError::BoardsChanged {
+                return Err(Refusal::BoardsChanged {
                     split: split.to_owned(),
-                });
+                }
+                .into());
             }
             if existing != now {
                 let without_boards = |v: &serde_json::Value| {
@@ -114,12 +118,13 @@ pub(crate) fn check_settings(
                     }
                     v.to_string()
                 };
-                return Err(AnnotateError::SettingsChanged {
+                return Err(Refusal::SettingsChanged {
                     split: split.to_owned(),
                     label: source,
                     existing: without_boards(&existing),
                     now: without_boards(&now),
-                });
+                }
+                .into());
             }
             Ok(())
         }
@@ -181,8 +186,8 @@ pub(crate) fn evals_lock(config: &AnnotateConfig, write: bool) -> Result<File, A
     let dir = config.run.join(store_chunks::ENTRIES);
     std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
     let path = dir.join(".evals.lock");
-    try_lock(&path, !write)?.ok_or(AnnotateError::EvalsBusy {
+    Ok(try_lock(&path, !write)?.ok_or(RunBusy::EvalsBusy {
         path,
         writing: write,
-    })
+    })?)
 }

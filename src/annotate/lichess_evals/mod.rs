@@ -32,7 +32,7 @@ use reader::{BoardIndex, EvalsFormat, EvalsPass, ReadEvent};
 
 use super::{
     config::AnnotateConfig,
-    error::{AnnotateError, EvalsReadError},
+    error::{AnnotateError, EvalsReadError, Refusal},
     splits::scope,
 };
 use crate::{
@@ -153,7 +153,7 @@ pub fn run(config: &AnnotateConfig) -> Result<EvalsSummary, AnnotateError> {
         .into());
     }
     if config.shard.count > 1 {
-        return Err(AnnotateError::EvalsSharded(config.shard.to_string()));
+        return Err(Refusal::EvalsSharded(config.shard.to_string()).into());
     }
     let _run = RunDir::open_shared(&config.run)?;
     let _lock = super::splits::evals_lock(config, true)?;
@@ -170,7 +170,7 @@ pub fn run(config: &AnnotateConfig) -> Result<EvalsSummary, AnnotateError> {
         // on, and a second pass standard input cannot give.
         for (name, _) in &scope {
             if left_to_evals(config, name)? {
-                return Err(AnnotateError::EvalsRelied(name.clone()));
+                return Err(Refusal::EvalsRelied(name.clone()).into());
             }
         }
         let all: Vec<Pending> = scope

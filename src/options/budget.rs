@@ -74,28 +74,23 @@ impl<const N: usize> Memory<N> {
             share => fixed(share).expect("a fixed share"),
         })
     }
-
-    /// The consumers, for listing.
-    pub fn consumers(&self) -> &[Consumer] {
-        &self.0
-    }
 }
 
 impl fmt::Display for Share {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mib = super::values::ByteSize;
+        let size = super::values::ByteSize;
         match *self {
             Share::Part(num, den) => write!(f, "{num}/{den}"),
             Share::Buffers {
                 first,
                 each_thread: 0,
-            } => write!(f, "{}", mib(first)),
+            } => write!(f, "{}", size(first)),
             Share::Buffers { first, each_thread } => {
                 write!(
                     f,
                     "{}, and {} for each thread past the first",
-                    mib(first),
-                    mib(each_thread)
+                    size(first),
+                    size(each_thread)
                 )
             }
             Share::Rest { at_least: (0, _) } => f.write_str("the rest"),

@@ -1,13 +1,15 @@
 # chessbench: `make` runs the demo pipeline, `make test` runs the tests.
 #
-# Stage targets depend on real files: the binary on the sources, each stage's
-# manifest on the binary and its pipeline config, so `make` redoes only what
-# changed.
+# Stage targets depend on real files: each stage's manifest on the binary and
+# its pipeline config, the binary on cargo (which rebuilds it only when a
+# source changed), so `make` redoes only what changed.
 
 CARGO       ?= cargo
 TARGET_DIR  ?= $(or $(CARGO_TARGET_DIR),target)
-BIN         := $(TARGET_DIR)/release/chessbench
-SOURCES     := Cargo.toml Cargo.lock build.rs $(shell find src -name '*.rs') $(wildcard sql/*.sql)
+# The optimised binary `make` builds and the stages run; BIN=... runs them
+# with another (CI uses TEST_BIN, below).
+RELEASE_BIN := $(TARGET_DIR)/release/chessbench
+BIN         := $(RELEASE_BIN)
 # DuckDB's prebuilt shared library (npm registry), linked by the duckdb crate.
 DUCKDB_LIB  := .duckdb/1.5.6/libduckdb.so
 PYTHON      ?= python3
@@ -22,7 +24,7 @@ BENCH_RUN   ?= $(LONG_RUN)
 BENCH_READY := $(if $(filter $(LONG_RUN),$(BENCH_RUN)),long-annotated,$(BENCH_RUN)/annotate/.done)
 FUZZ_CASES  ?= 20000
 
-.PHONY: all prerequisites demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint unit \
+.PHONY: FORCE all prerequisites demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint build-tests unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-evals bench-scale bench-cores \
         test-slurm test-cluster test-k8s test-spark test-demo test-python test-searchless-loader test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu wgpu-autotune-seed bench-wgpu bench-account bench-nvrtc test-cuda gpu-bundle stockfish doc clean
 
@@ -71,11 +73,16 @@ test-docs: $(RUN)/report/eval.json
 
 build: $(BIN)
 
-# Cargo runs as many compilers as there are cores, not the share of a
-# `make -j` job server it would otherwise take.
-$(BIN): $(SOURCES) | $(DUCKDB_LIB)
+# Cargo decides whether the binary is out of date, and is asked every time:
+# it rebuilds only when a source changed, and otherwise puts its optimised
+# binary back in place (a test build links its own binary at the same path,
+# see TEST_CARGO) with the time it was built, so the stages after it are
+# redone only when it changed. Cargo runs as many compilers as there are
+# cores, not the share of a `make -j` job server it would otherwise take.
+$(RELEASE_BIN): FORCE | $(DUCKDB_LIB)
 	MAKEFLAGS= MFLAGS= $(CARGO) build --release --locked
-	@touch $@
+
+FORCE:
 
 ## DuckDB 1.5.6's libduckdb.so from the npm registry (checksum pinned), so
 ## the duckdb crate links it instead of compiling DuckDB (20+ minutes).
@@ -148,29 +155,63 @@ $(RUN)/report/%.html: notebooks/%.ipynb notebooks/cbsql.py $(wildcard sql/*.sql)
 ## Tests: formatting, clippy, unit + integration tests, a fuzz smoke run.
 test: lint unit fuzz-smoke
 
+# The test build (docs/testing.md). It uses the release profile, so it
+# reuses every dependency `make` compiled (scripts/feature-parity checks
+# that nothing compiles twice), with chessbench's own code at opt-level 1
+# and with debug assertions and overflow checks (.cargo/test.toml). Clippy
+# lints chessbench's own code as it compiles (clippy-driver as the
+# workspace's compiler wrapper, denying warnings, as `cargo clippy -- -D
+# warnings` does), so the lint needs no second, check-mode build of every
+# dependency. Every cargo command that builds tests goes through TEST_CARGO:
+# another wrapper or configuration would compile chessbench's units again.
+TEST_CONFIG := $(abspath .cargo/test.toml)
+CLIPPY_DRIVER := $(shell rustc --print sysroot 2>/dev/null)/bin/clippy-driver
+DENY_WARNINGS := -D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+TEST_ENV    := RUSTC_WORKSPACE_WRAPPER=$(CLIPPY_DRIVER) CLIPPY_ARGS=$(DENY_WARNINGS)
+TEST_CARGO  := $(TEST_ENV) $(CARGO) --config $(TEST_CONFIG)
+TEST_FLAGS  := --release --locked
+# The test build's binary, kept apart from RELEASE_BIN (which the test
+# build's link replaces until `make` puts the optimised one back): CI runs
+# the demo and the cluster, Python and documentation tests with it.
+TEST_BIN    := $(TARGET_DIR)/test/chessbench
+
 # The annotate tests run the real Stockfish (they skip without one).
-unit: | stockfish $(DUCKDB_LIB)
+build-tests unit: | stockfish $(DUCKDB_LIB)
 lint fuzz fuzz-smoke doc: | $(DUCKDB_LIB)
 
+# Formatting, and a check that the test build's lint denies a warning (a
+# change in how clippy-driver takes its arguments would otherwise let every
+# warning through unnoticed).
 lint:
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --locked --all-targets -- -D warnings
-	$(CARGO) clippy --locked -p chessbench-python -- -D warnings
+	@[ -x "$(CLIPPY_DRIVER)" ] || { echo "lint: no clippy-driver at $(CLIPPY_DRIVER): rustup component add clippy"; exit 1; }
+	@mkdir -p $(TARGET_DIR) && printf 'pub fn f(v: &Vec<u8>) -> usize { v.len() }\n' > $(TARGET_DIR)/lint-probe.rs
+	@if CLIPPY_ARGS=$(DENY_WARNINGS) $(CLIPPY_DRIVER) rustc --edition 2024 --crate-type lib --emit metadata \
+	  -o $(TARGET_DIR)/lint-probe.rmeta $(TARGET_DIR)/lint-probe.rs 2>/dev/null; then \
+	  echo "lint: clippy-driver let a warning through (TEST_ENV no longer denies warnings)"; exit 1; fi
+
+# Every target (the library, its unit tests, the binary, the integration
+# tests and the benchmarks), compiled and linted; then the test build's
+# binary linked to TEST_BIN.
+build-tests:
+	$(TEST_CARGO) test $(TEST_FLAGS) --no-run --all-targets
+	@mkdir -p $(dir $(TEST_BIN))
+	ln -f $(RELEASE_BIN) $(TEST_BIN)
 
 # The fuzz properties (tests/it/fuzz.rs) run once, in fuzz-smoke's 64
 # cases, not also in the default 256 here.
-unit:
-	$(CARGO) test --locked -- --skip fuzz::
+unit: build-tests
+	$(TEST_CARGO) test $(TEST_FLAGS) -- --skip fuzz::
 
 fuzz-smoke:
-	PROPTEST_CASES=64 $(CARGO) test --locked --test it fuzz
+	PROPTEST_CASES=64 $(TEST_CARGO) test $(TEST_FLAGS) --test it fuzz
 
 ## The Python package (python/, docs/python.md): built with pip into a
 ## fresh virtual environment (over the system's site-packages: torch,
-## duckdb, pyarrow, polars), in the dev profile so it reuses the test
-## build's compiled crates (scripts/feature-parity fails if it would not);
-## its tests on the demo run, then tests/it/python.rs: its batches are the
-## trainer's, bit for bit.
+## duckdb, pyarrow, polars), in the test build's layout so it reuses the
+## crates `make` and `make test` compiled (scripts/feature-parity fails if it
+## would not) and clippy lints it as it compiles; its tests on the demo run,
+## then tests/it/python.rs: its batches are the trainer's, bit for bit.
 PY_VENV     ?= $(TARGET_DIR)/python-venv
 # The release build of the package, for bench-loader.
 PY_BENCH_VENV ?= $(TARGET_DIR)/python-venv-release
@@ -178,10 +219,11 @@ test-python: $(RUN)/annotate/.done | $(DUCKDB_LIB)
 	scripts/feature-parity
 	rm -rf $(PY_VENV)
 	$(PYTHON) -m venv --system-site-packages $(PY_VENV)
-	MATURIN_PEP517_ARGS="--profile dev" $(PY_VENV)/bin/pip install --quiet --disable-pip-version-check ./python
+	$(TEST_ENV) MATURIN_PEP517_ARGS="--profile release --config $(TEST_CONFIG)" \
+	  $(PY_VENV)/bin/pip install --quiet --disable-pip-version-check ./python
 	CHESSBENCH_RUN=$(abspath $(RUN)) CHESSBENCH_BIN=$(abspath $(BIN)) \
 	  $(PY_VENV)/bin/python -m unittest discover -s python/tests -v
-	CHESSBENCH_PYTHON=$(abspath $(PY_VENV))/bin/python $(CARGO) test --locked --test it python:: -- --nocapture
+	CHESSBENCH_PYTHON=$(abspath $(PY_VENV))/bin/python $(TEST_CARGO) test $(TEST_FLAGS) --test it python:: -- --nocapture
 
 ## The package's loader against searchless_chess's own (their grain
 ## pipeline over a `bag export` of the demo run's train split): the same
@@ -194,7 +236,7 @@ test-searchless-loader: $(RUN)/annotate/.done
 
 ## Long fuzz run of the ingest path (proptest: random bytes, mutated PGN).
 fuzz:
-	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test --release --locked --test it fuzz -- --nocapture
+	PROPTEST_CASES=$(FUZZ_CASES) $(TEST_CARGO) test $(TEST_FLAGS) --test it fuzz -- --nocapture
 
 ## Benchmarks: ingest throughput vs zstd -dc and pgn-reader's
 ## parallel_validate; annotate engine utilisation, bytes per record, MultiPV.
@@ -259,7 +301,7 @@ bench-train: $(BENCH_READY) | $(DUCKDB_LIB)
 ## Checks on the trained demo run: the action-value model's test log-loss
 ## beats the predict-the-marginal baseline.
 test-demo: $(RUN)/train/$(TRAIN_NAME)/summary.json
-	CHESSBENCH_DEMO_RUN=$(abspath $(RUN)) $(CARGO) test --locked --test it train::demo_ -- --ignored --nocapture
+	CHESSBENCH_DEMO_RUN=$(abspath $(RUN)) $(TEST_CARGO) test $(TEST_FLAGS) --test it train::demo_ -- --ignored --nocapture
 
 ## searchless_chess's own code as the reference. Their code is
 ## not vendored: SEARCHLESS_CHESS names a checkout of
@@ -281,7 +323,7 @@ jax-deps:
 ## imported and played against their engines on 1,000 positions.
 test-published: | $(DUCKDB_LIB) stockfish
 	REQUIRE_PUBLISHED=1 SEARCHLESS_CHESS=$(SEARCHLESS_CHESS) CHESSBENCH_JAX_PYTHON=$(JAX_PYTHON) \
-	  $(CARGO) test --release --locked --test it published -- --nocapture
+	  $(TEST_CARGO) test $(TEST_FLAGS) --test it published -- --nocapture
 
 ## Learning parity on the demo run: their training and ours, same recipe,
 ## test log-loss per seed (SEEDS="0 1").
@@ -299,13 +341,14 @@ parity-paired: $(BENCH_READY) | $(DUCKDB_LIB)
 # set, one build): CUDA (compiled, its kernels run on the CPU as C++) and
 # wgpu (run on Mesa's lavapipe).
 GPU_FEATURES := cuda,wgpu
-# chessbench's own code unoptimised in that build (its dependencies stay
-# optimised, as in every debug build): with both backends the compiler
+# The test build's layout (TEST_CARGO: the release profile's dependencies,
+# shared with `make test` wherever the GPU features leave a crate as it is),
+# with chessbench's own code unoptimised: with both backends the compiler
 # instantiates the model, training and evaluation for each, and optimising
 # that took about 11 minutes of the build on 2 cores, against 2 unoptimised;
 # the checks below then run about 2 minutes longer. Release builds
 # (test-cuda, gpu-bundle) are optimised as always.
-GPU_CARGO   := $(CARGO) --config 'profile.dev.opt-level=0'
+GPU_CARGO   := $(TEST_CARGO) --config 'profile.release.package.chessbench.opt-level=0'
 
 ## The GPU builds compile: the library, the binary, the library's tests and
 ## the GPU test targets (tests/cuda.rs, tests/wgpu.rs) with both backends (no
@@ -313,14 +356,14 @@ GPU_CARGO   := $(CARGO) --config 'profile.dev.opt-level=0'
 ## then reuse it. The CPU integration tests (tests/it) run in `make test`'s
 ## build without GPU features.
 check-cuda: | $(DUCKDB_LIB)
-	$(GPU_CARGO) test --no-run --locked --features $(GPU_FEATURES) --lib --test cuda --test wgpu
+	$(GPU_CARGO) test $(TEST_FLAGS) --no-run --features $(GPU_FEATURES) --lib --test cuda --test wgpu
 
 ## The project's GPU kernels (fused attention, layer norm, SwiGLU) as
 ## CubeCL compiles them for CUDA, run on the CPU as C++ under a model of
 ## CUDA's memory layouts and launch (no GPU needed; g++, ThreadSanitizer):
 ## src/model/gpu/cuda_emulator.rs, docs/gpu.md.
 test-kernels: | $(DUCKDB_LIB)
-	$(GPU_CARGO) test --locked --features $(GPU_FEATURES) --lib -- --nocapture \
+	$(GPU_CARGO) test $(TEST_FLAGS) --features $(GPU_FEATURES) --lib -- --nocapture \
 	  model::gpu::attention::emulated model::gpu::layers::emulated model::gpu::cuda_emulator model::gpu::cache
 
 # Mesa's loader warns on every start without a runtime directory. The
@@ -345,8 +388,8 @@ WGPU_ENV    := XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} CHESSBENCH_KERNEL_CACHE
 test-wgpu: $(RUN)/train/$(TRAIN_NAME)/summary.json | $(DUCKDB_LIB)
 	mkdir -p $(WGPU_KERNELS)/autotune
 	$(if $(WGPU_SEED),cp -rn $(WGPU_SEED)/. $(WGPU_KERNELS)/autotune/)
-	$(WGPU_ENV) $(GPU_CARGO) test --locked --features $(GPU_FEATURES) --lib model::gpu::wgpu -- --test-threads=2
-	$(WGPU_ENV) CHESSBENCH_DEMO_RUN=$(abspath $(RUN)) $(GPU_CARGO) test --locked --features $(GPU_FEATURES) --test wgpu -- --test-threads=1
+	$(WGPU_ENV) $(GPU_CARGO) test $(TEST_FLAGS) --features $(GPU_FEATURES) --lib model::gpu::wgpu -- --test-threads=2
+	$(WGPU_ENV) CHESSBENCH_DEMO_RUN=$(abspath $(RUN)) $(GPU_CARGO) test $(TEST_FLAGS) --features $(GPU_FEATURES) --test wgpu -- --test-threads=1
 
 ## test-wgpu from an empty kernel cache, then its autotune results written
 ## as the seed test-wgpu starts from (tests/wgpu-autotune/, without the
@@ -361,16 +404,16 @@ wgpu-autotune-seed: $(RUN)/train/$(TRAIN_NAME)/summary.json | $(DUCKDB_LIB)
 ## fused kernels against burn's, f32, beside the operations before fusion
 ## (bench/wgpu_kernels.sh); rows in bench-data/wgpu/kernels.jsonl.
 bench-wgpu: | $(DUCKDB_LIB)
-	$(GPU_CARGO) build --locked --features $(GPU_FEATURES) --bin chessbench
-	bench/wgpu_kernels.sh $(TARGET_DIR)/debug/chessbench bench-data/wgpu
+	$(GPU_CARGO) build $(TEST_FLAGS) --features $(GPU_FEATURES) --bin chessbench
+	bench/wgpu_kernels.sh $(TARGET_DIR)/release/chessbench bench-data/wgpu
 
 ## The 9M step's account without a GPU: every kernel burn launches after
 ## fusion (wgpu on lavapipe) with the bytes it moves, beside PyTorch eager's
 ## operators (on the CPU; needs torch), extrapolated to batch 1,024, with an
 ## H100 roofline (bench/step_account.py; about 15 minutes on 2 cores).
 bench-account: | $(DUCKDB_LIB)
-	$(GPU_CARGO) build --locked --features $(GPU_FEATURES) --bin chessbench
-	python3 bench/step_account.py run $(TARGET_DIR)/debug/chessbench bench-data/account
+	$(GPU_CARGO) build $(TEST_FLAGS) --features $(GPU_FEATURES) --bin chessbench
+	python3 bench/step_account.py run $(TARGET_DIR)/release/chessbench bench-data/account
 
 ## NVRTC's compile time for the project's kernel variants the 9M step runs
 ## on CUDA, on the CPU (no GPU; needs the nvidia-cuda-nvrtc and
@@ -378,7 +421,7 @@ bench-account: | $(DUCKDB_LIB)
 ## only (bench/nvrtc_compile.py); a regression check of the cold start.
 bench-nvrtc: | $(DUCKDB_LIB)
 	rm -rf bench-data/nvrtc
-	CHESSBENCH_NVRTC_DUMP=$(abspath bench-data/nvrtc) $(GPU_CARGO) test --locked --features $(GPU_FEATURES) \
+	CHESSBENCH_NVRTC_DUMP=$(abspath bench-data/nvrtc) $(GPU_CARGO) test $(TEST_FLAGS) --features $(GPU_FEATURES) \
 	  --lib the_nine_million_steps_variants_are_cuda_c
 	python3 bench/nvrtc_compile.py bench-data/nvrtc
 

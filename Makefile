@@ -179,11 +179,13 @@ TEST_BIN    := $(TARGET_DIR)/test/chessbench
 build-tests unit: | stockfish $(DUCKDB_LIB)
 lint fuzz fuzz-smoke doc: | $(DUCKDB_LIB)
 
-# Formatting, and a check that the test build's lint denies a warning (a
-# change in how clippy-driver takes its arguments would otherwise let every
-# warning through unnoticed).
+# Formatting; that the test build shares every crate with `make`'s build
+# (scripts/feature-parity: cargo's resolved features, nothing compiled); and
+# that the test build's lint denies a warning (a change in how clippy-driver
+# takes its arguments would otherwise let every warning through unnoticed).
 lint:
 	$(CARGO) fmt --all --check
+	scripts/feature-parity
 	@[ -x "$(CLIPPY_DRIVER)" ] || { echo "lint: no clippy-driver at $(CLIPPY_DRIVER): rustup component add clippy"; exit 1; }
 	@mkdir -p $(TARGET_DIR) && printf 'pub fn f(v: &Vec<u8>) -> usize { v.len() }\n' > $(TARGET_DIR)/lint-probe.rs
 	@if CLIPPY_ARGS=$(DENY_WARNINGS) $(CLIPPY_DRIVER) rustc --edition 2024 --crate-type lib --emit metadata \
@@ -216,7 +218,7 @@ PY_VENV     ?= $(TARGET_DIR)/python-venv
 # The release build of the package, for bench-loader.
 PY_BENCH_VENV ?= $(TARGET_DIR)/python-venv-release
 test-python: $(RUN)/annotate/.done | $(DUCKDB_LIB)
-	scripts/feature-parity
+	$(TEST_ENV) scripts/feature-parity --python --config $(TEST_CONFIG)
 	rm -rf $(PY_VENV)
 	$(PYTHON) -m venv --system-site-packages $(PY_VENV)
 	$(TEST_ENV) MATURIN_PEP517_ARGS="--profile release --config $(TEST_CONFIG)" \

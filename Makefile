@@ -155,15 +155,16 @@ $(RUN)/report/%.html: notebooks/%.ipynb notebooks/cbsql.py $(wildcard sql/*.sql)
 ## Tests: formatting, clippy, unit + integration tests, a fuzz smoke run.
 test: lint unit fuzz-smoke
 
-# The test build (docs/testing.md). It uses the release profile, so it
-# reuses every dependency `make` compiled (scripts/feature-parity checks
-# that nothing compiles twice), with chessbench's own code at opt-level 1
-# and with debug assertions and overflow checks (.cargo/test.toml). Clippy
-# lints chessbench's own code as it compiles (clippy-driver as the
-# workspace's compiler wrapper, denying warnings, as `cargo clippy -- -D
-# warnings` does), so the lint needs no second, check-mode build of every
-# dependency. Every cargo command that builds tests goes through TEST_CARGO:
-# another wrapper or configuration would compile chessbench's units again.
+# The test build (docs/architecture.md, "One build of each crate"). It
+# uses the release profile, so it reuses every dependency `make` compiled
+# (scripts/feature-parity checks that nothing compiles twice), with
+# chessbench's own code at opt-level 1 and with debug assertions and
+# overflow checks (.cargo/test.toml). Clippy lints chessbench's own code as
+# it compiles (clippy-driver as the workspace's compiler wrapper, denying
+# warnings, as `cargo clippy -- -D warnings` does), so the lint needs no
+# second, check-mode build of every dependency. Every cargo command that
+# builds tests goes through TEST_CARGO: another wrapper or configuration
+# would compile chessbench's units again.
 TEST_CONFIG := $(abspath .cargo/test.toml)
 CLIPPY_DRIVER := $(shell rustc --print sysroot 2>/dev/null)/bin/clippy-driver
 DENY_WARNINGS := -D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
@@ -200,13 +201,14 @@ build-tests:
 	@mkdir -p $(dir $(TEST_BIN))
 	ln -f $(RELEASE_BIN) $(TEST_BIN)
 
-# The fuzz properties (tests/it/fuzz.rs) run once, in fuzz-smoke's 64
-# cases, not also in the default 256 here.
+# The fuzz properties (tests/it/fuzz.rs) run once, in fuzz-smoke.
 unit: build-tests
 	$(TEST_CARGO) test $(TEST_FLAGS) -- --skip fuzz::
 
+# Proptest's default 256 cases a property (a tenth of them for the whole
+# pipeline): about 10 s. `make fuzz` runs many more.
 fuzz-smoke:
-	PROPTEST_CASES=64 $(TEST_CARGO) test $(TEST_FLAGS) --test it fuzz
+	PROPTEST_CASES=256 $(TEST_CARGO) test $(TEST_FLAGS) --test it fuzz
 
 ## The Python package (python/, docs/python.md): built with pip into a
 ## fresh virtual environment (over the system's site-packages: torch,

@@ -450,7 +450,7 @@ mod tests {
     }
 
     /// Boards scored many at a time give the metrics of boards scored one
-    /// at a time (every policy; 300 boards in batches of 128). The labels
+    /// at a time (every policy; 150 boards in batches of 64). The labels
     /// are synthetic win probabilities: what is checked is the batching.
     ///
     /// A board's scores in a bigger pass may differ in the last bits (its
@@ -470,7 +470,7 @@ mod tests {
             model::{DeviceKind, Preset},
         };
         use shakmaty::Position;
-        let boards: Vec<LabelledBoard> = crate::testing::walk(300)
+        let boards: Vec<LabelledBoard> = crate::testing::walk(150)
             .iter()
             .enumerate()
             .map(|(i, pos)| {
@@ -496,13 +496,13 @@ mod tests {
             let mut player = NeuralPlayer::new(model, PolicyOptions::default(), None);
             let mut reported = 0;
             let together =
-                score_in_batches(&mut player, &boards, "test", |n| reported = n, 128).unwrap();
+                score_in_batches(&mut player, &boards, "test", |n| reported = n, 64).unwrap();
             assert_eq!(reported, boards.len() as u64);
             let k = player.model.outputs();
             let buckets = player.model.buckets.clone();
             // The predictions score_in_batches made, batch by batch.
             let mut batched = Vec::new();
-            for group in boards.chunks(128) {
+            for group in boards.chunks(64) {
                 let positions: Vec<Chess> =
                     group.iter().map(|b| parse_fen(&b.fen).unwrap()).collect();
                 let refs: Vec<&Chess> = positions.iter().collect();

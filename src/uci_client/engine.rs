@@ -213,11 +213,17 @@ impl Engine {
             .name("cb-engine-out".into())
             .spawn(move || {
                 let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+                let mut bytes = Vec::with_capacity(128);
                 loop {
-                    let mut line = String::with_capacity(128);
-                    match reader.read_line(&mut line) {
+                    bytes.clear();
+                    match reader.read_until(b'\n', &mut bytes) {
                         Ok(0) | Err(_) => break,
                         Ok(_) => {
+                            // A line that is not UTF-8 is passed on with its
+                            // bad bytes replaced, for the parser to refuse as
+                            // garbage; ending the stream would report a live
+                            // engine as exited, after waiting for it to exit.
+                            let line = String::from_utf8_lossy(&bytes).into_owned();
                             if tx.send(line).is_err() {
                                 break;
                             }
@@ -591,5 +597,29 @@ pub(crate) mod tests {
         let e = Engine::start(&config).unwrap_err();
         assert_eq!(e.reason(), "crash", "{e}");
         assert!(e.to_string().contains("boom"), "{e}");
+    }
+
+    /// A line of bytes that are not UTF-8 from an engine that stays alive is
+    /// garbage, reported at once: not the engine's exit, which is only
+    /// reported after waiting for the process to end.
+    #[test]
+    fn bytes_that_are_not_utf8_are_garbage_not_an_exit() {
+        let config = EngineConfig {
+            path: "sh".into(),
+            args: vec![
+                "-c".into(),
+                r"read line; printf 'info depth \377\376\n'; sleep 30".into(),
+            ],
+            handshake_timeout: Duration::from_secs(5),
+            ..EngineConfig::default()
+        };
+        let started = Instant::now();
+        let e = Engine::start(&config).unwrap_err();
+        assert_eq!(e.reason(), "garbage", "{e}");
+        assert!(
+            started.elapsed() < Duration::from_millis(400),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! Property tests of the ingest path on hostile input: random bytes and
 //! mutated real Lichess PGN. `make fuzz` runs many cases
-//! (`PROPTEST_CASES=20000`); CI runs a smoke of 64.
+//! (`PROPTEST_CASES=20000`); `make test` runs a smoke of 256 (`make
+//! fuzz-smoke`).
 //!
 //! Properties: never a panic; every game read is accepted or rejected; the
 //! boards of accepted games are legal positions; the full pipeline commits a
@@ -64,10 +65,11 @@ fn verdicts(data: &[u8], block_bytes: usize) -> (Vec<(u64, &'static str)>, usize
     (out, keys)
 }
 
+/// The first 30 games or so of the crate's real Lichess games, read once.
 fn real_pgn() -> Vec<u8> {
-    let data = std::fs::read(lichess_1000k()).unwrap();
-    // The first 30 games or so.
-    data[..60_000].to_vec()
+    static DATA: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    DATA.get_or_init(|| std::fs::read(lichess_1000k()).unwrap()[..60_000].to_vec())
+        .clone()
 }
 
 const SPECIAL: &[u8] = b"{}()[]\"\\;%$!?*.\n\r\t 0123456789-/+#=OKQRBNxabcdefgh\xff\xc3\xe9";

@@ -12,10 +12,21 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_chessbench");
 
-/// A file in the pgn-reader crate's source (found with cargo metadata).
+/// A file in the pgn-reader crate's source. The crate's directory is found
+/// with `cargo metadata` once per test process (half a second a call, and
+/// the fuzz properties ask for every case).
 pub fn crate_file(rel: &str) -> PathBuf {
-    chessbench::ingest::config::resolve_crate_path(&format!("pgn-reader/{rel}"))
-        .expect("pgn-reader source")
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        chessbench::ingest::config::resolve_crate_path("pgn-reader/Cargo.toml")
+            .expect("pgn-reader source")
+            .parent()
+            .expect("a manifest's directory")
+            .to_path_buf()
+    });
+    let path = dir.join(rel);
+    assert!(path.is_file(), "{} does not exist", path.display());
+    path
 }
 
 /// The crate's 438 Lichess games (2025-05-01).

@@ -6,7 +6,8 @@
 // by value (a grid constant). The caller (the Rust test) lays out every
 // buffer and serialises the info with CubeCL's own code; this program only
 // runs the cubes, in a shuffled order (a GPU runs them in no set order),
-// each with one thread per unit and its shared memory poisoned.
+// each with one thread per unit (the same threads for every cube) and its
+// shared memory poisoned.
 //
 //   g++ -std=c++20 -I. -IDIR emulate.cpp -lpthread
 //   ./a.out KERNEL CUBES UNITS BUFFERS DYNAMIC_OFFSET SEED DIR
@@ -67,29 +68,40 @@ template <class... A> constexpr size_t info_size(void (*)(A...)) {
     return (size_t(0) + ... + (std::is_pointer_v<A> ? size_t(0) : sizeof(A)));
 }
 
-// Runs `kernel` on every cube, in `order`, with `units` threads each.
+// Runs `kernel` on every cube, in `order`, one cube at a time, with
+// `units` threads: each thread is one unit of every cube in turn (threads
+// are started once per launch, not once per cube: starting them was most of
+// the emulator's time). Between two cubes every unit has finished the first
+// and unit 0 poisons the shared memory again, so each cube starts as a
+// fresh one would; __syncthreads() uses the same barrier as these two steps,
+// and every unit of a cube reaches it equally often, as CUDA requires.
 template <class... A>
 void launch(void (*kernel)(A...), void** pointers, const void* info, const std::vector<unsigned>& order,
             unsigned units, unsigned shared) {
     blockDim = {units, 1, 1};
     gridDim = {(unsigned)order.size(), 1, 1};
-    for (unsigned cube : order) {
-        std::vector<unsigned char> memory(shared ? shared : 1, 0xFF);
-        g_shared = memory.data();
-        std::barrier<> barrier(units);
-        g_barrier = &barrier;
-        std::vector<std::thread> threads;
-        for (unsigned unit = 0; unit < units; unit++)
-            threads.emplace_back([&, unit, cube] {
+    std::vector<unsigned char> memory(shared ? shared : 1, 0xFF);
+    g_shared = memory.data();
+    std::barrier<> barrier(units);
+    g_barrier = &barrier;
+    std::vector<std::thread> threads;
+    for (unsigned unit = 0; unit < units; unit++)
+        threads.emplace_back([&, unit] {
+            for (size_t n = 0; n < order.size(); n++) {
+                if (n > 0) {
+                    barrier.arrive_and_wait();  // every unit is done with cube n - 1
+                    if (unit == 0) std::fill(memory.begin(), memory.end(), 0xFF);
+                    barrier.arrive_and_wait();  // cube n starts with its memory poisoned
+                }
                 threadIdx = {unit, 0, 0};
-                blockIdx = {cube, 0, 0};
+                blockIdx = {order[n], 0, 0};
                 size_t next = 0;
                 // Braces evaluate the arguments left to right.
                 std::tuple<A...> args{argument<A>(pointers, next, info)...};
                 std::apply(kernel, args);
-            });
-        for (auto& t : threads) t.join();
-    }
+            }
+        });
+    for (auto& t : threads) t.join();
 }
 
 template <class... A>

@@ -127,6 +127,10 @@ cluster_start() {
         echo "SwitchType=switch/none"
         echo "MpiDefault=none"
         echo "SchedulerType=sched/backfill"
+        # The main and backfill schedulers every 2 s (their defaults are 60
+        # and 30): a task requeued from a dead node, which no event
+        # schedules, starts within seconds instead of waiting for a pass.
+        echo "SchedulerParameters=sched_interval=2,bf_interval=2"
         echo "SelectType=select/cons_tres"
         echo "SelectTypeParameters=CR_CPU"
         # A node that comes back is used again; a dead one is declared down

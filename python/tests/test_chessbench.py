@@ -1,6 +1,6 @@
 """The Python package on a real annotated run (`make test-python`).
 
-    CHESSBENCH_RUN=runs/demo CHESSBENCH_BIN=target/debug/chessbench \
+    CHESSBENCH_RUN=runs/demo CHESSBENCH_BIN=target/test/chessbench \
         python -m unittest discover -s python/tests -v
 
 The run must hold annotated train and test splits (the demo pipeline's).

@@ -26,7 +26,7 @@ FUZZ_CASES  ?= 20000
 
 .PHONY: FORCE all prerequisites demo-long long-annotated ablations docs test-docs build ingest annotate train eval plan stats notebooks python-deps duckdb test lint build-tests unit \
         fuzz fuzz-smoke bench bench-ingest bench-annotate bench-sql bench-loader bench-train bench-eval bench-evals bench-scale bench-cores \
-        test-slurm test-cluster test-k8s test-spark test-demo test-python test-searchless-loader test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu wgpu-autotune-seed bench-wgpu bench-account bench-nvrtc test-cuda gpu-bundle stockfish doc clean
+        test-slurm test-cluster test-k8s test-spark test-demo test-python test-searchless-loader test-published jax-deps parity parity-paired check-cuda test-kernels test-wgpu wgpu-autotune-seed bench-wgpu bench-account bench-host bench-host-profile bench-nvrtc test-cuda gpu-bundle stockfish doc clean
 
 # Root for apt-get (CI runs as root; elsewhere sudo).
 AS_ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -418,6 +418,25 @@ bench-wgpu: | $(DUCKDB_LIB)
 bench-account: | $(DUCKDB_LIB)
 	$(GPU_CARGO) build $(TEST_FLAGS) --features $(GPU_FEATURES) --bin chessbench
 	python3 bench/step_account.py run $(TARGET_DIR)/release/chessbench bench-data/account
+
+## The training step's host cost without a GPU (bench/host_cost.py; needs
+## torch, about 10 minutes on 2 cores after the build): the CPU time of the
+## thread that runs burn's step on lavapipe (autodiff, fusion, CubeCL's
+## launches, wgpu's encoding), per step and per operation, for the tiny and
+## 9M models in f32 and mixed precision, beside PyTorch eager's host on the
+## meta device. Built optimised, as a user's GPU binary is: chessbench's
+## generic code instantiates burn's stack, so an unoptimised build would time
+## the compiler's settings, not the stack. `bench-host-profile` adds a perf
+## profile of the host thread by layer (needs Debian's linux-perf).
+HOST_BIN    := $(TARGET_DIR)/release/chessbench
+bench-host: | $(DUCKDB_LIB)
+	$(CARGO) build --release --locked --features $(GPU_FEATURES) --bin chessbench
+	python3 bench/host_cost.py run $(HOST_BIN) bench-data/host
+	python3 bench/host_cost.py render bench-data/host
+
+bench-host-profile: | $(DUCKDB_LIB)
+	$(CARGO) build --release --locked --features $(GPU_FEATURES) --bin chessbench
+	python3 bench/host_cost.py profile $(HOST_BIN) bench-data/host
 
 ## NVRTC's compile time for the project's kernel variants the 9M step runs
 ## on CUDA, on the CPU (no GPU; needs the nvidia-cuda-nvrtc and

@@ -14,7 +14,8 @@
 //!   `held_out` (the eval split scored during training) and `error`;
 //! - [`logs`]: the typed rows of `metrics.csv` and `eval.csv`;
 //! - [`config`]: the `[train]` table, validated;
-//! - [`throughput`]: the step alone, timed (benchmarks);
+//! - [`throughput`]: the step alone, timed (benchmarks), with
+//!   [`threads`]: its CPU time on the host thread and on the others;
 //! - [`agreement`]: one step on two backends from the same weights (the
 //!   CUDA test).
 
@@ -32,6 +33,7 @@ pub mod sampler;
 pub(crate) mod save;
 pub(crate) mod step;
 mod stream;
+pub mod threads;
 pub mod throughput;
 
 pub use config::TrainOptions;

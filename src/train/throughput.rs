@@ -22,6 +22,7 @@ use super::{
     loss::{self, Loss, ValueSupport},
     optim::{AdamSettings, Optimiser, Phase, scalar},
     sampler::SplitMix64,
+    threads::{self, HostTime},
 };
 use crate::{
     chess::{RecordSet, value::ValueBuckets},
@@ -154,6 +155,20 @@ impl Report for StepTiming {
         for v in &self.kernel_variants {
             writeln!(out, "  kernel variant: {v}")?;
         }
+        if let Some(h) = &self.host_time {
+            let wall = self.seconds / self.bench.steps.max(1) as f64;
+            writeln!(
+                out,
+                "  CPU time per step: {:.3} ms on the host thread ({:.0}% of the {:.3} ms wall time), {:.3} ms on the others",
+                h.host * 1e3,
+                100.0 * h.host / wall.max(1e-12),
+                wall * 1e3,
+                h.others_total() * 1e3
+            )?;
+            for (name, s) in h.others.iter().take(4) {
+                writeln!(out, "    {name:<24} {:>9.3} ms/step", s * 1e3)?;
+            }
+        }
         if let Some(phases) = &self.phases {
             let total: f64 = phases.iter().map(|(_, s)| s).sum();
             for (name, s) in phases {
@@ -213,6 +228,11 @@ pub struct StepTiming {
     pub seconds: f64,
     pub samples_per_s: f64,
     pub model_flops_per_s: f64,
+    /// CPU time per timed step of the thread that ran it (the host: autodiff,
+    /// fusion, CubeCL's launches, wgpu's encoding) and of the others by name
+    /// (a software driver's or a CPU backend's workers); `None` where the
+    /// threads' times cannot be read (not Linux).
+    pub host_time: Option<HostTime>,
     /// Seconds per step by phase (profile mode only): upload of the batch,
     /// forward + loss, backward, then the optimiser's phases: gathering the
     /// gradients and clipping them, Adam, the average (EMA).
@@ -334,6 +354,8 @@ fn run<B: TrainBackend>(
     let mut log_failure: Option<std::io::Error> = None;
     let mut last_loss = None;
     let mut start = Instant::now();
+    let host_thread = threads::current_thread();
+    let mut cpu_before = None;
     for i in 0..bench.warmup + bench.steps {
         if i == bench.warmup {
             sync::<B>(&device);
@@ -342,6 +364,7 @@ fn run<B: TrainBackend>(
                 last_counts = before.clone();
             }
             B::profiler_range(true);
+            cpu_before = threads::Snapshot::now();
             start = Instant::now();
             phases = [0.0; 6];
         }
@@ -392,6 +415,12 @@ fn run<B: TrainBackend>(
     }
     sync::<B>(&device);
     let seconds = start.elapsed().as_secs_f64();
+    let host_time = match (cpu_before, threads::Snapshot::now(), host_thread) {
+        (Some(before), Some(after), Some(host)) => {
+            Some(HostTime::between(&before, &after, host, bench.steps))
+        }
+        _ => None,
+    };
     B::profiler_range(false);
     if let Some(e) = log_failure {
         return Err(log_error(e));
@@ -430,6 +459,7 @@ fn run<B: TrainBackend>(
         ops: <B as ModelBackend>::op_counts().map(|c| OpCounts::per_step(&c, bench.steps)),
         kernels,
         kernel_variants: kernel_variants(),
+        host_time,
         seconds,
         samples_per_s,
         model_flops_per_s: samples_per_s * shape.train_flops_per_sample(),

@@ -428,15 +428,14 @@ bench-account: | $(DUCKDB_LIB)
 ## generic code instantiates burn's stack, so an unoptimised build would time
 ## the compiler's settings, not the stack. `bench-host-profile` adds a perf
 ## profile of the host thread by layer (needs Debian's linux-perf).
-HOST_BIN    := $(TARGET_DIR)/release/chessbench
 bench-host: | $(DUCKDB_LIB)
 	$(CARGO) build --release --locked --features $(GPU_FEATURES) --bin chessbench
-	python3 bench/host_cost.py run $(HOST_BIN) bench-data/host
+	python3 bench/host_cost.py run $(RELEASE_BIN) bench-data/host
 	python3 bench/host_cost.py render bench-data/host
 
 bench-host-profile: | $(DUCKDB_LIB)
 	$(CARGO) build --release --locked --features $(GPU_FEATURES) --bin chessbench
-	python3 bench/host_cost.py profile $(HOST_BIN) bench-data/host
+	python3 bench/host_cost.py profile $(RELEASE_BIN) bench-data/host
 
 ## NVRTC's compile time for the project's kernel variants the 9M step runs
 ## on CUDA, on the CPU (no GPU; needs the nvidia-cuda-nvrtc and

@@ -20,7 +20,7 @@ use std::path::Path;
 use serde::Serialize;
 
 /// Each thread's name and CPU time (nanoseconds) at one moment.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Snapshot {
     threads: BTreeMap<u32, (String, u64)>,
 }
@@ -92,7 +92,9 @@ pub struct HostTime {
     /// CPU seconds per step of the thread that ran the step.
     pub host: f64,
     /// CPU seconds per step of the other threads, by name with the digits
-    /// of a numbered pool left out (`llvmpipe-#`), largest first.
+    /// of a numbered pool left out (`DSU-#-#`), largest first. Threads that
+    /// keep the process's name (lavapipe's workers, a CPU backend's pool)
+    /// count under it.
     pub others: Vec<(String, f64)>,
 }
 

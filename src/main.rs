@@ -113,6 +113,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
         Command::Train(a) => {
             let options: TrainOptions = options::load(m, a.pipeline.config.as_deref())?;
             let config = options.resolve(&env.overwriting(a.restart))?;
+            require_fused(&options.compute)?;
             let summary = train::run(&config)
                 .with_context(|| format!("training {}", config.out_dir().display()))?;
             emit(&summary, json)?;
@@ -128,12 +129,14 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             }
         }
         Command::BenchStep(a) => {
+            require_fused(&a.compute)?;
             let timing = train::bench_steps(&a.bench()).context("timing training steps")?;
             emit(&timing, json)?;
         }
         Command::Eval(a) => {
             let options: EvalOptions = options::load(m, a.pipeline.config.as_deref())?;
             let config = options.resolve(&env)?;
+            require_fused(&options.compute)?;
             let summary = eval::run(&config)
                 .with_context(|| format!("evaluating {}", config.checkpoint.display()))?;
             emit(&summary, json)?;
@@ -147,6 +150,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             }
         }
         Command::Uci(a) => {
+            require_fused(&a.compute)?;
             let served = a
                 .resolve()
                 .and_then(eval::uci_server::run)
@@ -155,6 +159,15 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
             emit_to_stderr(&served, json)?;
         }
         Command::HelpMarkdown => print!("{}", cli::markdown_reference()),
+    }
+    Ok(())
+}
+
+/// `--require-fused`: makes the process require the fused kernels (or
+/// refuses at once where they cannot run).
+fn require_fused(compute: &options::Compute) -> anyhow::Result<()> {
+    if compute.require_fused {
+        chessbench::model::require_fused(compute.device)?;
     }
     Ok(())
 }

@@ -403,7 +403,10 @@ impl Model {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
-        self.forward.log_probs(tokens, self.seq_len())
+        let out = self.forward.log_probs(tokens, self.seq_len())?;
+        // --require-fused: stop at the first batch that met a fallback.
+        crate::model::check_fused()?;
+        Ok(out)
     }
 
     /// Where one forward pass over the first sequences of `tokens` (as

@@ -134,8 +134,12 @@ pub enum AttentionKernel {
     /// and differentiated op by op).
     #[default]
     Burn,
-    /// The project's fused kernels, forward and backward (CUDA only).
+    /// The project's fused kernels, forward and backward (GPUs).
     Fused,
+    /// The fused kernels for some shapes, burn's for the others: a shape
+    /// the kernels do not take, or a variant that failed its self-test
+    /// (each named by a warning and in bench-step's `fallbacks`).
+    Mixed,
 }
 
 /// The layer norms and SwiGLUs of the blocks.
@@ -145,8 +149,11 @@ pub enum LayerKernels {
     /// burn's operations (under autodiff: each differentiated on its own).
     #[default]
     Burn,
-    /// The project's fused kernels, forward and backward (CUDA only).
+    /// The project's fused kernels, forward and backward (GPUs).
     Fused,
+    /// The fused kernels for some shapes, burn's for the others (as for
+    /// [`AttentionKernel::Mixed`]).
+    Mixed,
 }
 
 impl ModelBackend for Flex {}

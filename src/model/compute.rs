@@ -47,6 +47,56 @@ pub fn check_compute(
     }
 }
 
+/// Whether this process requires the project's fused kernels
+/// (`--require-fused`, set by [`require_fused`]).
+static REQUIRE_FUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes this process require the project's fused attention, layer norm
+/// and SwiGLU (`--require-fused`): refused at once where they cannot run at
+/// all (the CPU; `CHESSBENCH_ATTENTION` or `CHESSBENCH_LAYERS` set to
+/// `burn`), and from then on [`check_fused`] fails once any use of them
+/// has fallen back to burn's operations.
+pub fn require_fused(device: DeviceKind) -> Result<(), ComputeError> {
+    if device == DeviceKind::Cpu {
+        return Err(ComputeError::FusedUnavailable(
+            "the fused kernels are GPU kernels: use --device cuda or wgpu".into(),
+        ));
+    }
+    for var in [super::backend::ATTENTION_VAR, super::backend::LAYERS_VAR] {
+        if std::env::var(var).as_deref() == Ok("burn") {
+            return Err(ComputeError::FusedUnavailable(format!(
+                "{var}=burn turns them off"
+            )));
+        }
+    }
+    REQUIRE_FUSED.store(true, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+/// `Ok` unless this process requires the fused kernels
+/// ([`require_fused`]) and some use of them has fallen back to burn's
+/// operations ([`fallbacks`]); training and bench-step call it after each
+/// step, evaluation after each batch.
+pub fn check_fused() -> Result<(), ComputeError> {
+    if !REQUIRE_FUSED.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(());
+    }
+    match fallbacks() {
+        f if f.is_empty() => Ok(()),
+        f => Err(ComputeError::NotFused(f)),
+    }
+}
+
+/// Every use of the project's fused kernels that ran burn's operations
+/// instead in this process (a shape they do not take, a variant that failed
+/// its self-test), one line each; none without a GPU backend.
+pub fn fallbacks() -> Vec<String> {
+    #[cfg(gpu)]
+    return super::gpu::pass::fallbacks();
+    #[cfg(not(gpu))]
+    Vec::new()
+}
+
 #[cfg(feature = "wgpu")]
 fn wgpu_f16() -> Result<(), ComputeError> {
     let device = super::gpu::wgpu::device().map_err(|e| ComputeError::NoAdapter(e.to_string()))?;
@@ -70,6 +120,14 @@ fn wgpu_f16() -> Result<(), ComputeError> {
 mod tests {
     use super::*;
     use crate::model::device::F16_LOSS_SCALE;
+
+    #[test]
+    fn the_fused_kernels_are_required_on_a_gpu_only() {
+        let e = require_fused(DeviceKind::Cpu).unwrap_err().to_string();
+        assert!(e.contains("--device cuda or wgpu"), "{e}");
+        // Refused, nothing is required of this process.
+        assert!(check_fused().is_ok());
+    }
 
     #[test]
     fn each_device_takes_its_formats() {

@@ -139,6 +139,13 @@ pub enum ComputeError {
         precision: Precision,
         why: &'static str,
     },
+    #[error("--require-fused: {0}")]
+    FusedUnavailable(String),
+    #[error(
+        "--require-fused: burn's operations ran where the fused kernels could not:\n  {}",
+        .0.join("\n  ")
+    )]
+    NotFused(Vec<String>),
 }
 
 /// The devices this binary was built with, for messages.

@@ -211,6 +211,16 @@ pub struct Compute {
     /// master weights and optimiser state, and scales the loss in f16.
     #[arg(long, value_enum, default_value_t = Precision::F32, help_heading = "Resources")]
     pub precision: Precision,
+    /// On a GPU, refuse to go on where the project's fused attention, layer
+    /// norm or SwiGLU does not run: a shape or format they do not take, a
+    /// variant that failed its self-test, or CHESSBENCH_ATTENTION /
+    /// CHESSBENCH_LAYERS set to `burn`. The command stops with the
+    /// fallbacks named, at the latest after the step or batch that met one
+    /// (without it, each fallback prints one warning and runs burn's
+    /// operations).
+    #[arg(long, help_heading = "Resources")]
+    #[serde(default)]
+    pub require_fused: bool,
 }
 
 impl Default for Compute {
@@ -218,6 +228,7 @@ impl Default for Compute {
         Compute {
             device: DeviceKind::Cpu,
             precision: Precision::F32,
+            require_fused: false,
         }
     }
 }

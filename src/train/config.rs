@@ -382,7 +382,9 @@ impl TrainOptions {
         if adam_epsilon.is_nan() || adam_epsilon <= 0.0 {
             return Err(invalid("adam_epsilon", "must be > 0"));
         }
-        let Compute { device, precision } = self.compute;
+        let Compute {
+            device, precision, ..
+        } = self.compute;
         if recipe.architecture == Architecture::Cnn && precision != Precision::F32 {
             return Err(invalid(
                 "precision",

@@ -261,6 +261,8 @@ fn train_on<B: TrainBackend>(
             config.grad_clip,
         );
         model = updated;
+        // --require-fused: stop at the first step that met a fallback.
+        crate::model::check_fused()?;
         interval.add(detached, norm, n);
         state.step += 1;
         state.samples += n as u64;
@@ -291,6 +293,7 @@ fn train_on<B: TrainBackend>(
                 state.step,
                 &device,
             );
+            crate::model::check_fused()?;
             log_eval(&r, &eval_path, clock.elapsed_s(), &bar)?;
             last_eval = Some(r);
         }

@@ -155,6 +155,9 @@ impl Report for StepTiming {
         for v in &self.kernel_variants {
             writeln!(out, "  kernel variant: {v}")?;
         }
+        for f in &self.fallbacks {
+            writeln!(out, "  fallback: {f}")?;
+        }
         if let Some(h) = &self.host_time {
             let wall = self.seconds / self.bench.steps.max(1) as f64;
             writeln!(
@@ -213,9 +216,11 @@ pub struct StepTiming {
     pub products: Products,
     /// Products that fell back to burn's (a vendor call that failed).
     pub product_fallbacks: u64,
-    /// The blocks' attention: burn's, or the fused kernels.
+    /// The blocks' attention: burn's, the fused kernels, or mixed (see
+    /// `fallbacks`).
     pub attention: AttentionKernel,
-    /// The blocks' layer norms and SwiGLUs: burn's, or the fused kernels.
+    /// The blocks' layer norms and SwiGLUs: burn's, the fused kernels, or
+    /// mixed (see `fallbacks`).
     pub layers: LayerKernels,
     /// The operations per timed step (`--count-ops` only).
     pub ops: Option<OpCounts>,
@@ -225,6 +230,10 @@ pub struct StepTiming {
     /// The project's kernel variants self-tested in this process (GPUs),
     /// each with its verdict.
     pub kernel_variants: Vec<String>,
+    /// Every use of the fused kernels that ran burn's operations instead (a
+    /// shape they do not take, a variant that failed its self-test): why
+    /// `attention` or `layers` says `mixed` or `burn`.
+    pub fallbacks: Vec<String>,
     pub seconds: f64,
     pub samples_per_s: f64,
     pub model_flops_per_s: f64,
@@ -358,6 +367,8 @@ fn run<B: TrainBackend>(
     let mut cpu_before = None;
     for i in 0..bench.warmup + bench.steps {
         if i == bench.warmup {
+            // Nothing is timed with a fallback --require-fused refuses.
+            crate::model::check_fused()?;
             sync::<B>(&device);
             if let Some(log) = &log {
                 before = Some(log.counts().map_err(log_error)?);
@@ -415,6 +426,7 @@ fn run<B: TrainBackend>(
     }
     sync::<B>(&device);
     let seconds = start.elapsed().as_secs_f64();
+    crate::model::check_fused()?;
     let host_time = match (cpu_before, threads::Snapshot::now(), host_thread) {
         (Some(before), Some(after), Some(host)) => {
             Some(HostTime::between(&before, &after, host, bench.steps))
@@ -459,6 +471,7 @@ fn run<B: TrainBackend>(
         ops: <B as ModelBackend>::op_counts().map(|c| OpCounts::per_step(&c, bench.steps)),
         kernels,
         kernel_variants: kernel_variants(),
+        fallbacks: crate::model::fallbacks(),
         host_time,
         seconds,
         samples_per_s,

@@ -479,3 +479,30 @@ fn shared_options_read_the_same_everywhere() {
         assert!(train.contains(line), "train's recipe lacks {line:?}");
     }
 }
+
+/// `--require-fused` asks for the GPUs' fused kernels: on the CPU it is
+/// refused before anything runs, saying what would take it.
+#[test]
+fn require_fused_is_refused_on_the_cpu() {
+    for args in [
+        &[
+            "bench-step",
+            "--require-fused",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+        ][..],
+        &["uci", "--require-fused", "--checkpoint", "nosuch"][..],
+    ] {
+        let o = run(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(
+            err.contains(
+                "--require-fused: the fused kernels are GPU kernels: use --device cuda or wgpu"
+            ),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -55,8 +55,9 @@ use crate::model::{
     attention::{self, FusedAttention, Heads, KEY_TILE},
     backend::AttentionKernel,
     gpu::pass::{
-        Family, KernelPass, Layout, Limits, Variant, any_failed, bound_for, errors_within,
-        fused_wanted, operands, register_pass, relative_error, variant_enabled,
+        Family, FamilyUse, KernelPass, Layout, Limits, Variant, bound_for, errors_within,
+        family_use, fused_wanted, operands, register_pass, relative_error, shape_fallback,
+        variant_enabled,
     },
 };
 
@@ -95,19 +96,54 @@ pub(crate) fn key_tile(dim: usize, limits: &Limits) -> usize {
 }
 
 /// Whether the kernels take `[batch, heads, seq, dim]` in `dtype` on a
-/// device with `limits`: f32, f16 or bf16, at most [`MAX_SEQ`] rows of at
-/// most [`MAX_DIM`], at most [`MAX_ELEMENTS`] elements, a cube of a unit
-/// per row, a key tile in shared memory, and the bindings the kernels use.
+/// device with `limits` ([`refusal`] says why not).
 pub(crate) fn supported(shape: [usize; 4], dtype: DType, limits: &Limits) -> bool {
+    shape[0] * shape[1] > 0 && refusal(shape, dtype, limits).is_none()
+}
+
+/// Why the kernels do not take `[batch, heads, seq, dim]` in `dtype` on a
+/// device with `limits`, or `None` when they do: f32, f16 or bf16, at most
+/// [`MAX_SEQ`] rows of at most [`MAX_DIM`], at most [`MAX_ELEMENTS`]
+/// elements, a cube of a unit per row, a key tile in shared memory, and the
+/// bindings the kernels use.
+pub(crate) fn refusal(shape: [usize; 4], dtype: DType, limits: &Limits) -> Option<String> {
     let [b, h, t, d] = shape;
-    b * h > 0
-        && b.saturating_mul(h).saturating_mul(t).saturating_mul(d) <= MAX_ELEMENTS
-        && (1..=MAX_SEQ).contains(&t)
-        && (1..=MAX_DIM).contains(&d)
-        && units(t) <= limits.units
-        && key_tile(d, limits) > 0
-        && BINDINGS <= limits.bindings
-        && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+    let elements = b.saturating_mul(h).saturating_mul(t).saturating_mul(d);
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        Some(format!(
+            "{dtype:?}: the kernels compute in f32, f16 or bf16"
+        ))
+    } else if elements > MAX_ELEMENTS {
+        Some(format!(
+            "{elements} elements, more than the {MAX_ELEMENTS} the kernels index"
+        ))
+    } else if !(1..=MAX_SEQ).contains(&t) {
+        Some(format!(
+            "a sequence of {t}: the kernels take 1 to {MAX_SEQ}"
+        ))
+    } else if !(1..=MAX_DIM).contains(&d) {
+        Some(format!(
+            "a head dimension of {d}: the kernels take 1 to {MAX_DIM}"
+        ))
+    } else if units(t) > limits.units {
+        Some(format!(
+            "a cube of {} units, more than the device's {}",
+            units(t),
+            limits.units
+        ))
+    } else if key_tile(d, limits) == 0 {
+        Some(format!(
+            "not one key row fits the device's {} bytes of shared memory",
+            limits.shared_bytes
+        ))
+    } else if BINDINGS > limits.bindings {
+        Some(format!(
+            "{BINDINGS} bindings, more than the device's {}",
+            limits.bindings
+        ))
+    } else {
+        None
+    }
 }
 
 pub use crate::model::backend::ATTENTION_VAR;
@@ -134,7 +170,12 @@ pub(crate) fn use_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bool
     shape: [usize; 4],
     dtype: DType,
 ) -> bool {
-    if !fused_wanted(ATTENTION_VAR) || !supported(shape, dtype, &Limits::of_device::<R>(device)) {
+    if !fused_wanted(ATTENTION_VAR) || shape[0] * shape[1] == 0 {
+        return false;
+    }
+    if let Some(why) = refusal(shape, dtype, &Limits::of_device::<R>(device)) {
+        let what = format!("the attention of {shape:?} in {dtype:?}");
+        shape_fallback::<R>(device, Family::Attention, what, why, "burn's attention");
         return false;
     }
     let variant = model_variant(shape, dtype);
@@ -150,10 +191,10 @@ pub(crate) fn use_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bool
 /// says so, or when a variant of the fused kernels failed its self-test in
 /// this process; the fused kernels otherwise.
 pub(crate) fn attention_kernel<R: CubeRuntime>() -> AttentionKernel {
-    if fused_wanted(ATTENTION_VAR) && !any_failed::<R>(Family::Attention) {
-        AttentionKernel::Fused
-    } else {
-        AttentionKernel::Burn
+    match family_use::<R>(ATTENTION_VAR, &[Family::Attention]) {
+        FamilyUse::Fused => AttentionKernel::Fused,
+        FamilyUse::Mixed => AttentionKernel::Mixed,
+        FamilyUse::Burn => AttentionKernel::Burn,
     }
 }
 

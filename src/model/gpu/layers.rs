@@ -48,8 +48,9 @@ use crate::model::{
     backend::LayerKernels,
     gpu::attention::{empty_like, within_u32},
     gpu::pass::{
-        Family, KernelPass, Layout, Limits, Variant, any_failed, bound_for, errors_within,
-        fused_wanted, operands, register_pass, relative_error, variant_enabled,
+        Family, FamilyUse, KernelPass, Layout, Limits, Variant, bound_for, errors_within,
+        family_use, fused_wanted, operands, register_pass, relative_error, shape_fallback,
+        variant_enabled,
     },
     layers::{self, FusedLayers, LAYER_NORM_EPS},
 };
@@ -99,41 +100,76 @@ fn fits(limits: &Limits) -> bool {
 }
 
 /// Whether the layer norm kernels take `[batch, seq, width]` in `dtype` on
-/// a device with `limits`.
+/// a device with `limits` ([`norm_refusal`] says why not).
 pub(crate) fn norm_supported(shape: [usize; 3], dtype: DType, limits: &Limits) -> bool {
-    let [b, t, w] = shape;
-    b * t > 0
-        && (1..=MAX_WIDTH).contains(&w)
-        && b.saturating_mul(t).saturating_mul(w) <= MAX_ELEMENTS
-        && formats(dtype)
-        && fits(limits)
+    shape[0] * shape[1] > 0 && norm_refusal(shape, dtype, limits).is_none()
+}
+
+/// Why the layer norm kernels do not take `[batch, seq, width]` in `dtype`
+/// on a device with `limits`, or `None` when they do: rows of at most
+/// [`MAX_WIDTH`], at most [`MAX_ELEMENTS`] elements.
+pub(crate) fn norm_refusal(shape: [usize; 3], dtype: DType, limits: &Limits) -> Option<String> {
+    let w = shape[2];
+    if !(1..=MAX_WIDTH).contains(&w) {
+        Some(format!("rows of {w}: the kernels take 1 to {MAX_WIDTH}"))
+    } else {
+        common_refusal(shape, dtype, limits)
+    }
 }
 
 /// Whether the SwiGLU kernels take `both` of `[batch, seq, 2 f]` in
-/// `dtype` on a device with `limits`.
+/// `dtype` on a device with `limits` ([`swiglu_refusal`] says why not).
 pub(crate) fn swiglu_supported(shape: [usize; 3], dtype: DType, limits: &Limits) -> bool {
+    shape[0] * shape[1] > 0 && swiglu_refusal(shape, dtype, limits).is_none()
+}
+
+/// Why the SwiGLU kernels do not take `both` of `[batch, seq, 2 f]` in
+/// `dtype` on a device with `limits`, or `None` when they do: an even
+/// width, at most [`MAX_ELEMENTS`] elements.
+pub(crate) fn swiglu_refusal(shape: [usize; 3], dtype: DType, limits: &Limits) -> Option<String> {
+    let w = shape[2];
+    if w == 0 || w % 2 == 1 {
+        Some(format!("rows of {w}: gate|up needs an even width"))
+    } else {
+        common_refusal(shape, dtype, limits)
+    }
+}
+
+/// What both families need: f32, f16 or bf16, at most [`MAX_ELEMENTS`]
+/// elements, and a device that takes their cubes, shared memory and
+/// bindings.
+fn common_refusal(shape: [usize; 3], dtype: DType, limits: &Limits) -> Option<String> {
     let [b, t, w] = shape;
-    b * t > 0
-        && w > 0
-        && w % 2 == 0
-        && b.saturating_mul(t).saturating_mul(w) <= MAX_ELEMENTS
-        && formats(dtype)
-        && fits(limits)
+    let elements = b.saturating_mul(t).saturating_mul(w);
+    if !formats(dtype) {
+        Some(format!(
+            "{dtype:?}: the kernels compute in f32, f16 or bf16"
+        ))
+    } else if elements > MAX_ELEMENTS {
+        Some(format!(
+            "{elements} elements, more than the {MAX_ELEMENTS} the kernels index"
+        ))
+    } else if !fits(limits) {
+        Some(format!(
+            "the device's cubes, shared memory or bindings ({limits:?}) are smaller than the kernels'"
+        ))
+    } else {
+        None
+    }
 }
 
 pub use crate::model::backend::LAYERS_VAR;
 
 /// Which layer norm and SwiGLU a GPU backend runs: burn's when
-/// `CHESSBENCH_LAYERS` says so, or when a variant of the fused kernels
-/// failed its self-test in this process; the fused kernels otherwise.
+/// `CHESSBENCH_LAYERS` says so, or when no variant of the fused kernels
+/// ran; mixed when some shape or variant fell back to burn's in this
+/// process ([`crate::model::gpu::pass::fallbacks`] names them); the fused
+/// kernels otherwise.
 pub(crate) fn layer_kernels<R: CubeRuntime>() -> LayerKernels {
-    if fused_wanted(LAYERS_VAR)
-        && !any_failed::<R>(Family::LayerNorm)
-        && !any_failed::<R>(Family::Swiglu)
-    {
-        LayerKernels::Fused
-    } else {
-        LayerKernels::Burn
+    match family_use::<R>(LAYERS_VAR, &[Family::LayerNorm, Family::Swiglu]) {
+        FamilyUse::Fused => LayerKernels::Fused,
+        FamilyUse::Mixed => LayerKernels::Mixed,
+        FamilyUse::Burn => LayerKernels::Burn,
     }
 }
 
@@ -172,7 +208,12 @@ pub(crate) fn use_fused_norm<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
     shape: [usize; 3],
     dtype: DType,
 ) -> bool {
-    if !fused_wanted(LAYERS_VAR) || !norm_supported(shape, dtype, &Limits::of_device::<R>(device)) {
+    if !fused_wanted(LAYERS_VAR) || shape[0] * shape[1] == 0 {
+        return false;
+    }
+    if let Some(why) = norm_refusal(shape, dtype, &Limits::of_device::<R>(device)) {
+        let what = format!("the layer norm of {shape:?} in {dtype:?}");
+        shape_fallback::<R>(device, Family::LayerNorm, what, why, "burn's layer norm");
         return false;
     }
     let variant = norm_variant(shape, dtype);
@@ -192,8 +233,12 @@ pub(crate) fn use_fused_swiglu<R: CubeRuntime, F: FloatElement, I: IntElement, B
     shape: [usize; 3],
     dtype: DType,
 ) -> bool {
-    if !fused_wanted(LAYERS_VAR) || !swiglu_supported(shape, dtype, &Limits::of_device::<R>(device))
-    {
+    if !fused_wanted(LAYERS_VAR) || shape[0] * shape[1] == 0 {
+        return false;
+    }
+    if let Some(why) = swiglu_refusal(shape, dtype, &Limits::of_device::<R>(device)) {
+        let what = format!("the SwiGLU of {shape:?} in {dtype:?}");
+        shape_fallback::<R>(device, Family::Swiglu, what, why, "burn's SwiGLU");
         return false;
     }
     let variant = swiglu_variant(shape, dtype);

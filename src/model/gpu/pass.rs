@@ -320,15 +320,140 @@ pub(crate) fn variant_enabled<R: CubeRuntime>(
     passed
 }
 
-/// Whether any variant of `family` on runtime `R` failed its self-test so
-/// far in this process.
-pub(crate) fn any_failed<R: CubeRuntime>(family: Family) -> bool {
-    let verdicts = VERDICTS.lock().unwrap_or_else(PoisonError::into_inner);
-    verdicts.as_ref().is_some_and(|all| {
-        all.iter().any(|((runtime, _, v), verdict)| {
-            *runtime == TypeId::of::<R>() && v.family == family && !verdict.passed
+/// A use of the project's kernels that ran burn's operations instead
+/// because the kernels do not take its shape or format on the device (too
+/// many elements for their u32 indices, a sequence or row longer than a
+/// cube holds, f64): recorded the first time each is asked for, with one
+/// warning, and reported with the verdicts ([`fallbacks`]).
+#[derive(Debug, Clone)]
+struct ShapeFallback {
+    runtime: &'static str,
+    what: String,
+    reason: String,
+    fallback: &'static str,
+}
+
+/// Every shape fallback so far: (runtime, family, what) -> fallback.
+type ShapeFallbacks = HashMap<(TypeId, Family, String), ShapeFallback>;
+
+static SHAPE_FALLBACKS: Mutex<Option<ShapeFallbacks>> = Mutex::new(None);
+
+/// Records that `what` (a family's shape and format, as the warning names
+/// it) runs `fallback` on runtime `R` because the kernels do not take it
+/// (`reason`); the first time, one warning says so.
+pub(crate) fn shape_fallback<R: CubeRuntime>(
+    device: &R::Device,
+    family: Family,
+    what: String,
+    reason: String,
+    fallback: &'static str,
+) {
+    let key = (TypeId::of::<R>(), family, what);
+    let mut all = SHAPE_FALLBACKS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let all = all.get_or_insert_with(HashMap::new);
+    if all.contains_key(&key) {
+        return;
+    }
+    let runtime = R::name(&R::client(device));
+    eprintln!(
+        "warning: the fused kernels do not take {} on {runtime} ({reason}); {fallback} runs for it",
+        key.2
+    );
+    let what = key.2.clone();
+    all.insert(
+        key,
+        ShapeFallback {
+            runtime,
+            what,
+            reason,
+            fallback,
+        },
+    );
+}
+
+/// How a family of kernels ran on a runtime so far in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FamilyUse {
+    /// The project's kernels for everything asked of them (or nothing
+    /// asked yet, with the kernels wanted).
+    Fused,
+    /// The project's kernels for some shapes, burn's for others (a shape
+    /// they do not take, or a variant that failed its self-test).
+    Mixed,
+    /// burn's operations: turned off, or no variant ran fused.
+    Burn,
+}
+
+/// How `families` (the ones `var` turns on and off) ran on runtime `R` so
+/// far: [`FamilyUse::Fused`] unless a use of them fell back.
+pub(crate) fn family_use<R: CubeRuntime>(var: &str, families: &[Family]) -> FamilyUse {
+    if !fused_wanted(var) {
+        return FamilyUse::Burn;
+    }
+    let runtime = TypeId::of::<R>();
+    let (mut passed, mut failed) = (false, false);
+    if let Some(all) = VERDICTS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+    {
+        for ((r, _, v), verdict) in all {
+            if *r == runtime && families.contains(&v.family) {
+                passed |= verdict.passed;
+                failed |= !verdict.passed;
+            }
+        }
+    }
+    if let Some(all) = SHAPE_FALLBACKS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+    {
+        failed |= all
+            .keys()
+            .any(|(r, family, _)| *r == runtime && families.contains(family));
+    }
+    match (failed, passed) {
+        (false, _) => FamilyUse::Fused,
+        (true, true) => FamilyUse::Mixed,
+        (true, false) => FamilyUse::Burn,
+    }
+}
+
+/// Every use of the project's kernels that ran burn's operations instead
+/// in this process, in a stable order: the variants that failed their
+/// self-test and the shapes the kernels do not take, each with its
+/// runtime, the reason and what ran instead.
+pub fn fallbacks() -> Vec<String> {
+    let mut all: Vec<String> = verdicts()
+        .into_iter()
+        .filter(|v| !v.passed)
+        .map(|v| {
+            format!(
+                "{} on {}: failed its self-test ({})",
+                v.variant,
+                v.runtime,
+                v.reason.unwrap_or_default()
+            )
         })
-    })
+        .collect();
+    if let Some(shapes) = SHAPE_FALLBACKS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+    {
+        let mut shapes: Vec<&ShapeFallback> = shapes.values().collect();
+        shapes.sort_by(|a, b| (a.runtime, &a.what).cmp(&(b.runtime, &b.what)));
+        all.extend(shapes.into_iter().map(|s| {
+            format!(
+                "{} on {}: not taken ({}); {} ran",
+                s.what, s.runtime, s.reason, s.fallback
+            )
+        }));
+    }
+    all
 }
 
 /// Every variant self-tested in this process, in a stable order.

@@ -467,6 +467,49 @@ mod tests {
         }
     }
 
+    /// A shape the fused kernels do not take runs burn's operations, named:
+    /// one record per shape and format (one warning), in `fallbacks()`,
+    /// and the family no longer reported as fused; with the kernels turned
+    /// off nothing is recorded.
+    #[test]
+    fn a_shape_the_kernels_do_not_take_is_a_named_fallback() {
+        let device = wgpu();
+        // More elements than the kernels index (u32): 2^16 sequences of 8
+        // heads of 79 x 128.
+        let big = [1 << 16, 8, 79, 128];
+        let fused = |shape| {
+            with_kernels(true, || {
+                gpu::attention::use_fused::<WgpuRuntime, f32, i32, u32>(&device, shape, DType::F32)
+            })
+        };
+        assert!(!fused(big) && !fused(big));
+        let named: Vec<String> = crate::model::fallbacks()
+            .into_iter()
+            .filter(|f| f.contains("[65536, 8, 79, 128]"))
+            .collect();
+        assert_eq!(named.len(), 1, "{named:#?}");
+        assert!(
+            named[0].contains("more than the 268435456 the kernels index")
+                && named[0].contains("burn's attention ran"),
+            "{}",
+            named[0]
+        );
+        assert_ne!(
+            gpu::attention::attention_kernel::<WgpuRuntime>(),
+            crate::model::AttentionKernel::Fused
+        );
+        // Turned off: burn's attention by choice, not a fallback.
+        let off = [1 << 16, 8, 79, 127];
+        assert!(!with_kernels(false, || {
+            gpu::attention::use_fused::<WgpuRuntime, f32, i32, u32>(&device, off, DType::F32)
+        }));
+        assert!(
+            !crate::model::fallbacks()
+                .iter()
+                .any(|f| f.contains("[65536, 8, 79, 127]"))
+        );
+    }
+
     /// A variant whose self-test fails falls back alone: it is refused,
     /// others of its family still run, and the verdicts say which failed
     /// and why.

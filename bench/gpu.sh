@@ -8,9 +8,11 @@
 #                               evalpaper
 #
 #   jit        the first training step of a fresh process (kernel compiling
-#              and autotuning), f32 then bf16, each cold (an empty kernel
-#              cache and CUDA driver cache of its own) and then with the
-#              caches of the cold run
+#              and autotuning), f32 then bf16 (JIT_PRECISIONS), each cold
+#              (an empty kernel cache and CUDA driver cache of its own) and
+#              then with the caches of the cold run; JIT_SHARED=1 compiles
+#              into the measurement's cache instead, so later parts start
+#              warm
 #   check      the CUDA test (tests/cuda.rs): one step on CUDA vs the CPU,
 #              f32 and mixed bf16; the fused attention, layer norm and
 #              SwiGLU kernels against their reference; boards scored
@@ -47,6 +49,9 @@
 #              step-burn-burnattention-...); STEP_LAYERS="fused burn"
 #              adds burn's layer norm and SwiGLU (CHESSBENCH_LAYERS=burn,
 #              runs step-burn-burnlayers-...)
+#   batches    the 9M step at BATCHES (128 512 1024) for burn and PyTorch
+#              eager in BATCH_PRECISIONS (f32), and per implementation the
+#              line ms/step = fixed + per sample x batch through them
 #   attention  the fused attention's effect on the step: burn 9M (K=32,
 #              batch 1024) in f32 and mixed bf16 with the fused kernels
 #              and with burn's attention, then PyTorch eager TF32 and
@@ -72,8 +77,15 @@
 # Run names: step-IMPL-PRESET-PRECISION-bBATCH (IMPL burn, burncubecl,
 # torch, torchcompile, jax; PRECISION as each implementation names it).
 # Writes $OUT/summary.txt (one line per run), $OUT/results.jsonl (each
-# run's JSON), $OUT/log.txt (everything), the kernel accounts and the eval
-# reports.
+# run's JSON, with its rc, the bundle's commit, the kernel choices it was
+# asked for and, for burn, what ran: products, attention and layers fused,
+# mixed or burn's, and the fallbacks), $OUT/log.txt (everything), the
+# kernel accounts and the eval reports. burn's rows with the fused kernels
+# run with --require-fused (REQUIRE_FUSED=0 leaves it out), so a shape
+# that falls back fails its row instead of timing burn's operations. The
+# summary ends with the fused kernels' verdicts and any fallbacks; a run
+# that fails or runs over its limit is listed there and makes the script
+# exit 1 (after every part has run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -88,6 +100,13 @@ CB=$W/bin/chessbench
 
 say() { echo "$*" | tee -a "$SUM"; }
 
+# The commit the bundle was built from (scripts/gpu-bundle writes it; a
+# trailing "+dirty" when the working tree had changes), in every row.
+COMMIT=$(cat "$BUNDLE/commit" 2>/dev/null || git -C "$ROOT" describe --always --dirty=+dirty 2>/dev/null || echo unknown)
+# The runs that failed (a non-zero exit or a time-out), listed at the end;
+# any makes this script exit non-zero.
+FAILED=()
+
 # run NAME LIMIT_S CMD...: runs CMD under a time limit, output to the log;
 # its last line that is a JSON object goes to results.jsonl tagged NAME.
 run() {
@@ -100,21 +119,37 @@ run() {
   rc=$?
   secs=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
   cat "$W/out.txt" >>"$LOG"
-  # The last JSON object that starts a line (single-line or pretty-printed).
-  python3 - "$W/out.txt" "$name" "$rc" "$secs" >>"$RES" <<'EOF'
-import json, sys
-path, name, rc, secs = sys.argv[1:]
+  # The last JSON object that starts a line (single-line or pretty-printed),
+  # with the commit and the kernel choices the run was given; a run that
+  # printed none still gets a row (its rc and time), so a failure is in
+  # results.jsonl too.
+  python3 - "$W/out.txt" "$name" "$rc" "$secs" "$COMMIT" >>"$RES" <<'EOF'
+import json, os, sys
+path, name, rc, secs, commit = sys.argv[1:]
 lines = open(path, errors="replace").read().split("\n")
+row = {}
 for i in range(len(lines) - 1, -1, -1):
     if lines[i].startswith("{"):
         try:
-            d, _ = json.JSONDecoder().raw_decode("\n".join(lines[i:]))
+            row, _ = json.JSONDecoder().raw_decode("\n".join(lines[i:]))
         except ValueError:
             continue
-        print(json.dumps({"run": name, "rc": int(rc), "wall_s": float(secs), **d}))
         break
+asked = {k: os.environ[k] for k in ("CHESSBENCH_PRODUCTS", "CHESSBENCH_ATTENTION", "CHESSBENCH_LAYERS") if k in os.environ}
+head = {"run": name, "rc": int(rc), "wall_s": float(secs), "commit": commit, "asked": asked}
+if "attention" in row:
+    # What ran, as the binary reports it: fused, mixed (some shapes fell
+    # back: see "fallbacks") or burn.
+    head["kernels"] = {k: row.get(k) for k in ("products", "attention", "layers")}
+    head["kernels"]["fallbacks"] = len(row.get("fallbacks", []))
+print(json.dumps({**head, **row}))
 EOF
   say "$(printf '%-34s rc=%-3s %7ss' "$name" "$rc" "$secs")"
+  case $rc in
+    0) ;;
+    124 | 137) FAILED+=("$name (rc $rc: over its limit of $limit s)") ;;
+    *) FAILED+=("$name (rc $rc)") ;;
+  esac
   return $rc
 }
 
@@ -311,8 +346,16 @@ part_jit() {
   # what the cold one left.
   local n p cache
   for p in ${JIT_PRECISIONS:-f32 bf16}; do
-    cache=$W/jit-cache-$p
-    rm -rf "$cache"
+    if [ "${JIT_SHARED:-0}" = 1 ]; then
+      # JIT_SHARED=1: the cold pass compiles into the measurement's own
+      # kernel cache (empty on a fresh machine), so the parts after it
+      # start warm instead of compiling everything a second time.
+      cache=$CHESSBENCH_KERNEL_CACHE
+      [ -z "$(ls -A "$cache" 2>/dev/null)" ] || say "  jit: $cache is not empty: the cold pass is not cold"
+    else
+      cache=$W/jit-cache-$p
+      rm -rf "$cache"
+    fi
     mkdir -p "$cache/nv"
     for pass in cold warm; do
       n=$(cat "$W/cubecl-compile.log" 2>/dev/null | wc -l)
@@ -330,7 +373,7 @@ part_jit() {
 # matmul precision); bf16 means mixed precision (burn's bf16, PyTorch's
 # autocast `amp-bf16`, JAX's bf16 as searchless_chess's step takes it).
 step_shape() { # PRESET BUCKETS BATCH STEPS
-  local preset=$1 k=$2 batch=$3 steps=$4 p impl tp products name
+  local preset=$1 k=$2 batch=$3 steps=$4 p impl tp products name fused_flag
   for p in ${STEP_PRECISIONS:-f32 bf16}; do
     tp=$([ "$p" = f32 ] && echo tf32 || echo amp-bf16)
     for impl in ${STEP_IMPLS:-torch torchcompile jax burn}; do
@@ -342,13 +385,18 @@ step_shape() { # PRESET BUCKETS BATCH STEPS
             name=$([ "$products" = burn ] && echo burncubecl || echo burn)
             [ "$attn" = burn ] && name=$name-burnattention
             [ "$layers" = burn ] && name=$name-burnlayers
+            # A row timed as fused is fused throughout: --require-fused
+            # stops the run (a failed row) where any shape fell back.
+            fused_flag=()
+            [ "$attn" = fused ] && [ "$layers" = fused ] && [ "${REQUIRE_FUSED:-1}" = 1 ] &&
+              fused_flag=(--require-fused)
             CHESSBENCH_PRODUCTS=$products CHESSBENCH_ATTENTION=$attn CHESSBENCH_LAYERS=$layers \
               run "step-$name-$preset-$p-b$batch" \
-              "${BURN_LIMIT:-200}" "$CB" bench-step --model "$preset" --buckets "$k" --batch-size "$batch" \
-              --steps "$steps" --warmup 3 --device cuda --precision "$p" --json
+              "${BURN_LIMIT:-300}" "$CB" bench-step --model "$preset" --buckets "$k" --batch-size "$batch" \
+              --steps "$steps" --warmup 3 --device cuda --precision "$p" --json "${fused_flag[@]}"
             [ "${STEP_PROFILE:-1}" = 1 ] && CHESSBENCH_PRODUCTS=$products CHESSBENCH_ATTENTION=$attn \
               CHESSBENCH_LAYERS=$layers run \
-              "step-$name-$preset-$p-b$batch-profile" "${BURN_LIMIT:-200}" "$CB" bench-step --model "$preset" \
+              "step-$name-$preset-$p-b$batch-profile" "${BURN_LIMIT:-300}" "$CB" bench-step --model "$preset" \
               --buckets "$k" --batch-size "$batch" --steps "$steps" --warmup 3 --device cuda --precision "$p" \
               --profile --json
           done
@@ -385,6 +433,37 @@ part_layers() {
   STEP_IMPLS=burn STEP_LAYERS="fused burn" STEP_PROFILE=0 step_shape 9m 32 1024 "${STEP_STEPS_9M:-20}"
 }
 part_step136() { step_shape 136m 128 "${STEP_BATCH_136M:-512}" "${STEP_STEPS_136M:-10}"; }
+
+# The 9M step's cost against its batch: burn (fused kernels) and PyTorch
+# eager at BATCHES (128 512 1024) in BATCH_PRECISIONS (f32), then per
+# implementation the line ms/step = fixed + per-sample x batch through
+# them: the fixed part is what a step costs whatever its size (the host's
+# work and the launches it waits on), the slope the kernels' work.
+part_batches() {
+  local b p
+  for b in ${BATCHES:-128 512 1024}; do
+    STEP_IMPLS="burn torch" STEP_PRECISIONS=${BATCH_PRECISIONS:-f32} STEP_PROFILE=0 \
+      step_shape 9m 32 "$b" "${STEP_STEPS_9M:-20}"
+  done
+  python3 - "$RES" <<'EOF' | tee -a "$SUM"
+import json, re, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+series = {}
+for r in rows:
+    m = re.fullmatch(r"step-(burn|torch)-9m-(\w[\w-]*)-b(\d+)", r.get("run", ""))
+    if m and r.get("rc") == 0 and r.get("samples_per_s"):
+        ms = 1e3 * int(m[3]) / r["samples_per_s"]
+        series.setdefault((m[1], m[2]), {})[int(m[3])] = ms
+for (impl, p), pts in sorted(series.items()):
+    xs = sorted(pts)
+    line = ", ".join(f"b{x} {pts[x]:.1f} ms" for x in xs)
+    if len(xs) >= 2:
+        n = len(xs); mx = sum(xs) / n; my = sum(pts[x] for x in xs) / n
+        slope = sum((x - mx) * (pts[x] - my) for x in xs) / sum((x - mx) ** 2 for x in xs)
+        line += f"; fixed {my - slope * mx:.1f} ms/step + {1e3 * slope:.2f} us/sample"
+    print(f"batches {impl} {p}: {line}")
+EOF
+}
 
 # The kernel account of one 9M step (K=32, batch 1024): burn per precision,
 # each with the fused attention, layer norm and SwiGLU and with burn's,
@@ -465,8 +544,8 @@ EOF
 setup
 for part in "$@"; do
   case "$part" in
-    check | jit | train | curves | eval | loader | evalbench | evalpaper | step9 | attention | layers | step136 | account) "part_$part" ;;
-    *) echo "unknown part $part (jit check step9 attention layers account step136 curves train eval loader evalbench evalpaper)" >&2; exit 2 ;;
+    check | jit | train | curves | eval | loader | evalbench | evalpaper | step9 | attention | layers | batches | step136 | account) "part_$part" ;;
+    *) echo "unknown part $part (jit check step9 attention layers batches account step136 curves train eval loader evalbench evalpaper)" >&2; exit 2 ;;
   esac
 done
 # What burn-cuda compiled and tuned (kernel names, one line each).
@@ -479,8 +558,26 @@ try:
     rows = [json.loads(l) for l in open(sys.argv[1])]
 except FileNotFoundError:
     rows = []
+verdicts, fallbacks = {}, {}
 for r in rows:
     if "samples_per_s" in r:
-        products = r.get("products", "")
-        print(f'{r["run"]:<40} {r["samples_per_s"]:>10.0f} samples/s {r.get("model_flops_per_s", 0) / 1e12:>7.1f} TFLOP/s {products}')
+        k = r.get("kernels")
+        ran = f'{k["products"]} products, {k["attention"]} attention, {k["layers"]} layers' if k else ""
+        print(f'{r["run"]:<40} {r["samples_per_s"]:>10.0f} samples/s {r.get("model_flops_per_s", 0) / 1e12:>7.1f} TFLOP/s {ran}')
+    for v in r.get("kernel_variants", []):
+        verdicts.setdefault(v, r["run"])
+    for f in r.get("fallbacks", []):
+        fallbacks.setdefault(f, r["run"])
+print(f"commit {rows[0]['commit'] if rows else '?'}")
+print("== fused kernels' verdicts (the first run that reported each)")
+for v, run in sorted(verdicts.items()):
+    print(f"  {v}  [{run}]")
+print("== fallbacks to burn's operations" + ("" if fallbacks else ": none"))
+for f, run in sorted(fallbacks.items()):
+    print(f"  {f}  [{run}]")
 EOF
+if [ ${#FAILED[@]} -gt 0 ]; then
+  say "== ${#FAILED[@]} run(s) failed:"
+  for f in "${FAILED[@]}"; do say "  $f"; done
+  exit 1
+fi

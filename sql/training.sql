@@ -9,8 +9,10 @@ SELECT
     s.params,
     s.step,
     s.samples,
-    round(s.last_loss, 4) AS last_loss,
-    round(s.samples_per_s) AS samples_per_s,
+    -- TRY_CAST: a run whose figures are null (a summary written by a
+    -- resume that had nothing to do) reads as JSON, which round refuses.
+    round(TRY_CAST(s.last_loss AS DOUBLE), 4) AS last_loss,
+    round(TRY_CAST(s.samples_per_s AS DOUBLE)) AS samples_per_s,
     s.eval.split AS eval_split,
     s.eval.records AS eval_records,
     round(s.eval.log_loss, 4) AS log_loss,

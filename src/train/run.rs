@@ -312,6 +312,14 @@ fn train_on<B: TrainBackend>(
     bar.finish_and_clear();
     let run_secs = clock.run.elapsed().as_secs_f64();
     let steps_this_run = state.step - clock.step;
+    // A resume with no step left to do keeps the figures the run's last
+    // working invocation recorded, rather than writing none.
+    let before = if steps_this_run == 0 {
+        read_summary(&out)
+    } else {
+        None
+    };
+    let kept = |f: fn(&Summary) -> Option<f64>| before.as_ref().and_then(f);
     let summary = Summary {
         name: config.name.clone(),
         out_dir: out.clone(),
@@ -321,10 +329,13 @@ fn train_on<B: TrainBackend>(
         samples: state.samples,
         steps_this_run,
         resumed_from,
-        last_loss,
+        last_loss: last_loss.or_else(|| kept(|s| s.last_loss)),
         samples_per_s: (steps_this_run > 0)
-            .then(|| (state.samples - clock.samples) as f64 / run_secs.max(1e-9)),
-        data_wait_share: (steps_this_run > 0).then(|| total_wait / run_secs.max(1e-9)),
+            .then(|| (state.samples - clock.samples) as f64 / run_secs.max(1e-9))
+            .or_else(|| kept(|s| s.samples_per_s)),
+        data_wait_share: (steps_this_run > 0)
+            .then(|| total_wait / run_secs.max(1e-9))
+            .or_else(|| kept(|s| s.data_wait_share)),
         train_flops_per_sample: shape.train_flops_per_sample(),
         device: format!("{:?}", device),
         products,
@@ -569,6 +580,12 @@ fn log_eval(
         bar.println(line);
     }
     Ok(())
+}
+
+/// The run's `summary.json`, if there is one that reads.
+fn read_summary(out: &Path) -> Option<Summary> {
+    let bytes = std::fs::read(out.join("summary.json")).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// Writes `summary.json`.

@@ -563,6 +563,24 @@ fn every_policy_and_loss_trains() {
         );
         assert_eq!(eval["value_mse"].is_null(), name == "bc", "{name}");
     }
+    // Trained again with nothing left to do: the run's record keeps the
+    // figures it had.
+    let summary_of = |name: &str| -> serde_json::Value {
+        let path = annotated().join(format!("train/{name}/summary.json"));
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    };
+    let recorded = summary_of("sv_l2");
+    let o = train(
+        "sv_l2",
+        &["--steps", "3", "--policy", "state_value", "--loss", "l2"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let again = summary_of("sv_l2");
+    assert_eq!(again["steps_this_run"], 0, "{again}");
+    for key in ["last_loss", "samples_per_s", "data_wait_share"] {
+        assert!(again[key].is_f64(), "{key}: {again}");
+        assert_eq!(again[key], recorded[key], "{key}");
+    }
     // The SQL layer reads the logs (sql/training.sql).
     let o = std::process::Command::new(crate::util::BIN)
         .arg("sql")

@@ -12,6 +12,8 @@ The operations a step issues before fusion come from `bench-step
 --count-ops` (the step built as on CUDA, counted on the CPU; f32 only) and
 the kernels launched after fusion from `bench-step --count-kernels` (on
 lavapipe), each from its own run so that counting costs no timed host time.
+The counting run also picks the warm-up: the fewest steps after which no
+kernel is compiled during the timed steps.
 
 PyTorch: bench/torch_host.py, the same network and step on the `meta`
 device (the dispatcher and autograd without data); its CPU time per step
@@ -28,7 +30,7 @@ CubeCL, wgpu, the Vulkan driver), so allocation, hashing and locking count
 for the layer that called them.
 
     bench/host_cost.py run BIN OUT_DIR       # measure (resumes; OUT_DIR/host.jsonl)
-    bench/host_cost.py profile BIN OUT_DIR   # perf profile by layer (OUT_DIR/profile-*.txt)
+    bench/host_cost.py profile BIN OUT_DIR [PRESET...]  # perf profile by layer and function (OUT_DIR/profile-*.txt)
     bench/host_cost.py render OUT_DIR        # Markdown table
 """
 
@@ -47,6 +49,9 @@ BUCKETS = 32
 # (on other threads) stays short; the host's work does not depend on it.
 BURN_BATCH = 8
 STEPS = {"tiny": 10, "9m": 5}
+# perf's sampling rate per preset: the 9M step runs about 20 times longer
+# on lavapipe, so fewer samples a second keep its record near the tiny one's.
+PERF_HZ = {"tiny": 499, "9m": 47}
 PRESETS = ("tiny", "9m")
 PRECISIONS = (("f32", "f32", "f32"), ("mixed", "f16", "amp-bf16"))
 
@@ -63,19 +68,32 @@ def burn(binary, preset, precision, extra, device="wgpu"):
     return json.loads(done.stdout)
 
 
+def settled(binary, preset, precision):
+    """The fewest warm-up steps (of 2, 4, 8) after which a step compiles no
+    kernel, and that run's kernel counts: lavapipe compiles each pipeline
+    with LLVM on the thread that creates it, so a timed step that still
+    compiles would count compilation as the host's work."""
+    for warmup in (2, 4, 8):
+        counted = burn(binary, preset, precision,
+                       ["--steps", "2", "--warmup", str(warmup), "--count-kernels"])
+        if counted["kernels"]["compiled_in_steps"] == 0:
+            return warmup, counted
+    sys.exit(f"{preset} {precision}: kernels still compile after 8 warm-up steps")
+
+
 def burn_row(binary, preset, label, precision):
     steps = STEPS[preset]
-    timed = burn(binary, preset, precision, ["--steps", str(steps), "--warmup", "2"])
+    warmup, kernels = settled(binary, preset, precision)
+    timed = burn(binary, preset, precision, ["--steps", str(steps), "--warmup", str(warmup)])
     host = timed.get("host_time")
     if host is None:
         sys.exit("bench-step reported no host_time (not Linux?)")
-    kernels = burn(binary, preset, precision, ["--steps", "1", "--warmup", "1", "--count-kernels"])
     ops = None
     if precision == "f32":
         counted = burn(binary, preset, "f32", ["--steps", "1", "--warmup", "1", "--count-ops"], device="cpu")
         ops = counted["ops"]["launches"]
     return {"side": "burn", "preset": preset, "precision": label, "measured_as": precision,
-            "batch": BURN_BATCH, "steps": steps,
+            "batch": BURN_BATCH, "steps": steps, "warmup": warmup,
             "wall_s_per_step": timed["seconds"] / steps, "host_s_per_step": host["host"],
             "others": host["others"], "ops_per_step": ops,
             "kernels_per_step": kernels["kernels"]["launched_per_step"],
@@ -153,16 +171,28 @@ def self_of(frames):
     return "own code"
 
 
-def profile(binary, out_dir):
+def function_of(frames):
+    """The innermost frame's function, generics and hashes dropped:
+    `burn_fusion::stream::Foo<..>::bar::h12ab` -> `burn_fusion::stream::Foo::bar`."""
+    sym = frames[0][0] if frames else "?"
+    while True:
+        shorter = re.sub(r"<[^<>]*>", "", sym)
+        if shorter == sym:
+            break
+        sym = shorter
+    return re.sub(r"::h[0-9a-f]{16}$", "", sym).split("+0x")[0]
+
+
+def profile(binary, out_dir, presets=PRESETS):
     perf = shutil.which("perf")
     if perf is None:
         sys.exit("perf not found: install Debian's linux-perf")
     os.makedirs(out_dir, exist_ok=True)
-    for preset in PRESETS:
+    for preset in presets:
         data = os.path.join(out_dir, f"perf-{preset}.data")
         env = dict(os.environ)
         env.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp())
-        cmd = [perf, "record", "-q", "-e", "cpu-clock", "-F", "499", "--call-graph", "dwarf,32768", "-o", data,
+        cmd = [perf, "record", "-q", "-e", "cpu-clock", "-F", str(PERF_HZ[preset]), "--call-graph", "dwarf,32768", "-o", data,
                binary, "bench-step", "--model", preset, "--policy", "action_value", "--buckets", str(BUCKETS),
                "--device", "wgpu", "--precision", "f32", "--batch-size", str(BURN_BATCH),
                "--steps", str(STEPS[preset]), "--warmup", "2", "--json"]
@@ -172,11 +202,15 @@ def profile(binary, out_dir):
         script = subprocess.run([perf, "script", "-i", data, "-F", "tid,comm,ip,sym,dso"],
                                 check=True, capture_output=True, text=True).stdout
         samples = parse_script(script)
-        # The host is the main thread: its tid is the process id.
-        pids = {tid for tid, comm, _ in samples if comm == "chessbench"}
+        # The host is the main thread: its tid is the process id, the
+        # smallest of the threads named after the binary (lavapipe's
+        # workers take the process's name too; a name is 15 bytes at most).
+        comm = os.path.basename(binary)[:15]
+        pids = {tid for tid, c, _ in samples if c == comm}
         host_tid = min(pids) if pids else None
         by_layer = defaultdict(int)
         by_self = defaultdict(int)
+        by_function = defaultdict(int)
         threads = defaultdict(int)
         for tid, comm, frames in samples:
             threads["host" if tid == host_tid else re.sub(r"\d+", "#", comm)] += 1
@@ -184,6 +218,7 @@ def profile(binary, out_dir):
                 continue
             by_layer[layer_of(frames)] += 1
             by_self[(layer_of(frames), self_of(frames))] += 1
+            by_function[function_of(frames)] += 1
         total = sum(by_layer.values()) or 1
         lines = [f"# perf profile of bench-step --model {preset} f32 on lavapipe, batch {BURN_BATCH}: "
                  f"the host thread's samples by layer (innermost frame of a known layer; warm-up included)",
@@ -193,6 +228,10 @@ def profile(binary, out_dir):
             for (layer, kind), m in sorted(by_self.items(), key=lambda kv: -kv[1]):
                 if layer == name:
                     lines.append(f"          {100 * m / total:6.1f}%  {kind}")
+        lines.append("")
+        lines.append("# the host thread's 20 busiest functions (innermost frame)")
+        for name, n in sorted(by_function.items(), key=lambda kv: -kv[1])[:20]:
+            lines.append(f"{100 * n / total:6.1f}%  {name}")
         lines.append("")
         lines.append("# samples by thread (all threads)")
         for name, n in sorted(threads.items(), key=lambda kv: -kv[1]):
@@ -249,7 +288,7 @@ def main():
     if len(sys.argv) >= 4 and sys.argv[1] == "run":
         run(sys.argv[2], sys.argv[3])
     elif len(sys.argv) >= 4 and sys.argv[1] == "profile":
-        profile(sys.argv[2], sys.argv[3])
+        profile(sys.argv[2], sys.argv[3], tuple(sys.argv[4:]) or PRESETS)
     elif len(sys.argv) >= 3 and sys.argv[1] == "render":
         render(sys.argv[2])
     else:

@@ -9,8 +9,8 @@ SELECT
     s.params,
     s.step,
     s.samples,
-    -- TRY_CAST: a run whose figures are null (a summary written by a
-    -- resume that had nothing to do) reads as JSON, which round refuses.
+    -- TRY_CAST: figures that are null in every summary (a run trained
+    -- with no step logged) read as JSON, which round refuses.
     round(TRY_CAST(s.last_loss AS DOUBLE), 4) AS last_loss,
     round(TRY_CAST(s.samples_per_s AS DOUBLE)) AS samples_per_s,
     s.eval.split AS eval_split,

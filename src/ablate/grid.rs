@@ -197,6 +197,12 @@ impl Grid {
         let base_train: TrainOptions = options::from_file_table(file, f.train.clone(), &text)?;
         let base_config = resolve_train(&base_train, &run, "base")
             .map_err(|e| f.bad(line_of_table(&text, "train"), format!("[train] {e}")))?;
+        // `require_fused` holds for every variant's training and evaluation
+        // in this process, as for `chessbench train`.
+        if base_train.compute.require_fused {
+            crate::model::require_fused(base_train.compute.device)
+                .map_err(|e| f.bad(line_of_table(&text, "train"), format!("[train] {e}")))?;
+        }
         let seeds = ablate.seeds.clone().unwrap_or(vec![base_config.seed]);
         if seeds.is_empty() {
             return Err(f.bad(

@@ -71,11 +71,24 @@ const PASS_BYTES: usize = 4 << 30;
 /// in a block per sequence (the residual, the norm, q|k|v, the attention's
 /// scores and context, gate|up): 1.9 MB a sequence for 9M (about 2,200 a
 /// pass), 7.8 MB for d = 1024 (about 550).
+///
+/// At most [`KERNEL_ELEMENTS`] elements in the widest activation, so that
+/// the GPUs' fused kernels take every tensor of the pass (d = 1024's
+/// gate|up product holds 647,168 elements for a sequence of 79 tokens:
+/// at most 414 a pass).
 pub fn sequences_per_pass(shape: &ModelShape) -> usize {
     let per = shape.seq_len * shape.d_model * (2 * shape.widening + 8) * 4
         + shape.heads * shape.seq_len * shape.seq_len * 4;
-    (PASS_BYTES / per.max(1)).max(1)
+    let widest = (shape.widest_activation_bytes(1) / 4).max(1) as usize;
+    (PASS_BYTES / per.max(1))
+        .min(KERNEL_ELEMENTS / widest)
+        .max(1)
 }
+
+/// The most elements a tensor of the GPUs' fused kernels may have (their
+/// u32 indices on buffers CUDA pads up to 4x: `gpu::layers`' and
+/// `gpu::attention`'s `MAX_ELEMENTS`); a wider one runs burn's operations.
+const KERNEL_ELEMENTS: usize = 1 << 28;
 
 /// [`sequences_per_pass`] on a device whose buffers hold at most
 /// `max_buffer` bytes (wgpu's storage buffers: 128 MiB on lavapipe, often

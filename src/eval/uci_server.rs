@@ -279,6 +279,12 @@ pub(crate) fn serve(
                         }
                         say(&mut output, &format!("bestmove {uci}"))?;
                     }
+                    // --require-fused: a fallback stops the engine, said
+                    // to the GUI first.
+                    Err(e @ PlayerError::Compute(crate::model::ComputeError::NotFused(_))) => {
+                        say(&mut output, &format!("info string error: {e}"))?;
+                        return Err(UciError::Model(e));
+                    }
                     Err(e) => {
                         say(&mut output, &format!("info string error: {e}"))?;
                         say(&mut output, "bestmove 0000")?;

@@ -78,7 +78,19 @@ pub fn require_fused(device: DeviceKind) -> Result<(), ComputeError> {
 /// operations ([`fallbacks`]); training and bench-step call it after each
 /// step, evaluation after each batch.
 pub fn check_fused() -> Result<(), ComputeError> {
-    if !REQUIRE_FUSED.load(std::sync::atomic::Ordering::Relaxed) {
+    fused_verdict(
+        REQUIRE_FUSED.load(std::sync::atomic::Ordering::Relaxed),
+        fallbacks,
+    )
+}
+
+/// [`check_fused`]'s rule: an error naming every fallback when the fused
+/// kernels are `required` and `fallbacks` lists any (asked only then).
+fn fused_verdict(
+    required: bool,
+    fallbacks: impl FnOnce() -> Vec<String>,
+) -> Result<(), ComputeError> {
+    if !required {
         return Ok(());
     }
     match fallbacks() {
@@ -127,6 +139,19 @@ mod tests {
         assert!(e.contains("--device cuda or wgpu"), "{e}");
         // Refused, nothing is required of this process.
         assert!(check_fused().is_ok());
+    }
+
+    #[test]
+    fn a_required_fallback_is_an_error_naming_each() {
+        let two = || vec!["the SwiGLU of [512, 79, 8192]".to_owned(), "b".to_owned()];
+        assert!(fused_verdict(false, two).is_ok());
+        assert!(fused_verdict(true, Vec::new).is_ok());
+        let e = fused_verdict(true, two).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--require-fused: burn's operations ran where")
+                && e.contains("\n  the SwiGLU of [512, 79, 8192]\n  b"),
+            "{e}"
+        );
     }
 
     #[test]

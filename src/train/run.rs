@@ -64,9 +64,11 @@ pub struct Summary {
     /// Steps done by this invocation (0 when the run was already complete).
     pub steps_this_run: u64,
     pub resumed_from: Option<u64>,
+    /// The last logged loss, samples/s and the share of wall time spent
+    /// waiting for batches, of the invocation that last trained the run
+    /// (an invocation with no step to do keeps them).
     pub last_loss: Option<f64>,
     pub samples_per_s: Option<f64>,
-    /// Share of this invocation's wall time spent waiting for batches.
     pub data_wait_share: Option<f64>,
     pub train_flops_per_sample: f64,
     pub device: String,
@@ -312,8 +314,8 @@ fn train_on<B: TrainBackend>(
     bar.finish_and_clear();
     let run_secs = clock.run.elapsed().as_secs_f64();
     let steps_this_run = state.step - clock.step;
-    // A resume with no step left to do keeps the figures the run's last
-    // working invocation recorded, rather than writing none.
+    // A resume with no step left to do keeps the figures (and the device
+    // and products) of the invocation that last trained the run.
     let before = if steps_this_run == 0 {
         read_summary(&out)
     } else {
@@ -337,8 +339,13 @@ fn train_on<B: TrainBackend>(
             .then(|| total_wait / run_secs.max(1e-9))
             .or_else(|| kept(|s| s.data_wait_share)),
         train_flops_per_sample: shape.train_flops_per_sample(),
-        device: format!("{:?}", device),
-        products,
+        // The figures kept from the run's record keep the device and the
+        // products that made them.
+        device: match &before {
+            Some(b) => b.device.clone(),
+            None => format!("{:?}", device),
+        },
+        products: before.as_ref().map_or(products, |b| b.products),
         eval: last_eval.or_else(|| read_last_eval(&eval_path)),
         steps: config.steps,
     };

@@ -267,12 +267,32 @@ where
     BT: BoolElement,
     B: Backend<Device = R::Device>,
 {
-    let beta = norm.beta.as_ref()?;
-    let (gamma, beta) = (norm.gamma.val(), beta.val());
-    let fits = gamma.dtype() == x.dtype()
-        && beta.dtype() == x.dtype()
-        && gpu_layers::use_fused_norm::<R, F, I, BT>(&x.device(), x.dims(), x.dtype());
-    fits.then_some((gamma, beta))
+    let gamma = norm.gamma.val();
+    let beta = norm.beta.as_ref().map(|b| b.val());
+    let refusal = match &beta {
+        None => Some("a norm without an offset (beta)".to_owned()),
+        Some(beta) if gamma.dtype() != x.dtype() || beta.dtype() != x.dtype() => Some(format!(
+            "its parameters in {:?} and {:?}, its input in {:?}",
+            gamma.dtype(),
+            beta.dtype(),
+            x.dtype()
+        )),
+        Some(_) => None,
+    };
+    if let Some(why) = refusal {
+        if crate::model::gpu::pass::fused_wanted(crate::model::backend::LAYERS_VAR) {
+            crate::model::gpu::pass::shape_fallback::<R>(
+                &x.device(),
+                crate::model::gpu::pass::Family::LayerNorm,
+                format!("the layer norm of {:?} in {:?}", x.dims(), x.dtype()),
+                why,
+                "burn's layer norm",
+            );
+        }
+        return None;
+    }
+    let fits = gpu_layers::use_fused_norm::<R, F, I, BT>(&x.device(), x.dims(), x.dtype());
+    fits.then(|| (gamma, beta.expect("checked above")))
 }
 
 /// Self-tests, as a model's first forward pass would, every variant of the

@@ -469,7 +469,7 @@ mod tests {
 
     /// A shape the fused kernels do not take runs burn's operations, named:
     /// one record per shape and format (one warning), in `fallbacks()`,
-    /// and the family no longer reported as fused; with the kernels turned
+    /// and the family not reported as fused; with the kernels turned
     /// off nothing is recorded.
     #[test]
     fn a_shape_the_kernels_do_not_take_is_a_named_fallback() {

@@ -70,12 +70,12 @@ const PASS_BYTES: usize = 4 << 30;
 /// about `seq_len x d x (2 x widening + 8)` f32 values of activations live
 /// in a block per sequence (the residual, the norm, q|k|v, the attention's
 /// scores and context, gate|up): 1.9 MB a sequence for 9M (about 2,200 a
-/// pass), 7.8 MB for d = 1024 (about 550).
+/// pass by memory), 7.8 MB for d = 1024 (about 550).
 ///
 /// At most [`KERNEL_ELEMENTS`] elements in the widest activation, so that
-/// the GPUs' fused kernels take every tensor of the pass (d = 1024's
-/// gate|up product holds 647,168 elements for a sequence of 79 tokens:
-/// at most 414 a pass).
+/// the GPUs' fused kernels take every tensor of the pass: a gate|up
+/// product of 161,792 elements a sequence of 79 tokens for 9M (at most
+/// 1,659 a pass), 647,168 for d = 1024 (at most 414).
 pub fn sequences_per_pass(shape: &ModelShape) -> usize {
     let per = shape.seq_len * shape.d_model * (2 * shape.widening + 8) * 4
         + shape.heads * shape.seq_len * shape.seq_len * 4;

@@ -78,8 +78,12 @@ pub fn require_fused(device: DeviceKind) -> Result<(), ComputeError> {
 /// operations ([`fallbacks`]); training and bench-step call it after each
 /// step, evaluation after each batch.
 pub fn check_fused() -> Result<(), ComputeError> {
+    #[cfg(gpu)]
+    let fell_back = super::gpu::pass::any_fallback();
+    #[cfg(not(gpu))]
+    let fell_back = false;
     fused_verdict(
-        REQUIRE_FUSED.load(std::sync::atomic::Ordering::Relaxed),
+        REQUIRE_FUSED.load(std::sync::atomic::Ordering::Relaxed) && fell_back,
         fallbacks,
     )
 }

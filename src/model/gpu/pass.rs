@@ -302,6 +302,7 @@ pub(crate) fn variant_enabled<R: CubeRuntime>(
         .unwrap_or_else(|panic| Err(format!("it panicked: {}", panic_message(&*panic))));
     let runtime = R::name(&R::client(device));
     if let Err(e) = &tested {
+        FELL_BACK.store(true, std::sync::atomic::Ordering::Relaxed);
         eprintln!(
             "warning: the fused kernels for {variant} on {runtime} are not used ({e}); {fallback} runs for it"
         );
@@ -338,6 +339,17 @@ type ShapeFallbacks = HashMap<(TypeId, Family, String), ShapeFallback>;
 
 static SHAPE_FALLBACKS: Mutex<Option<ShapeFallbacks>> = Mutex::new(None);
 
+/// Whether any use of the kernels has fallen back in this process (a shape
+/// fallback or a failed self-test): what `--require-fused`'s check after
+/// every step reads, without the locks and strings of [`fallbacks`].
+static FELL_BACK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether any use of the project's kernels has fallen back to burn's
+/// operations in this process ([`fallbacks`] names them).
+pub fn any_fallback() -> bool {
+    FELL_BACK.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Records that `what` (a family's shape and format, as the warning names
 /// it) runs `fallback` on runtime `R` because the kernels do not take it
 /// (`reason`); the first time, one warning says so.
@@ -356,6 +368,7 @@ pub(crate) fn shape_fallback<R: CubeRuntime>(
     if all.contains_key(&key) {
         return;
     }
+    FELL_BACK.store(true, std::sync::atomic::Ordering::Relaxed);
     let runtime = R::name(&R::client(device));
     eprintln!(
         "warning: the fused kernels do not take {} on {runtime} ({reason}); {fallback} runs for it",

@@ -368,7 +368,7 @@ check-cuda: | $(DUCKDB_LIB)
 ## src/model/gpu/cuda_emulator.rs, docs/gpu.md.
 test-kernels: | $(DUCKDB_LIB)
 	$(GPU_CARGO) test $(TEST_FLAGS) --features $(GPU_FEATURES) --lib -- --nocapture \
-	  model::gpu::attention::emulated model::gpu::layers::emulated model::gpu::cuda_emulator model::gpu::cache
+	  model::gpu::attention::emulated model::gpu::layers::emulated model::gpu::flat::emulated model::gpu::cuda_emulator model::gpu::cache
 
 # Mesa's loader warns on every start without a runtime directory. The
 # tests keep their kernel cache in the target directory, started from the

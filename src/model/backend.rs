@@ -14,7 +14,9 @@
 use burn::{
     backend::{Autodiff, Flex},
     nn::LayerNorm,
-    tensor::{Tensor, activation::silu, backend::Backend},
+    tensor::{
+        Shape, Slice, Tensor, TensorMetadata, activation::silu, backend::Backend, ops::FloatTensor,
+    },
 };
 use serde::{Deserialize, Serialize};
 
@@ -93,11 +95,58 @@ pub trait ModelBackend: Backend {
         t.sum()
     }
 
+    /// Every tensor of `parts` (any rank, one format), flattened and laid
+    /// end to end in order: the optimiser's flat gradient. burn's reshapes
+    /// and concatenation unless the backend has a cheaper way (the fused
+    /// GPU backends: one operation in the fusion stream, `gpu::flat`).
+    fn flatten(parts: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
+        burn_flatten::<Self>(parts)
+    }
+
+    /// `flat` cut into consecutive tensors of `shapes` (the inverse of
+    /// [`Self::flatten`]): the model's parameters as views of the
+    /// optimiser's flat buffer. burn's slices and reshapes unless the
+    /// backend has a cheaper way (`gpu::flat`).
+    fn unflatten(flat: FloatTensor<Self>, shapes: &[Shape]) -> Vec<FloatTensor<Self>> {
+        burn_unflatten::<Self>(flat, shapes)
+    }
+
     /// The operations issued since the profiler range started, by name,
     /// where the backend counts them ([`super::op_count`]).
     fn op_counts() -> Option<std::collections::BTreeMap<String, u64>> {
         None
     }
+}
+
+/// [`ModelBackend::flatten`] by burn's operations: a reshape per part
+/// (a view of a dense tensor) and one concatenation.
+pub(crate) fn burn_flatten<B: Backend>(parts: Vec<FloatTensor<B>>) -> FloatTensor<B> {
+    let flat = parts
+        .into_iter()
+        .map(|p| {
+            let n = p.shape().num_elements();
+            B::float_reshape(p, Shape::new([n]))
+        })
+        .collect();
+    B::float_cat(flat, 0)
+}
+
+/// [`ModelBackend::unflatten`] by burn's operations: a slice and a reshape
+/// per part (views of `flat`).
+pub(crate) fn burn_unflatten<B: Backend>(
+    flat: FloatTensor<B>,
+    shapes: &[Shape],
+) -> Vec<FloatTensor<B>> {
+    let mut offset = 0;
+    shapes
+        .iter()
+        .map(|shape| {
+            let n = shape.num_elements();
+            let part = B::float_slice(flat.clone(), &[Slice::from(offset..offset + n)]);
+            offset += n;
+            B::float_reshape(part, shape.clone())
+        })
+        .collect()
 }
 
 /// burn's SwiGLU of a gate|up product `both` (`[.., 2 f]`): `silu(gate) *
@@ -169,4 +218,60 @@ pub trait TrainBackend:
 impl<B> TrainBackend for B where
     B: burn::tensor::backend::AutodiffBackend<InnerBackend: ModelBackend> + ModelBackend
 {
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{TensorData, TensorPrimitive, ops::FloatTensorOps};
+
+    use super::*;
+
+    /// burn's flatten lays parts of any rank end to end in order, views
+    /// read in their own order, and unflatten gives back every part.
+    #[test]
+    fn flat_buffers_round_trip() {
+        let device = Default::default();
+        let a = Tensor::<Flex, 2>::from_data(
+            TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]),
+            &device,
+        );
+        let b = Tensor::<Flex, 1>::from_data(TensorData::new(vec![5.0f32, 6.0, 7.0], [3]), &device);
+        let c = Tensor::<Flex, 3>::from_data(
+            TensorData::new((8..14).map(|x| x as f32).collect::<Vec<_>>(), [1, 2, 3]),
+            &device,
+        );
+        let parts = vec![
+            a.clone().transpose().into_primitive().tensor(),
+            b.into_primitive().tensor(),
+            c.into_primitive().tensor(),
+        ];
+        let flat = Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(
+            <Flex as ModelBackend>::flatten(parts),
+        ));
+        let values = flat.clone().into_data().to_vec::<f32>().unwrap();
+        assert_eq!(
+            values,
+            [
+                1.0, 3.0, 2.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0
+            ]
+        );
+        let shapes = [Shape::new([2, 2]), Shape::new([3]), Shape::new([1, 2, 3])];
+        let parts = <Flex as ModelBackend>::unflatten(flat.into_primitive().tensor(), &shapes);
+        assert_eq!(parts.len(), 3);
+        let back: Vec<(Vec<usize>, Vec<f32>)> = parts
+            .into_iter()
+            .map(|p| {
+                let dims = p.shape().to_vec();
+                let n = p.shape().num_elements();
+                let t = Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(
+                    Flex::float_reshape(p, Shape::new([n])),
+                ));
+                (dims, t.into_data().to_vec::<f32>().unwrap())
+            })
+            .collect();
+        assert_eq!(back[0], (vec![2, 2], vec![1.0, 3.0, 2.0, 4.0]));
+        assert_eq!(back[1], (vec![3], vec![5.0, 6.0, 7.0]));
+        assert_eq!(back[2].0, vec![1, 2, 3]);
+        assert_eq!(back[2].1, (8..14).map(|x| x as f32).collect::<Vec<_>>());
+    }
 }

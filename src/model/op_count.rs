@@ -53,7 +53,8 @@ use serde::Serialize;
 use super::{
     attention::{self, FusedAttention},
     backend::{
-        ATTENTION_VAR, AttentionKernel, LAYERS_VAR, LayerKernels, ModelBackend, burn_swiglu,
+        ATTENTION_VAR, AttentionKernel, LAYERS_VAR, LayerKernels, ModelBackend, burn_flatten,
+        burn_swiglu, burn_unflatten,
     },
     layers::{self, FusedLayers},
 };
@@ -67,7 +68,42 @@ fn tally() -> &'static Mutex<BTreeMap<String, u64>> {
     TALLY.get_or_init(Default::default)
 }
 
+/// The tally's entry for the operations handed to the backend, every kind
+/// counted once (views, drops and each fused pass included): what a GPU
+/// step's host cost follows, since burn's fusion plans each of them.
+pub(crate) const REGISTERED: &str = "registered";
+
+thread_local! {
+    /// Set while [`one_operation`] runs.
+    static IN_ONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set while [`uncounted`] runs.
+    static PAUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` without counting the operations it issues: a fused GPU pass
+/// computed here by burn's operations, counted as the pass.
+fn uncounted<T>(f: impl FnOnce() -> T) -> T {
+    let before = PAUSED.with(|p| p.replace(true));
+    let out = f();
+    PAUSED.with(|p| p.set(before));
+    out
+}
+
+/// Runs `f`, whose operations a GPU backend hands to fusion as one custom
+/// operation running them inside (`gpu::flat`): each is counted by name
+/// (the launches are the same), the whole as one [`REGISTERED`].
+fn one_operation<T>(f: impl FnOnce() -> T) -> T {
+    count(REGISTERED);
+    let before = IN_ONE.with(|p| p.replace(true));
+    let out = f();
+    IN_ONE.with(|p| p.set(before));
+    out
+}
+
 fn count(name: &str) {
+    if PAUSED.with(std::cell::Cell::get) {
+        return;
+    }
     *tally()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -210,6 +246,10 @@ pub struct OpCounts {
     pub launches: f64,
     /// Element-wise operations per step (fusion's to merge).
     pub element_wise: f64,
+    /// Operations per step handed to the backend, every kind once (views,
+    /// drops and each fused pass included): on a GPU, each is planned by
+    /// burn's fusion on the host.
+    pub registered: f64,
     /// Per step, by group.
     pub groups: BTreeMap<String, f64>,
     /// Per step, by name.
@@ -221,7 +261,7 @@ impl OpCounts {
     pub(crate) fn per_step(counts: &BTreeMap<String, u64>, steps: usize) -> OpCounts {
         let per = |n: u64| n as f64 / steps.max(1) as f64;
         let mut groups = BTreeMap::<String, f64>::new();
-        for (name, &n) in counts {
+        for (name, &n) in counts.iter().filter(|(name, _)| *name != REGISTERED) {
             *groups.entry(group(name).to_owned()).or_default() += per(n);
         }
         let launches = groups
@@ -233,8 +273,13 @@ impl OpCounts {
             steps,
             launches,
             element_wise: groups.get("element-wise").copied().unwrap_or(0.0),
+            registered: per(counts.get(REGISTERED).copied().unwrap_or(0)),
             groups,
-            ops: counts.iter().map(|(k, &n)| (k.clone(), per(n))).collect(),
+            ops: counts
+                .iter()
+                .filter(|(name, _)| *name != REGISTERED)
+                .map(|(k, &n)| (k.clone(), per(n)))
+                .collect(),
         }
     }
 }
@@ -320,6 +365,9 @@ impl RunnerClient for CountingClient {
         for _ in 0..launches {
             count(&name);
         }
+        if !IN_ONE.with(std::cell::Cell::get) {
+            count(REGISTERED);
+        }
         self.runner.register_op(op);
     }
 
@@ -392,6 +440,7 @@ impl FusedAttention for Counted {
         v: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         count("fused.attention_forward");
+        count(REGISTERED);
         attention::on_host::forward::<Self>(q, k, v)
     }
 
@@ -405,6 +454,7 @@ impl FusedAttention for Counted {
     ) -> [FloatTensor<Self>; 3] {
         // Two kernels: dQ, then dK | dV.
         count("fused.attention_dq");
+        count(REGISTERED);
         count("fused.attention_dkdv");
         attention::on_host::backward::<Self>(q, k, v, out, lse, d_out)
     }
@@ -420,6 +470,7 @@ impl FusedLayers for Counted {
         epsilon: f32,
     ) -> [FloatTensor<Self>; 3] {
         count("fused.layer_norm_forward");
+        count(REGISTERED);
         layers::on_host::layer_norm_forward::<Self>(x, gamma, beta, epsilon)
     }
 
@@ -433,6 +484,7 @@ impl FusedLayers for Counted {
         // Three kernels: dx with partial sums, then the sums of dgamma and
         // of dbeta.
         count("fused.layer_norm_backward");
+        count(REGISTERED);
         count("fused.layer_norm_column_sums");
         count("fused.layer_norm_column_sums");
         layers::on_host::layer_norm_backward::<Self>(x, gamma, mean, rstd, dy)
@@ -440,11 +492,13 @@ impl FusedLayers for Counted {
 
     fn swiglu_forward(both: FloatTensor<Self>) -> FloatTensor<Self> {
         count("fused.swiglu_forward");
+        count(REGISTERED);
         layers::on_host::swiglu_forward::<Self>(both)
     }
 
     fn swiglu_backward(both: FloatTensor<Self>, d_out: FloatTensor<Self>) -> FloatTensor<Self> {
         count("fused.swiglu_backward");
+        count(REGISTERED);
         layers::on_host::swiglu_backward::<Self>(both, d_out)
     }
 }
@@ -503,6 +557,26 @@ impl ModelBackend for Counted {
 
     fn op_counts() -> Option<BTreeMap<String, u64>> {
         Some(counted())
+    }
+
+    /// As on a GPU (`gpu::flat`): one operation, one gather kernel (every
+    /// gradient in one launch, as CUDA binds them).
+    fn flatten(parts: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
+        if !layers_fused() {
+            return burn_flatten::<Self>(parts);
+        }
+        count("fused.gather");
+        count(REGISTERED);
+        uncounted(|| burn_flatten::<Self>(parts))
+    }
+
+    /// As on a GPU (`gpu::flat`): burn's slices and reshapes (views) inside
+    /// one operation.
+    fn unflatten(flat: FloatTensor<Self>, shapes: &[Shape]) -> Vec<FloatTensor<Self>> {
+        if !layers_fused() {
+            return burn_unflatten::<Self>(flat, shapes);
+        }
+        one_operation(|| burn_unflatten::<Self>(flat, shapes))
     }
 }
 

@@ -32,8 +32,9 @@ use burn::{
     },
     prelude::ToElement,
     tensor::{
-        Tensor,
+        Shape, Tensor, TensorPrimitive,
         backend::{AutodiffBackend, Backend},
+        ops::FloatTensor,
     },
 };
 use thiserror::Error;
@@ -107,13 +108,12 @@ pub(crate) enum Phase {
     Average,
 }
 
-/// Where one parameter lives in the flat buffers.
+/// One parameter of the flat buffers, in the model's order: its id and
+/// shape (its place is after every earlier slot's elements).
 #[derive(Debug, Clone)]
 struct Slot {
     id: ParamId,
     dims: Vec<usize>,
-    offset: usize,
-    len: usize,
 }
 
 /// How the global gradient norm is summed.
@@ -151,23 +151,15 @@ pub(crate) struct Optimiser<B: AutodiffBackend> {
 /// Collects the parameters' layout and values in the model's order.
 struct Layout<B: AutodiffBackend> {
     slots: Vec<Slot>,
-    values: Vec<Tensor<B::InnerBackend, 1>>,
-    total: usize,
+    values: Vec<FloatTensor<B::InnerBackend>>,
 }
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for Layout<B> {
     fn visit_float<const K: usize>(&mut self, param: &Param<Tensor<B, K>>) {
         let value = param.val().inner();
         let dims = value.dims().to_vec();
-        let len = dims.iter().product();
-        self.slots.push(Slot {
-            id: param.id,
-            dims,
-            offset: self.total,
-            len,
-        });
-        self.total += len;
-        self.values.push(value.reshape([len]));
+        self.slots.push(Slot { id: param.id, dims });
+        self.values.push(value.into_primitive().tensor());
     }
 }
 
@@ -178,7 +170,7 @@ struct Gather<'a, B: AutodiffBackend> {
     grads: &'a mut GradientsParams,
     slots: &'a [Slot],
     next: usize,
-    flat: Vec<Tensor<B::InnerBackend, 1>>,
+    flat: Vec<FloatTensor<B::InnerBackend>>,
     sum_squares: Option<Tensor<B::InnerBackend, 1>>,
     per_tensor: bool,
 }
@@ -202,32 +194,47 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Gather<'_, B> {
                 None => s,
             });
         }
-        self.flat.push(grad.reshape([slot.len]));
+        self.flat.push(grad.into_primitive().tensor());
     }
 }
 
-/// Replaces every parameter by its slice of a flat buffer, keeping its id.
-struct Rebind<'a, B: Backend> {
-    values: &'a Tensor<B, 1>,
-    slots: &'a [Slot],
-    next: usize,
+/// A flat buffer laid end to end from `parts` ([`ModelBackend::flatten`]).
+fn flatten<B: ModelBackend>(parts: Vec<FloatTensor<B>>) -> Tensor<B, 1> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::flatten(parts)))
 }
 
-impl<'a, B: Backend> Rebind<'a, B> {
+/// Replaces every parameter by its slice of a flat buffer, keeping its id:
+/// the slices are cut first, in the model's order
+/// ([`ModelBackend::unflatten`]), and handed out as the model is mapped.
+struct Rebind<B: Backend> {
+    parts: std::vec::IntoIter<FloatTensor<B>>,
+}
+
+impl<B: ModelBackend> Rebind<B> {
+    /// The slots' slices of `values`.
+    fn new(values: &Tensor<B, 1>, slots: &[Slot]) -> Rebind<B> {
+        let shapes: Vec<Shape> = slots.iter().map(|s| Shape::from(s.dims.clone())).collect();
+        let parts = B::unflatten(values.clone().into_primitive().tensor(), &shapes);
+        Rebind {
+            parts: parts.into_iter(),
+        }
+    }
+}
+
+impl<B: Backend> Rebind<B> {
     fn value<const K: usize>(&mut self) -> Tensor<B, K> {
-        let slot = &self.slots[self.next];
-        self.next += 1;
-        self.values
-            .clone()
-            .narrow(0, slot.offset, slot.len)
-            .reshape(dims::<K>(&slot.dims))
+        let part = self
+            .parts
+            .next()
+            .expect("the model passed to the optimiser is not the one it was made for");
+        Tensor::from_primitive(TensorPrimitive::Float(part))
     }
 }
 
 /// Rebinds an autodiff model: the slices become trainable leaves.
-struct RebindLeaves<'a, B: AutodiffBackend>(Rebind<'a, B::InnerBackend>);
+struct RebindLeaves<B: AutodiffBackend>(Rebind<B::InnerBackend>);
 
-impl<B: AutodiffBackend> ModuleMapper<B> for RebindLeaves<'_, B> {
+impl<B: AutodiffBackend> ModuleMapper<B> for RebindLeaves<B> {
     fn map_float<const K: usize>(&mut self, param: Param<Tensor<B, K>>) -> Param<Tensor<B, K>> {
         let (id, _, mapper) = param.consume();
         let value = Tensor::from_inner(self.0.value::<K>()).require_grad();
@@ -235,7 +242,7 @@ impl<B: AutodiffBackend> ModuleMapper<B> for RebindLeaves<'_, B> {
     }
 }
 
-impl<B: Backend> ModuleMapper<B> for Rebind<'_, B> {
+impl<B: Backend> ModuleMapper<B> for Rebind<B> {
     fn map_float<const K: usize>(&mut self, param: Param<Tensor<B, K>>) -> Param<Tensor<B, K>> {
         let (id, _, mapper) = param.consume();
         Param::from_mapped_value(id, self.value::<K>(), mapper)
@@ -261,10 +268,9 @@ where
         let mut layout = Layout::<B> {
             slots: Vec::new(),
             values: Vec::new(),
-            total: 0,
         };
         model.visit(&mut layout);
-        let params = Tensor::cat(layout.values, 0);
+        let params = flatten(layout.values);
         Optimiser {
             slots: layout.slots,
             average: average.map(|decay| (params.clone(), decay)),
@@ -328,7 +334,7 @@ where
         };
         model.visit(&mut gather);
         let (flat, per_tensor) = (gather.flat, gather.sum_squares);
-        let mut grad = Tensor::cat(flat, 0);
+        let mut grad = flatten(flat);
         let mut per_tensor = per_tensor;
         if self.loss_scale != 1.0 {
             grad = grad.div_scalar(self.loss_scale);
@@ -373,11 +379,10 @@ where
             .div(v.clone().sqrt().add_scalar(epsilon * bias_correction2_sqrt));
         self.params = self.params.clone() - update.mul_scalar(learning_rate);
         self.moments = Some((m, v));
-        let model = model.map(&mut RebindLeaves::<B>(Rebind {
-            values: &self.params,
-            slots: &self.slots,
-            next: 0,
-        }));
+        let model = model.map(&mut RebindLeaves::<B>(Rebind::new(
+            &self.params,
+            &self.slots,
+        )));
         mark(Phase::Adam);
         if let Some((average, decay)) = self.average.take() {
             let moved = average.mul_scalar(decay) + self.params.clone().mul_scalar(1.0 - decay);
@@ -391,27 +396,23 @@ where
     /// the parameters themselves when no average is kept.
     pub(crate) fn average<M: AutodiffModule<B>>(&self, model: &M) -> M::InnerModule {
         let values = self.average.as_ref().map_or(&self.params, |(a, _)| a);
-        model.valid().map(&mut Rebind {
-            values,
-            slots: &self.slots,
-            next: 0,
-        })
+        model.valid().map(&mut Rebind::new(values, &self.slots))
     }
 
     /// Adam's state in burn's record form (moments per parameter id), as
     /// `optim.mpk` has always held it. Empty before the first step.
     pub(crate) fn record<M: AutodiffModule<B>>(&self, model: &M) -> AdamRecord<B> {
         /// The first and second moments, slot by slot.
-        type Moments<'a, B> = (
-            Rebind<'a, <B as AutodiffBackend>::InnerBackend>,
-            Rebind<'a, <B as AutodiffBackend>::InnerBackend>,
+        type Moments<B> = (
+            Rebind<<B as AutodiffBackend>::InnerBackend>,
+            Rebind<<B as AutodiffBackend>::InnerBackend>,
         );
-        struct Split<'a, B: AutodiffBackend> {
-            moments: Option<Moments<'a, B>>,
+        struct Split<B: AutodiffBackend> {
+            moments: Option<Moments<B>>,
             time: usize,
             record: AdamRecord<B>,
         }
-        impl<B: AutodiffBackend> ModuleVisitor<B> for Split<'_, B> {
+        impl<B: AutodiffBackend> ModuleVisitor<B> for Split<B> {
             fn visit_float<const K: usize>(&mut self, param: &Param<Tensor<B, K>>) {
                 if let Some((m, v)) = &mut self.moments {
                     let state = AdamState::new(AdaptiveMomentumState::new(
@@ -424,11 +425,7 @@ where
                 }
             }
         }
-        let rebind = |values| Rebind {
-            values,
-            slots: &self.slots,
-            next: 0,
-        };
+        let rebind = |values| Rebind::new(values, &self.slots);
         let mut split = Split::<B> {
             moments: self.moments.as_ref().map(|(m, v)| (rebind(m), rebind(v))),
             time: self.steps,

@@ -907,7 +907,7 @@ enum Pass {
 }
 
 impl<R: CubeRuntime> KernelPass<R> for Pass {
-    fn name(self) -> &'static str {
+    fn name(&self) -> &'static str {
         match self {
             Pass::Forward => "chessbench_attention_forward",
             Pass::Backward => "chessbench_attention_backward",

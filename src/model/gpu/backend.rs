@@ -10,7 +10,7 @@
 use burn::{
     backend::{Autodiff, autodiff::checkpoint::strategy::CheckpointStrategy},
     nn::LayerNorm,
-    tensor::{Tensor, backend::Backend},
+    tensor::{Shape, Tensor, backend::Backend, ops::FloatTensor},
 };
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::Fusion;
@@ -19,7 +19,7 @@ use crate::model::{
     attention,
     backend::{AttentionKernel, LayerKernels, ModelBackend, Products, burn_swiglu},
     device::Precision,
-    gpu::{attention as gpu_attention, layers as gpu_layers, pass::FusedCube},
+    gpu::{attention as gpu_attention, flat as gpu_flat, layers as gpu_layers, pass::FusedCube},
     layers,
     shape::ModelShape,
 };
@@ -182,6 +182,14 @@ impl<R: GpuRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ModelBacken
 
     fn max_buffer_bytes(device: &Self::Device) -> Option<u64> {
         R::max_buffer_bytes(device)
+    }
+
+    fn flatten(parts: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
+        gpu_flat::flatten::<R, F, I, BT>(parts)
+    }
+
+    fn unflatten(flat: FloatTensor<Self>, shapes: &[Shape]) -> Vec<FloatTensor<Self>> {
+        gpu_flat::unflatten::<R, F, I, BT>(flat, shapes)
     }
 }
 

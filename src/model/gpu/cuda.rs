@@ -146,7 +146,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> Gemm for Fusion<Cube<F, I,
         struct GemmPass(bool, bool);
 
         impl KernelPass<CudaRuntime> for GemmPass {
-            fn name(self) -> &'static str {
+            fn name(&self) -> &'static str {
                 "chessbench_gemm"
             }
 

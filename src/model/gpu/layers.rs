@@ -166,7 +166,10 @@ pub use crate::model::backend::LAYERS_VAR;
 /// process ([`crate::model::gpu::pass::fallbacks`] names them); the fused
 /// kernels otherwise.
 pub(crate) fn layer_kernels<R: CubeRuntime>() -> LayerKernels {
-    match family_use::<R>(LAYERS_VAR, &[Family::LayerNorm, Family::Swiglu]) {
+    match family_use::<R>(
+        LAYERS_VAR,
+        &[Family::LayerNorm, Family::Swiglu, Family::Gather],
+    ) {
         FamilyUse::Fused => LayerKernels::Fused,
         FamilyUse::Mixed => LayerKernels::Mixed,
         FamilyUse::Burn => LayerKernels::Burn,
@@ -483,7 +486,7 @@ pub(crate) fn variant_errors<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
                 (dims, "swiglu d_both", relative_error(&d_both, &g)),
             ])
         }
-        Family::Attention => Err("not a layer kernel".into()),
+        Family::Attention | Family::Gather => Err("not a layer kernel".into()),
     }
 }
 
@@ -923,7 +926,7 @@ enum Pass {
 }
 
 impl<R: CubeRuntime> KernelPass<R> for Pass {
-    fn name(self) -> &'static str {
+    fn name(&self) -> &'static str {
         match self {
             Pass::NormForward { .. } => "chessbench_layer_norm_forward",
             Pass::NormBackward => "chessbench_layer_norm_backward",

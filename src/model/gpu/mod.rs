@@ -3,7 +3,8 @@
 //! runtime; `pass` what every fused kernel shares (burn's fusion stream,
 //! the device's limits, a self-test per kernel variant); `attention` and
 //! `layers` the fused attention, layer norm and SwiGLU, each the GPU twin
-//! of the CPU's [`super::attention`] and [`super::layers`]; `cuda` the
+//! of the CPU's [`super::attention`] and [`super::layers`]; `flat` the
+//! optimiser's flat buffers in one operation each; `cuda` the
 //! products in cuBLASLt and `wgpu` the runtime that runs everywhere
 //! (Mesa's lavapipe in CI); `cache` where compiled kernels are kept, and
 //! [`kernel_log`] what CubeCL compiled and launched. `cuda_emulator` (tests
@@ -21,6 +22,8 @@ pub mod cache;
 pub mod cuda;
 #[cfg(all(test, feature = "cuda"))]
 mod cuda_emulator;
+#[cfg(gpu)]
+pub(crate) mod flat;
 pub mod kernel_log;
 #[cfg(gpu)]
 pub mod layers;

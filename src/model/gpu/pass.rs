@@ -28,9 +28,9 @@ use cubecl::prelude::ComputeClient;
 /// its name there, and what it computes from its inputs' tensors, in
 /// order, on the CubeCL backend when the stream reaches it.
 pub(crate) trait KernelPass<R: CubeRuntime>:
-    Copy + std::fmt::Debug + Send + Sync + 'static
+    Clone + std::fmt::Debug + Send + Sync + 'static
 {
-    fn name(self) -> &'static str;
+    fn name(&self) -> &'static str;
 
     fn run<F: FloatElement, I: IntElement, BT: BoolElement>(
         self,
@@ -75,7 +75,7 @@ where
             .iter()
             .map(|t| handles.get_float_tensor::<CubeBackend<R, F, I, BT>>(t))
             .collect();
-        let outputs = self.pass.run::<F, I, BT>(inputs);
+        let outputs = self.pass.clone().run::<F, I, BT>(inputs);
         for (ir, t) in self.desc.outputs.iter().zip(outputs) {
             handles.register_float_tensor::<CubeBackend<R, F, I, BT>>(&ir.id, t);
         }
@@ -164,6 +164,9 @@ pub(crate) enum Family {
     LayerNorm,
     /// The SwiGLU's forward and backward (`gpu::layers`).
     Swiglu,
+    /// The optimiser's gather of the gradients into one buffer
+    /// (`gpu::flat`).
+    Gather,
 }
 
 /// How a variant's inputs are laid out in memory when the model hands
@@ -212,6 +215,7 @@ impl std::fmt::Display for Variant {
                 self.dtype
             ),
             Family::Swiglu => write!(f, "SwiGLU width {a}, {:?}, {layout}", self.dtype),
+            Family::Gather => write!(f, "gradient gather, {:?}", self.dtype),
         }
     }
 }

@@ -442,6 +442,33 @@ mod tests {
         }
     }
 
+    /// The optimiser's gradient gather (`gpu::flat`) copies every part
+    /// exactly, views included, in one launch and in groups of three, in
+    /// every format the device has; and the variant passes the self-test
+    /// training runs.
+    #[test]
+    fn the_gradient_gather_copies_every_part_exactly() {
+        let device = wgpu();
+        let group = gpu::flat::gather_group(&Limits::of_device::<WgpuRuntime>(&device));
+        println!("{group} parts a launch");
+        for dtype in formats(&device) {
+            for group in [group, 3] {
+                let errors =
+                    gpu::flat::gather_errors::<WgpuRuntime, f32, i32, u32>(&device, dtype, group)
+                        .expect("the gather ran");
+                assert_eq!(errors.len(), 10);
+                for (shape, what, e) in errors {
+                    assert_eq!(e, 0.0, "{dtype:?}, {group} a launch, {shape:?}: {what} {e}");
+                }
+            }
+            assert!(gpu::flat::use_gather::<WgpuRuntime, f32, i32, u32>(
+                &device,
+                &[burn::tensor::Shape::new([3, 5])],
+                dtype
+            ));
+        }
+    }
+
     /// Whole-tensor sums past 2^18 elements (a model's flat gradient, whose
     /// norm clips every step) are right on wgpu through
     /// [`crate::model::ModelBackend::sum_all`]; burn's own `sum` is

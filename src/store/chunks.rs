@@ -211,7 +211,52 @@ pub(crate) fn recover(
             }
         }
     }
+    for path in entry_temporaries(run, split, source, shard)? {
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(StoreError::io(&path, e));
+            }
+            _ => {}
+        }
+    }
     Ok(done)
+}
+
+/// The temporary files of entries of `shard`'s chunks
+/// (`chunk-00000002.json.PID-N.tmp`, [`crate::store::commit::write_atomic`]'s):
+/// a writer killed between creating one and renaming it leaves it behind.
+/// Its chunk has no entry, so recovery redoes the chunk; the file itself is
+/// only debris, removed by the next writer of the shard, which holds the
+/// shard's lock.
+fn entry_temporaries(
+    run: &Path,
+    split: &str,
+    source: Source,
+    shard: (u32, u32),
+) -> Result<Vec<PathBuf>, StoreError> {
+    let dir = entries_dir(run, split);
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(StoreError::io(&dir, e)),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
+        let name = entry.file_name();
+        let chunk = name
+            .to_str()
+            .filter(|n| n.ends_with(".tmp"))
+            .and_then(|n| n.strip_prefix(source.stem()))
+            .and_then(|n| n.split_once(".json."))
+            .and_then(|(n, _)| n.parse::<u64>().ok());
+        if let Some(chunk) = chunk
+            && chunk_shard(chunk, shard.1) == shard.0
+        {
+            found.push(entry.path());
+        }
+    }
+    Ok(found)
 }
 
 /// The entry of a committed chunk, or `None` if it has none.
@@ -683,6 +728,27 @@ mod tests {
         assert!(data_path(run, Table::StateValues, "train", S, 7, false).exists());
         assert!(!data_path(run, Table::StateValues, "train", S, 8, true).exists());
         assert_eq!(interrupted_commit(run).unwrap(), None);
+        // A writer killed while writing chunk 5's entry leaves its
+        // temporary file: recovery by the shard's next writer removes it,
+        // and leaves another shard's alone.
+        let stray = entries.join(format!("{}.json.4242-7.tmp", chunk_name(S, 5)));
+        fs::write(&stray, b"{").unwrap();
+        let other = (0..100u64).find(|&c| chunk_shard(c, 2) == 1).unwrap();
+        let mine = (0..100u64).find(|&c| chunk_shard(c, 2) == 0).unwrap();
+        let theirs = entries.join(format!("{}.json.4242-8.tmp", chunk_name(S, other)));
+        let ours = entries.join(format!("{}.json.4242-9.tmp", chunk_name(S, mine)));
+        fs::write(&theirs, b"{").unwrap();
+        fs::write(&ours, b"{").unwrap();
+        recover(run, "train", S, (0, 1)).unwrap();
+        assert!(!stray.exists());
+        assert!(!ours.exists() && !theirs.exists());
+        fs::write(&theirs, b"{").unwrap();
+        fs::write(&ours, b"{").unwrap();
+        recover(run, "train", S, (0, 2)).unwrap();
+        assert!(!ours.exists(), "shard 0 removes its own");
+        assert!(theirs.exists(), "shard 1's is left to shard 1");
+        fs::remove_file(&theirs).unwrap();
+        assert_eq!(committed(run, "train", S).unwrap(), BTreeSet::from([7]));
         // A clean commit renames its file.
         write_table(run, "train", S, 9, Table::StateValues, &batch).unwrap();
         commit(

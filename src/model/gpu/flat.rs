@@ -266,6 +266,18 @@ pub(crate) fn gather_errors<R: CubeRuntime, F: FloatElement, I: IntElement, BT: 
             .map(|i| ((i * 7 + salt * 13) % 61) as f32 * 0.5 - 15.0)
             .collect()
     };
+    // `x` in `dtype` as a dense tensor of `dims`.
+    let dense = |x: &[f32], dims: &[usize]| -> FloatTensor<B<R, F, I, BT>> {
+        let flat =
+            Tensor::<B<R, F, I, BT>, 1>::from_data(TensorData::new(x.to_vec(), [x.len()]), device)
+                .cast(dtype)
+                .into_primitive()
+                .tensor();
+        <B<R, F, I, BT> as burn::tensor::ops::FloatTensorOps<B<R, F, I, BT>>>::float_reshape(
+            flat,
+            Shape::from(dims.to_vec()),
+        )
+    };
     let mut parts: Vec<FloatTensor<B<R, F, I, BT>>> = Vec::new();
     let mut expected: Vec<(Vec<usize>, Vec<f32>)> = Vec::new();
     for (k, dims) in [
@@ -285,21 +297,12 @@ pub(crate) fn gather_errors<R: CubeRuntime, F: FloatElement, I: IntElement, BT: 
     {
         let n: usize = dims.iter().product();
         let x = values(n, k);
-        let part: FloatTensor<B<R, F, I, BT>> = match dims.len() {
-            1 => Tensor::<B<R, F, I, BT>, 1>::from_data(
-                TensorData::new(x.clone(), dims.clone()),
-                device,
-            )
-            .cast(dtype)
-            .into_primitive()
-            .tensor(),
-            2 if k == 5 => {
+        let part = match k {
+            5 => {
                 // A transposed view: its values in the view's order.
-                let t = Tensor::<B<R, F, I, BT>, 2>::from_data(
-                    TensorData::new(x.clone(), dims.clone()),
-                    device,
-                )
-                .cast(dtype)
+                let t = Tensor::<B<R, F, I, BT>, 2>::from_primitive(TensorPrimitive::Float(dense(
+                    &x, &dims,
+                )))
                 .transpose();
                 let seen = (0..4)
                     .flat_map(|r| (0..4).map(move |c| c * 4 + r))
@@ -309,14 +312,13 @@ pub(crate) fn gather_errors<R: CubeRuntime, F: FloatElement, I: IntElement, BT: 
                 parts.push(t.into_primitive().tensor());
                 continue;
             }
-            2 if k == 6 => {
+            6 => {
                 // A column slice of a wider product ([5, 6] -> its last 3).
                 let wide = values(30, k);
-                let t = Tensor::<B<R, F, I, BT>, 2>::from_data(
-                    TensorData::new(wide.clone(), vec![5, 6]),
-                    device,
-                )
-                .cast(dtype)
+                let t = Tensor::<B<R, F, I, BT>, 2>::from_primitive(TensorPrimitive::Float(dense(
+                    &wide,
+                    &[5, 6],
+                )))
                 .narrow(1, 3, 3);
                 let seen = (0..5)
                     .flat_map(|r| (3..6).map(move |c| r * 6 + c))
@@ -326,20 +328,7 @@ pub(crate) fn gather_errors<R: CubeRuntime, F: FloatElement, I: IntElement, BT: 
                 parts.push(t.into_primitive().tensor());
                 continue;
             }
-            2 => Tensor::<B<R, F, I, BT>, 2>::from_data(
-                TensorData::new(x.clone(), dims.clone()),
-                device,
-            )
-            .cast(dtype)
-            .into_primitive()
-            .tensor(),
-            _ => Tensor::<B<R, F, I, BT>, 3>::from_data(
-                TensorData::new(x.clone(), dims.clone()),
-                device,
-            )
-            .cast(dtype)
-            .into_primitive()
-            .tensor(),
+            _ => dense(&x, &dims),
         };
         expected.push((dims, x));
         parts.push(part);

@@ -64,6 +64,104 @@ pub trait FusedAttention: Backend {
         lse: FloatTensor<Self>,
         d_out: FloatTensor<Self>,
     ) -> [FloatTensor<Self>; 3];
+
+    /// The attention of one packed projection: `qkv` is `[batch, seq, 3
+    /// width]` (q | k | v, each head's `dim = width / heads` columns
+    /// consecutive), the output the context `[batch, seq, width]` (the
+    /// heads side by side, as the output projection takes it) and the
+    /// rows' log-sum-exp `[batch, heads, seq]`. By default, burn's views
+    /// and copies around [`Self::attention_forward`] ([`packed::forward`]);
+    /// a kernel that follows strides reads and writes the packed buffers
+    /// in place.
+    fn attention_forward_packed(
+        qkv: FloatTensor<Self>,
+        heads: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        packed::forward::<Self>(qkv, heads)
+    }
+
+    /// The gradient of the packed projection, `[batch, seq, 3 width]`, from
+    /// the projection, the forward's context and log-sum-exp, and the
+    /// context's gradient ([`packed::backward`] by default).
+    fn attention_backward_packed(
+        qkv: FloatTensor<Self>,
+        context: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_context: FloatTensor<Self>,
+        heads: usize,
+    ) -> FloatTensor<Self> {
+        packed::backward::<Self>(qkv, context, lse, d_context, heads)
+    }
+}
+
+/// The packed attention as burn's views and copies around the per-tensor
+/// passes: what [`FusedAttention`]'s packed passes do on a backend whose
+/// kernels cannot take the packed buffers in place (and the operation
+/// counter's stand-in for them).
+pub(crate) mod packed {
+    use super::*;
+
+    fn float<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
+        Tensor::from_primitive(TensorPrimitive::Float(t))
+    }
+
+    fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+        t.into_primitive().tensor()
+    }
+
+    /// `[batch, seq, 3 width]` as its q, k and v, `[batch, heads, seq,
+    /// dim]` each (views).
+    pub(crate) fn split<B: Backend>(qkv: FloatTensor<B>, heads: usize) -> [Tensor<B, 4>; 3] {
+        let qkv = float::<B, 3>(qkv);
+        let [b, t, w3] = qkv.dims();
+        let w = w3 / 3;
+        [0, 1, 2].map(|part| {
+            qkv.clone()
+                .narrow(2, part * w, w)
+                .reshape([b, t, heads, w / heads])
+                .swap_dims(1, 2)
+        })
+    }
+
+    /// `[batch, heads, seq, dim]` as `[batch, seq, width]`.
+    pub(crate) fn merge<B: Backend>(t: Tensor<B, 4>) -> Tensor<B, 3> {
+        let [b, h, s, d] = t.dims();
+        t.swap_dims(1, 2).reshape([b, s, h * d])
+    }
+
+    /// `[batch, seq, width]` as `[batch, heads, seq, dim]`.
+    pub(crate) fn heads_of<B: Backend>(t: Tensor<B, 3>, heads: usize) -> Tensor<B, 4> {
+        let [b, s, w] = t.dims();
+        t.reshape([b, s, heads, w / heads]).swap_dims(1, 2)
+    }
+
+    /// [`FusedAttention::attention_forward_packed`] by views and copies.
+    pub(crate) fn forward<B: FusedAttention>(
+        qkv: FloatTensor<B>,
+        heads: usize,
+    ) -> (FloatTensor<B>, FloatTensor<B>) {
+        let [q, k, v] = split::<B>(qkv, heads).map(prim);
+        let (out, lse) = B::attention_forward(q, k, v);
+        (prim(merge(float::<B, 4>(out))), lse)
+    }
+
+    /// [`FusedAttention::attention_backward_packed`] by views and copies.
+    pub(crate) fn backward<B: FusedAttention>(
+        qkv: FloatTensor<B>,
+        context: FloatTensor<B>,
+        lse: FloatTensor<B>,
+        d_context: FloatTensor<B>,
+        heads: usize,
+    ) -> FloatTensor<B> {
+        let [q, k, v] = split::<B>(qkv, heads).map(prim);
+        let out = prim(heads_of(float::<B, 3>(context), heads));
+        let d_out = prim(heads_of(float::<B, 3>(d_context), heads));
+        let grads = B::attention_backward(q, k, v, out, lse, d_out);
+        prim(Tensor::cat(
+            grads.map(|g| merge(float::<B, 4>(g))).to_vec(),
+            2,
+        ))
+    }
 }
 
 /// The fused attention without autodiff (inference).
@@ -145,6 +243,76 @@ pub(crate) fn fused_attention<B: FusedAttention, C: CheckpointStrategy>(
         }
     };
     Tensor::from_primitive(TensorPrimitive::Float(out))
+}
+
+/// The packed attention without autodiff (inference): `qkv` `[batch, seq,
+/// 3 width]` to the context `[batch, seq, width]`.
+pub(crate) fn fused_attention_packed_inference<B: FusedAttention>(
+    qkv: Tensor<B, 3>,
+    heads: usize,
+) -> Tensor<B, 3> {
+    let (context, _) = B::attention_forward_packed(qkv.into_primitive().tensor(), heads);
+    Tensor::from_primitive(TensorPrimitive::Float(context))
+}
+
+/// The packed attention under autodiff: one operation from the projection
+/// `qkv` (`[batch, seq, 3 width]`, q | k | v) to the context `[batch, seq,
+/// width]`, whose backward writes the projection's whole gradient, so that
+/// no split, transposition, zero-fill or slice assignment of q, k and v
+/// enters the graph.
+pub(crate) fn fused_attention_packed<B: FusedAttention, C: CheckpointStrategy>(
+    qkv: Tensor<Autodiff<B, C>, 3>,
+    heads: usize,
+) -> Tensor<Autodiff<B, C>, 3> {
+    #[derive(Debug)]
+    struct PackedBackward {
+        heads: usize,
+    }
+
+    /// What the backward needs: the projection, the context and its
+    /// log-sum-exp.
+    type Saved<B> = [FloatTensor<B>; 3];
+
+    impl<B: FusedAttention> Backward<B, 1> for PackedBackward {
+        type State = Saved<B>;
+
+        fn backward(
+            self,
+            ops: Ops<Self::State, 1>,
+            grads: &mut AutodiffGradients,
+            _checkpointer: &mut Checkpointer,
+        ) {
+            let [qkv, context, lse] = ops.state;
+            // The kernel reads every tensor in the projection's format.
+            let d_context = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(
+                grads.consume::<B>(&ops.node),
+            ))
+            .cast(qkv.dtype())
+            .into_primitive()
+            .tensor();
+            let [parent] = ops.parents;
+            if let Some(node) = parent {
+                let g = B::attention_backward_packed(qkv, context, lse, d_context, self.heads);
+                grads.register::<B>(node.id, g);
+            }
+        }
+    }
+
+    let qkv = qkv.into_primitive().tensor();
+    let context = match (PackedBackward { heads })
+        .prepare::<C>([qkv.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let (context, lse) = B::attention_forward_packed(qkv.primitive.clone(), heads);
+            prep.finish([qkv.primitive, context.clone(), lse], context)
+        }
+        OpsKind::UnTracked(prep) => {
+            prep.finish(B::attention_forward_packed(qkv.primitive, heads).0)
+        }
+    };
+    Tensor::from_primitive(TensorPrimitive::Float(context))
 }
 
 /// Keys per tile of the online softmax (a kernel's inner loop step).
@@ -443,6 +611,63 @@ mod tests {
             &burn.into_data().to_vec::<f32>().unwrap(),
         );
         assert!(e < 1e-5, "{e:e}");
+    }
+
+    /// The packed operation, from a `[batch, seq, 3 width]` projection to
+    /// the `[batch, seq, width]` context, gives burn's attention over the
+    /// projection's thirds split into heads, and the projection's whole
+    /// gradient; inference gives the same context.
+    #[test]
+    fn the_packed_operation_is_attention_over_the_projections_thirds() {
+        let (b, t, heads, dim) = (3, 21, 2, 8);
+        let w = heads * dim;
+        let dims = [b, t, 3 * w];
+        let proj = values(b * t * 3 * w, 41);
+        let g = values(b * t * w, 42);
+        let tensor3 = |v: &[f32], dims: [usize; 3]| -> Tensor<A, 3> {
+            Tensor::from_data(TensorData::new(v.to_vec(), dims), &Default::default())
+        };
+        let ours_in = tensor3(&proj, dims).require_grad();
+        let theirs_in = tensor3(&proj, dims).require_grad();
+        let ours = fused_attention_packed::<Flex, _>(ours_in.clone(), heads);
+        let split = |part: usize| {
+            theirs_in
+                .clone()
+                .narrow(2, part * w, w)
+                .reshape([b, t, heads, dim])
+                .swap_dims(1, 2)
+        };
+        let theirs = attention(
+            split(0),
+            split(1),
+            split(2),
+            None,
+            None,
+            AttentionModuleOptions::default(),
+        )
+        .swap_dims(1, 2)
+        .reshape([b, t, w]);
+        assert_eq!(ours.dims(), [b, t, w]);
+        let data = |t: Tensor<A, 3>| t.into_data().to_vec::<f32>().unwrap();
+        assert!(worst(&data(ours.clone()), &data(theirs.clone())) < 1e-5);
+        let mut g_ours = (ours * tensor3(&g, [b, t, w])).sum().backward();
+        let mut g_theirs = (theirs * tensor3(&g, [b, t, w])).sum().backward();
+        let grad = |x: &Tensor<A, 3>, gs: &mut _| -> Vec<f32> {
+            data(Tensor::from_inner(x.grad_remove(gs).expect("a gradient")))
+        };
+        let (a, c) = (grad(&ours_in, &mut g_ours), grad(&theirs_in, &mut g_theirs));
+        assert_eq!(a.len(), b * t * 3 * w);
+        let e = worst(&a, &c);
+        assert!(e < 1e-4, "d_qkv: {e:e}");
+        let plain = fused_attention_packed_inference::<Flex>(tensor3(&proj, dims).inner(), heads);
+        let e = worst(
+            &plain.into_data().to_vec::<f32>().unwrap(),
+            &data(fused_attention_packed::<Flex, _>(
+                tensor3(&proj, dims),
+                heads,
+            )),
+        );
+        assert!(e < 1e-6, "{e:e}");
     }
 
     /// Reproducible values in about [-2, 2] (a 64-bit LCG).

@@ -53,6 +53,19 @@ pub trait ModelBackend: Backend {
         burn::tensor::module::attention(q, k, v, None, None, Default::default())
     }
 
+    /// The attention of a block's packed q|k|v projection `qkv` (`[batch,
+    /// seq, 3 width]`, each head's `width / heads` columns consecutive in
+    /// each third) to the context `[batch, seq, width]` that the output
+    /// projection takes: by default the thirds split into heads (views),
+    /// [`Self::attend`], and the heads merged back. A backend with a fused
+    /// kernel reads q, k and v and writes the context in place, and its
+    /// backward writes the projection's gradient as one buffer.
+    fn attend_packed(qkv: Tensor<Self, 3>, heads: usize) -> Tensor<Self, 3> {
+        let [q, k, v] =
+            super::attention::packed::split::<Self>(qkv.into_primitive().tensor(), heads);
+        super::attention::packed::merge(Self::attend(q, k, v))
+    }
+
     /// Which implementation [`Self::attend`] runs (reported with timings).
     fn attention() -> AttentionKernel {
         AttentionKernel::Burn

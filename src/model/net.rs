@@ -218,9 +218,8 @@ impl<B: ModelBackend> Block<B> {
         let [b, t, d] = x.dims();
         let dh = d / self.heads;
         let h = B::norm(&self.attn_norm, x.clone());
-        // [b, t, d] -> [b, heads, t, dh]
-        let split = |p: Tensor<B, 3>| p.reshape([b, t, self.heads, dh]).swap_dims(1, 2);
-        let (q, k, v) = if compute.fused_projections {
+        // [batch, seq, d], the heads side by side.
+        let context = if compute.fused_projections {
             let w = Tensor::cat(
                 vec![
                     self.q.weight.val(),
@@ -229,21 +228,16 @@ impl<B: ModelBackend> Block<B> {
                 ],
                 1,
             );
-            let qkv = compute.product(h, w);
-            (
-                split(qkv.clone().narrow(2, 0, d)),
-                split(qkv.clone().narrow(2, d, d)),
-                split(qkv.narrow(2, 2 * d, d)),
-            )
+            B::attend_packed(compute.product(h, w), self.heads)
         } else {
+            // [b, t, d] -> [b, heads, t, dh]
+            let split = |p: Tensor<B, 3>| p.reshape([b, t, self.heads, dh]).swap_dims(1, 2);
             let project = |p: &Linear<B>| split(compute.product(h.clone(), p.weight.val()));
-            (project(&self.q), project(&self.k), project(&self.v))
+            B::attend(project(&self.q), project(&self.k), project(&self.v))
+                .swap_dims(1, 2)
+                .reshape([b, t, d])
         };
-        let context = B::attend(q, k, v);
-        let out = compute.product(
-            context.swap_dims(1, 2).reshape([b, t, d]),
-            self.out.weight.val(),
-        );
+        let out = compute.product(context, self.out.weight.val());
         let x = x + compute.widen(out);
         let h = B::norm(&self.mlp_norm, x.clone());
         let gated = if compute.fused_projections {

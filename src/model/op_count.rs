@@ -458,6 +458,33 @@ impl FusedAttention for Counted {
         count("fused.attention_dkdv");
         attention::on_host::backward::<Self>(q, k, v, out, lse, d_out)
     }
+
+    /// One operation and one kernel, as on a GPU, which reads the packed
+    /// projection and writes the context in place (the views and copies
+    /// computing it here are not counted).
+    fn attention_forward_packed(
+        qkv: FloatTensor<Self>,
+        heads: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        count("fused.attention_forward");
+        count(REGISTERED);
+        uncounted(|| attention::packed::forward::<Self>(qkv, heads))
+    }
+
+    /// One operation and two kernels, as on a GPU, which writes the
+    /// projection's gradient as one buffer.
+    fn attention_backward_packed(
+        qkv: FloatTensor<Self>,
+        context: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_context: FloatTensor<Self>,
+        heads: usize,
+    ) -> FloatTensor<Self> {
+        count("fused.attention_dq");
+        count(REGISTERED);
+        count("fused.attention_dkdv");
+        uncounted(|| attention::packed::backward::<Self>(qkv, context, lse, d_context, heads))
+    }
 }
 
 /// The fused layer norm and SwiGLU as the kernels each pass launches,
@@ -515,6 +542,15 @@ impl ModelBackend for Counted {
             attention::fused_attention_inference(q, k, v)
         } else {
             burn::tensor::module::attention(q, k, v, None, None, Default::default())
+        }
+    }
+
+    fn attend_packed(qkv: Tensor<Self, 3>, heads: usize) -> Tensor<Self, 3> {
+        if attention_fused() {
+            attention::fused_attention_packed_inference(qkv, heads)
+        } else {
+            let [q, k, v] = attention::packed::split::<Self>(qkv.into_primitive().tensor(), heads);
+            attention::packed::merge(Self::attend(q, k, v))
         }
     }
 
@@ -588,6 +624,15 @@ impl<C: CheckpointStrategy> ModelBackend for Autodiff<Counted, C> {
             attention::fused_attention(q, k, v)
         } else {
             burn::tensor::module::attention(q, k, v, None, None, Default::default())
+        }
+    }
+
+    fn attend_packed(qkv: Tensor<Self, 3>, heads: usize) -> Tensor<Self, 3> {
+        if attention_fused() {
+            attention::fused_attention_packed(qkv, heads)
+        } else {
+            let [q, k, v] = attention::packed::split::<Self>(qkv.into_primitive().tensor(), heads);
+            attention::packed::merge(Self::attend(q, k, v))
         }
     }
 

@@ -44,6 +44,7 @@ use burn_cubecl::{
     BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement,
     cubecl::prelude::*,
     cubecl::server::MemoryLayoutStrategy,
+    cubecl::zspace::metadata::Metadata,
     kernel::into_contiguous,
     ops::numeric::{empty_device_contiguous_dtype, empty_device_dtype},
     tensor::CubeTensor,
@@ -148,15 +149,17 @@ pub(crate) fn refusal(shape: [usize; 4], dtype: DType, limits: &Limits) -> Optio
 
 pub use crate::model::backend::ATTENTION_VAR;
 
-/// The variant of the model's attention over `[batch, heads, seq, dim]` in
-/// `dtype`: the blocks hand the kernels q, k and v as views of their
-/// projection (`Block::forward`), so that is the layout tested.
-pub(crate) fn model_variant(shape: [usize; 4], dtype: DType) -> Variant {
+/// The variant of an attention over `[batch, heads, seq, dim]` in `dtype`
+/// with its inputs laid out as `layout` says: the model's blocks hand the
+/// kernels their packed q|k|v projection (`Block::forward`, through
+/// `ModelBackend::attend_packed`), separate q, k and v as views of a
+/// projection otherwise.
+pub(crate) fn model_variant(shape: [usize; 4], dtype: DType, layout: Layout) -> Variant {
     Variant {
         family: Family::Attention,
         sizes: [shape[2], shape[3]],
         dtype,
-        layout: Layout::Views,
+        layout,
     }
 }
 
@@ -169,6 +172,7 @@ pub(crate) fn use_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bool
     device: &R::Device,
     shape: [usize; 4],
     dtype: DType,
+    layout: Layout,
 ) -> bool {
     if !fused_wanted(ATTENTION_VAR) || shape[0] * shape[1] == 0 {
         return false;
@@ -178,7 +182,7 @@ pub(crate) fn use_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bool
         shape_fallback::<R>(device, Family::Attention, what, why, "burn's attention");
         return false;
     }
-    let variant = model_variant(shape, dtype);
+    let variant = model_variant(shape, dtype, layout);
     variant_enabled::<R>(ATTENTION_VAR, device, variant, "burn's attention", || {
         errors_within(
             variant_errors::<R, F, I, BT>(device, variant, shape[1])?,
@@ -389,6 +393,18 @@ pub(crate) fn variant_errors<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
             let d_proj = read(proj.grad(&grads).ok_or("no gradient of the projection")?);
             let parts = |x: &[f32]| [0, 1, 2].map(|p| split_heads(x, s, 3, p));
             (parts(&proj_values), read(out), parts(&d_proj))
+        }
+        Layout::Packed => {
+            let proj_values = rounded(&values_from(b * t * 3 * w, 5));
+            let proj = tensor3(&proj_values, [b, t, 3 * w]).require_grad();
+            let context = attention::fused_attention_packed(proj.clone(), h);
+            let grads = (context.clone() * tensor3(&g_rows, [b, t, w]))
+                .sum()
+                .backward();
+            let d_proj = read(proj.grad(&grads).ok_or("no gradient of the projection")?);
+            let parts = |x: &[f32]| [0, 1, 2].map(|p| split_heads(x, s, 3, p));
+            let out = split_heads(&read(context), s, 1, 0);
+            (parts(&proj_values), out, parts(&d_proj))
         }
         Layout::Dense => {
             let dims = [b, h, t, d];
@@ -817,25 +833,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedAtten
         // Inputs as they come (views included): the kernels follow strides.
         let (q, k, v) = (within_u32(q), within_u32(k), within_u32(v));
         let shape = dims4(&q);
-        let (count, dim, t, d, tile, scale) = geometry(shape, &Limits::of(&q.client));
         let out = empty_like(&q, Shape::new(shape), q.dtype);
-        let lse = empty_like(&q, Shape::new([shape[0], shape[1], t]), DType::F32);
-        let dtype = q.dtype;
-        kernels::attention_forward_kernel::launch::<R>(
-            &q.client.clone(),
-            count,
-            dim,
-            q.into_tensor_arg(),
-            k.into_tensor_arg(),
-            v.into_tensor_arg(),
-            out.clone().into_tensor_arg(),
-            lse.clone().into_tensor_arg(),
-            scale,
-            t,
-            d,
-            tile,
-            dtype.into(),
-        );
+        let lse = launch_forward(q, k, v, out.clone());
         (out, lse)
     }
 
@@ -849,52 +848,191 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedAtten
     ) -> [FloatTensor<Self>; 3] {
         let (q, k, v) = (within_u32(q), within_u32(k), within_u32(v));
         let (out, lse, d_out) = (within_u32(out), within_u32(lse), within_u32(d_out));
-        let shape = dims4(&q);
-        let (count, dim, t, d, tile, scale) = geometry(shape, &Limits::of(&q.client));
-        let dtype = q.dtype;
-        let client = q.client.clone();
-        let dq = empty_like(&q, Shape::new(shape), dtype);
-        let dk = empty_like(&q, Shape::new(shape), dtype);
-        let dv = empty_like(&q, Shape::new(shape), dtype);
-        let delta = empty_like(&q, Shape::new([shape[0], shape[1], t]), DType::F32);
-        kernels::attention_dq_kernel::launch::<R>(
-            &client,
-            count.clone(),
-            dim,
-            q.clone().into_tensor_arg(),
-            k.clone().into_tensor_arg(),
-            v.clone().into_tensor_arg(),
-            out.into_tensor_arg(),
-            lse.clone().into_tensor_arg(),
-            d_out.clone().into_tensor_arg(),
-            dq.clone().into_tensor_arg(),
-            delta.clone().into_tensor_arg(),
-            scale,
-            t,
-            d,
-            tile,
-            dtype.into(),
-        );
-        kernels::attention_dkdv_kernel::launch::<R>(
-            &client,
-            count,
-            dim,
-            q.into_tensor_arg(),
-            k.into_tensor_arg(),
-            v.into_tensor_arg(),
-            lse.into_tensor_arg(),
-            delta.into_tensor_arg(),
-            d_out.into_tensor_arg(),
-            dk.clone().into_tensor_arg(),
-            dv.clone().into_tensor_arg(),
-            scale,
-            t,
-            d,
-            tile,
-            dtype.into(),
-        );
-        [dq, dk, dv]
+        let shape = Shape::new(dims4(&q));
+        let grads = [0, 1, 2].map(|_| empty_like(&q, shape.clone(), q.dtype));
+        launch_backward([q, k, v], out, lse, d_out, grads.clone());
+        grads
     }
+
+    /// q, k and v read in place from the projection and the output written
+    /// in place into the context, through views ([`heads_view`]); burn's
+    /// copies around [`Self::attention_forward`] where a third does not
+    /// start at an offset the runtime binds.
+    fn attention_forward_packed(
+        qkv: FloatTensor<Self>,
+        heads: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let qkv = within_u32(qkv);
+        let Some([q, k, v]) = thirds(&qkv, heads) else {
+            return attention::packed::forward::<Self>(qkv, heads);
+        };
+        let [b, t, w] = dims3(&q.meta.shape().dims::<4>());
+        let context = empty_like(&qkv, Shape::new([b, t, w]), qkv.dtype);
+        let out = heads_view(&context, heads, 1, 0).expect("a whole tensor binds at offset 0");
+        let lse = launch_forward(q, k, v, out);
+        (context, lse)
+    }
+
+    /// The projection's gradient written as one buffer, each third through
+    /// a view; burn's copies around [`Self::attention_backward`] where a
+    /// third does not start at an offset the runtime binds.
+    fn attention_backward_packed(
+        qkv: FloatTensor<Self>,
+        context: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_context: FloatTensor<Self>,
+        heads: usize,
+    ) -> FloatTensor<Self> {
+        let (qkv, context) = (within_u32(qkv), within_u32(context));
+        let (lse, d_context) = (within_u32(lse), within_u32(d_context));
+        let d_qkv = empty_like(&qkv, qkv.meta.shape().clone(), qkv.dtype);
+        let views = (
+            thirds(&qkv, heads),
+            heads_view(&context, heads, 1, 0),
+            heads_view(&d_context, heads, 1, 0),
+            thirds(&d_qkv, heads),
+        );
+        let (Some(inputs), Some(out), Some(d_out), Some(grads)) = views else {
+            return attention::packed::backward::<Self>(qkv, context, lse, d_context, heads);
+        };
+        launch_backward(inputs, out, lse, d_out, grads);
+        d_qkv
+    }
+}
+
+/// `[batch, heads, seq]` of a `[batch, heads, seq, dim]` shape... as the
+/// `[batch, seq, width]` it merges into.
+fn dims3(shape: &[usize; 4]) -> [usize; 3] {
+    let [b, h, t, d] = *shape;
+    [b, t, h * d]
+}
+
+/// Part `part` of `parts` equal parts of `t`'s last dimension (`[batch,
+/// seq, parts x width]`), split into `heads` heads as the view `[batch,
+/// heads, seq, width / heads]` through `t`'s own strides (CUDA pads rows):
+/// element `(b, h, s, c)` is `t[b, s, part x width + h x dim + c]`. `None`
+/// where the part's first element is not at an offset the runtime can bind
+/// (CUDA binds at 512-byte multiples: the 9M model's thirds start at 1,024
+/// bytes in f32, 512 in bf16; the tiny one's 256 in f32 do not).
+pub(crate) fn heads_view<R: CubeRuntime>(
+    t: &CubeTensor<R>,
+    heads: usize,
+    parts: usize,
+    part: usize,
+) -> Option<CubeTensor<R>> {
+    let [b, s, columns] = t.meta.shape().dims::<3>();
+    let strides = t.meta.strides();
+    let (width, column) = (columns / parts, strides[2]);
+    let dim = width / heads;
+    let offset = (part * width * column * t.dtype.size()) as u64;
+    if !offset.is_multiple_of(t.client.properties().memory.alignment) {
+        return None;
+    }
+    let handle = match offset {
+        0 => t.handle.clone(),
+        _ => t.handle.clone().offset_start(offset),
+    };
+    Some(CubeTensor::new(
+        t.client.clone(),
+        handle,
+        Metadata::new(
+            [b, heads, s, dim],
+            [strides[0], dim * column, strides[1], column],
+        ),
+        t.device.clone(),
+        t.dtype,
+    ))
+}
+
+/// q, k and v of a packed `[batch, seq, 3 width]` projection (or of its
+/// gradient), as [`heads_view`]s.
+fn thirds<R: CubeRuntime>(t: &CubeTensor<R>, heads: usize) -> Option<[CubeTensor<R>; 3]> {
+    let [q, k, v] = [0, 1, 2].map(|part| heads_view(t, heads, 3, part));
+    Some([q?, k?, v?])
+}
+
+/// The forward kernel on `q`, `k`, `v` (`[batch, heads, seq, dim]`, any
+/// strides) into `out` (the same shape, any strides): returns the rows'
+/// log-sum-exp.
+fn launch_forward<R: CubeRuntime>(
+    q: CubeTensor<R>,
+    k: CubeTensor<R>,
+    v: CubeTensor<R>,
+    out: CubeTensor<R>,
+) -> CubeTensor<R> {
+    let shape = dims4(&q);
+    let (count, dim, t, d, tile, scale) = geometry(shape, &Limits::of(&q.client));
+    let lse = empty_like(&q, Shape::new([shape[0], shape[1], t]), DType::F32);
+    let dtype = q.dtype;
+    kernels::attention_forward_kernel::launch::<R>(
+        &q.client.clone(),
+        count,
+        dim,
+        q.into_tensor_arg(),
+        k.into_tensor_arg(),
+        v.into_tensor_arg(),
+        out.into_tensor_arg(),
+        lse.clone().into_tensor_arg(),
+        scale,
+        t,
+        d,
+        tile,
+        dtype.into(),
+    );
+    lse
+}
+
+/// The backward kernels (dQ, then dK | dV) on the forward's inputs, output
+/// and log-sum-exp and the output's gradient, into `grads` (`[dq, dk,
+/// dv]`, any strides).
+fn launch_backward<R: CubeRuntime>(
+    [q, k, v]: [CubeTensor<R>; 3],
+    out: CubeTensor<R>,
+    lse: CubeTensor<R>,
+    d_out: CubeTensor<R>,
+    [dq, dk, dv]: [CubeTensor<R>; 3],
+) {
+    let shape = dims4(&q);
+    let (count, dim, t, d, tile, scale) = geometry(shape, &Limits::of(&q.client));
+    let dtype = q.dtype;
+    let client = q.client.clone();
+    let delta = empty_like(&q, Shape::new([shape[0], shape[1], t]), DType::F32);
+    kernels::attention_dq_kernel::launch::<R>(
+        &client,
+        count.clone(),
+        dim,
+        q.clone().into_tensor_arg(),
+        k.clone().into_tensor_arg(),
+        v.clone().into_tensor_arg(),
+        out.into_tensor_arg(),
+        lse.clone().into_tensor_arg(),
+        d_out.clone().into_tensor_arg(),
+        dq.into_tensor_arg(),
+        delta.clone().into_tensor_arg(),
+        scale,
+        t,
+        d,
+        tile,
+        dtype.into(),
+    );
+    kernels::attention_dkdv_kernel::launch::<R>(
+        &client,
+        count,
+        dim,
+        q.into_tensor_arg(),
+        k.into_tensor_arg(),
+        v.into_tensor_arg(),
+        lse.into_tensor_arg(),
+        delta.into_tensor_arg(),
+        d_out.into_tensor_arg(),
+        dk.into_tensor_arg(),
+        dv.into_tensor_arg(),
+        scale,
+        t,
+        d,
+        tile,
+        dtype.into(),
+    );
 }
 
 /// Which of the kernels' passes a fusion operation runs.
@@ -904,6 +1042,10 @@ enum Pass {
     Forward,
     /// q, k, v, out, lse, d_out -> dq, dk, dv.
     Backward,
+    /// qkv -> context, lse (`FusedAttention::attention_forward_packed`).
+    PackedForward { heads: usize },
+    /// qkv, context, lse, d_context -> d_qkv.
+    PackedBackward { heads: usize },
 }
 
 impl<R: CubeRuntime> KernelPass<R> for Pass {
@@ -911,6 +1053,8 @@ impl<R: CubeRuntime> KernelPass<R> for Pass {
         match self {
             Pass::Forward => "chessbench_attention_forward",
             Pass::Backward => "chessbench_attention_backward",
+            Pass::PackedForward { .. } => "chessbench_attention_packed_forward",
+            Pass::PackedBackward { .. } => "chessbench_attention_packed_backward",
         }
     }
 
@@ -928,6 +1072,17 @@ impl<R: CubeRuntime> KernelPass<R> for Pass {
             Pass::Backward => {
                 let [q, k, v, out, lse, d_out] = operands(inputs);
                 B::<R, F, I, BT>::attention_backward(q, k, v, out, lse, d_out).into()
+            }
+            Pass::PackedForward { heads } => {
+                let [qkv] = operands(inputs);
+                let (context, lse) = B::<R, F, I, BT>::attention_forward_packed(qkv, heads);
+                vec![context, lse]
+            }
+            Pass::PackedBackward { heads } => {
+                let [qkv, context, lse, d_context] = operands(inputs);
+                vec![B::<R, F, I, BT>::attention_backward_packed(
+                    qkv, context, lse, d_context, heads,
+                )]
             }
         }
     }
@@ -994,6 +1149,66 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedAtten
             .map(|_| TensorIr::uninit(q.client.create_empty_handle(), shape.clone(), dtype));
         register_pass::<R, _, F, I, BT>(Pass::Backward, vec![q, k, v, out, lse, d_out], &grads)
             .outputs()
+    }
+
+    fn attention_forward_packed(
+        qkv: FloatTensor<Self>,
+        heads: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let [b, t, w3] = qkv.shape.dims::<3>();
+        let dims = [b, heads, t, w3 / 3 / heads];
+        let limits = Limits::of(&R::client(&qkv.client.device().clone()));
+        assert!(
+            heads > 0 && w3 % (3 * heads) == 0 && supported(dims, qkv.dtype, &limits),
+            "fused packed attention of {:?} in {} heads, {:?}, on a device with {limits:?}",
+            qkv.shape,
+            heads,
+            qkv.dtype
+        );
+        let context = TensorIr::uninit(
+            qkv.client.create_empty_handle(),
+            Shape::new([b, t, w3 / 3]),
+            qkv.dtype,
+        );
+        let lse = TensorIr::uninit(
+            qkv.client.create_empty_handle(),
+            Shape::new([b, heads, t]),
+            DType::F32,
+        );
+        let [context, lse] = register_pass::<R, _, F, I, BT>(
+            Pass::PackedForward { heads },
+            vec![qkv],
+            &[context, lse],
+        )
+        .outputs();
+        (context, lse)
+    }
+
+    fn attention_backward_packed(
+        qkv: FloatTensor<Self>,
+        context: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_context: FloatTensor<Self>,
+        heads: usize,
+    ) -> FloatTensor<Self> {
+        let [b, t, w3] = qkv.shape.dims::<3>();
+        let (shape, dtype) = (Shape::new([b, t, w3 / 3]), qkv.dtype);
+        assert!(
+            [&context, &d_context]
+                .iter()
+                .all(|c| c.dtype == dtype && c.shape == shape)
+                && lse.dtype == DType::F32
+                && lse.shape == Shape::new([b, heads, t]),
+            "fused packed attention backward of mixed formats or shapes"
+        );
+        let grad = TensorIr::uninit(qkv.client.create_empty_handle(), qkv.shape.clone(), dtype);
+        let [d_qkv] = register_pass::<R, _, F, I, BT>(
+            Pass::PackedBackward { heads },
+            vec![qkv, context, lse, d_context],
+            &[grad],
+        )
+        .outputs();
+        d_qkv
     }
 }
 

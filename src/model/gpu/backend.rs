@@ -19,7 +19,10 @@ use crate::model::{
     attention,
     backend::{AttentionKernel, LayerKernels, ModelBackend, Products, burn_swiglu},
     device::Precision,
-    gpu::{attention as gpu_attention, flat as gpu_flat, layers as gpu_layers, pass::FusedCube},
+    gpu::{
+        attention as gpu_attention, flat as gpu_flat, layers as gpu_layers,
+        pass::{FusedCube, Layout},
+    },
     layers,
     shape::ModelShape,
 };
@@ -138,10 +141,29 @@ impl<R: GpuRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ModelBacken
     }
 
     fn attend(q: Tensor<Self, 4>, k: Tensor<Self, 4>, v: Tensor<Self, 4>) -> Tensor<Self, 4> {
-        if gpu_attention::use_fused::<R, F, I, BT>(&q.device(), q.dims(), q.dtype()) {
+        if gpu_attention::use_fused::<R, F, I, BT>(&q.device(), q.dims(), q.dtype(), Layout::Views)
+        {
             attention::fused_attention_inference(q, k, v)
         } else {
             burn::tensor::module::attention(q, k, v, None, None, Default::default())
+        }
+    }
+
+    fn attend_packed(qkv: Tensor<Self, 3>, heads: usize) -> Tensor<Self, 3> {
+        let [b, t, w3] = qkv.dims();
+        let shape = [b, heads, t, w3 / 3 / heads];
+        if w3 % (3 * heads) == 0
+            && gpu_attention::use_fused::<R, F, I, BT>(
+                &qkv.device(),
+                shape,
+                qkv.dtype(),
+                Layout::Packed,
+            )
+        {
+            attention::fused_attention_packed_inference(qkv, heads)
+        } else {
+            let [q, k, v] = attention::packed::split::<Self>(qkv.into_primitive().tensor(), heads);
+            attention::packed::merge(Self::attend(q, k, v))
         }
     }
 
@@ -212,10 +234,29 @@ where
     }
 
     fn attend(q: Tensor<Self, 4>, k: Tensor<Self, 4>, v: Tensor<Self, 4>) -> Tensor<Self, 4> {
-        if gpu_attention::use_fused::<R, F, I, BT>(&q.device(), q.dims(), q.dtype()) {
+        if gpu_attention::use_fused::<R, F, I, BT>(&q.device(), q.dims(), q.dtype(), Layout::Views)
+        {
             attention::fused_attention(q, k, v)
         } else {
             burn::tensor::module::attention(q, k, v, None, None, Default::default())
+        }
+    }
+
+    fn attend_packed(qkv: Tensor<Self, 3>, heads: usize) -> Tensor<Self, 3> {
+        let [b, t, w3] = qkv.dims();
+        let shape = [b, heads, t, w3 / 3 / heads];
+        if w3 % (3 * heads) == 0
+            && gpu_attention::use_fused::<R, F, I, BT>(
+                &qkv.device(),
+                shape,
+                qkv.dtype(),
+                Layout::Packed,
+            )
+        {
+            attention::fused_attention_packed(qkv, heads)
+        } else {
+            let [q, k, v] = attention::packed::split::<Self>(qkv.into_primitive().tensor(), heads);
+            attention::packed::merge(Self::attend(q, k, v))
         }
     }
 
@@ -326,6 +367,7 @@ pub fn self_test_model<R: GpuRuntime>(
             device,
             [2, shape.heads, t, d / shape.heads],
             products,
+            Layout::Packed,
         );
         gpu_layers::use_fused_norm::<R, f32, i32, u32>(device, [2, t, d], DType::F32);
         gpu_layers::use_fused_swiglu::<R, f32, i32, u32>(

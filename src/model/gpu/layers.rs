@@ -440,6 +440,7 @@ pub(crate) fn variant_errors<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
                     let y = layers::fused_layer_norm(leaf.clone(), gamma_t.clone(), beta_t.clone());
                     (y, x.clone(), leaf)
                 }
+                Layout::Packed => return Err("the layer norm has no packed layout".into()),
             };
             let grads = (y.clone() * tensor(&dy, dims)).sum().backward();
             let mut dx = grad(&x_leaf, &grads)?;

@@ -181,6 +181,11 @@ pub(crate) enum Layout {
     /// final layer norm's input, each sequence's last position of
     /// `[batch, seq, width]`.
     Views,
+    /// The attention's packed passes: q, k and v read in place from one
+    /// `[batch, seq, 3 x width]` projection, the context written as
+    /// `[batch, seq, width]` and the projection's gradient as one buffer
+    /// (`FusedAttention::attention_forward_packed`).
+    Packed,
 }
 
 /// A kernel variant as it is compiled and launched: the family, the sizes
@@ -202,6 +207,7 @@ impl std::fmt::Display for Variant {
         let layout = match self.layout {
             Layout::Dense => "dense",
             Layout::Views => "views",
+            Layout::Packed => "packed",
         };
         match self.family {
             Family::Attention => write!(

@@ -230,9 +230,10 @@ mod tests {
 
     /// Every attention variant training and evaluation use on wgpu (the
     /// blocks' sequence lengths 78 and 79, head dimensions 16 (tiny), 32
-    /// (9M) and 64, f32 and f16, inputs dense and as the views the blocks
-    /// hand over), forward and the three gradients through the fused
-    /// backend's autodiff, against the plain-Rust reference.
+    /// (9M) and 64, f32 and f16, inputs dense, as views of a projection,
+    /// and packed as the blocks hand them over), forward and the three
+    /// gradients through the fused backend's autodiff, against the
+    /// plain-Rust reference.
     #[test]
     fn attention_variants_equal_their_cpu_twin() {
         let device = wgpu();
@@ -240,7 +241,7 @@ mod tests {
         for dtype in formats(&device) {
             for seq in [78, 79] {
                 for dim in [16, 32, 64] {
-                    for layout in [Layout::Dense, Layout::Views] {
+                    for layout in [Layout::Dense, Layout::Views, Layout::Packed] {
                         let variant = Variant {
                             family: Family::Attention,
                             sizes: [seq, dim],
@@ -257,6 +258,67 @@ mod tests {
             }
         }
         judge(results);
+    }
+
+    /// The packed passes read and write the 9M model's projection in place
+    /// (its thirds start at offsets any device binds: 1,024 bytes in f32,
+    /// 512 in f16) and give what burn's copies around the per-tensor
+    /// passes give.
+    #[test]
+    fn packed_attention_reads_and_writes_the_projection_in_place() {
+        let device = wgpu();
+        let (b, t, heads, dim) = (2, 79, 8, 32);
+        let w = heads * dim;
+        for dtype in formats(&device) {
+            let tensor = |salt: u64, cols: usize| -> CubeTensor<WgpuRuntime> {
+                let values: Vec<f32> = (0..b * t * cols)
+                    .map(|i| (((i as u64 * 2_654_435_761 + salt) % 1000) as f32 / 500.0) - 1.0)
+                    .collect();
+                Tensor::<Plain, 3>::from_data(TensorData::new(values, [b, t, cols]), &device)
+                    .cast(dtype)
+                    .into_primitive()
+                    .tensor()
+            };
+            let (qkv, d_context) = (tensor(1, 3 * w), tensor(2, w));
+            for part in 0..3 {
+                assert!(
+                    gpu::attention::heads_view(&qkv, heads, 3, part).is_some(),
+                    "third {part} of {dtype:?} not bound in place"
+                );
+            }
+            let read = |t: CubeTensor<WgpuRuntime>| -> Vec<f32> {
+                Tensor::<Plain, 3>::from_primitive(TensorPrimitive::Float(t))
+                    .cast(DType::F32)
+                    .into_data()
+                    .to_vec()
+                    .unwrap()
+            };
+            let (context, lse) = Plain::attention_forward_packed(qkv.clone(), heads);
+            let (copied, lse_copied) =
+                crate::model::attention::packed::forward::<Plain>(qkv.clone(), heads);
+            let d_qkv = Plain::attention_backward_packed(
+                qkv.clone(),
+                context.clone(),
+                lse.clone(),
+                d_context.clone(),
+                heads,
+            );
+            let d_copied = crate::model::attention::packed::backward::<Plain>(
+                qkv,
+                copied.clone(),
+                lse_copied,
+                d_context,
+                heads,
+            );
+            for (what, ours, theirs) in [
+                ("context", read(context), read(copied)),
+                ("d_qkv", read(d_qkv), read(d_copied)),
+            ] {
+                assert_eq!(ours.len(), theirs.len(), "{what}");
+                let e = relative_error(&ours, &theirs);
+                assert!(e <= bound_for(dtype), "{what} {dtype:?}: {e:e}");
+            }
+        }
     }
 
     /// The layer norm's variants (the tiny and 9M widths, 79 and 78
@@ -506,7 +568,12 @@ mod tests {
         let big = [1 << 16, 8, 79, 128];
         let fused = |shape| {
             with_kernels(true, || {
-                gpu::attention::use_fused::<WgpuRuntime, f32, i32, u32>(&device, shape, DType::F32)
+                gpu::attention::use_fused::<WgpuRuntime, f32, i32, u32>(
+                    &device,
+                    shape,
+                    DType::F32,
+                    Layout::Views,
+                )
             })
         };
         assert!(!fused(big) && !fused(big));
@@ -528,7 +595,12 @@ mod tests {
         // Turned off: burn's attention by choice, not a fallback.
         let off = [1 << 16, 8, 79, 127];
         assert!(!with_kernels(false, || {
-            gpu::attention::use_fused::<WgpuRuntime, f32, i32, u32>(&device, off, DType::F32)
+            gpu::attention::use_fused::<WgpuRuntime, f32, i32, u32>(
+                &device,
+                off,
+                DType::F32,
+                Layout::Views,
+            )
         }));
         assert!(
             !crate::model::fallbacks()

@@ -420,11 +420,12 @@ bench-account: | $(DUCKDB_LIB)
 	python3 bench/step_account.py run $(TARGET_DIR)/release/chessbench bench-data/account
 
 ## The training step's host cost without a GPU (bench/host_cost.py; needs
-## torch, about 10 minutes on 2 cores after the build): the CPU time of the
-## thread that runs burn's step on lavapipe (autodiff, fusion, CubeCL's
-## launches, wgpu's encoding), per step and per operation, for the tiny and
-## 9M models in f32 and mixed precision, beside PyTorch eager's host on the
-## meta device. Built optimised, as a user's GPU binary is: chessbench's
+## torch, about 15 minutes on 2 cores after the build): the CPU time of the
+## thread that runs burn's step on lavapipe with burn-fusion's and CubeCL's
+## services inline on it (CUBECL_DEVICE_THREADS=0: autodiff, fusion,
+## CubeCL's launches, wgpu's encoding), per step and per operation, for the
+## tiny and 9M models in f32 and mixed precision, beside PyTorch eager's
+## host on the meta device, and what the default runner threads cost. Built optimised, as a user's GPU binary is: chessbench's
 ## generic code instantiates burn's stack, so an unoptimised build would time
 ## the compiler's settings, not the stack. `bench-host-profile` adds a perf
 ## profile of the host thread by layer (needs Debian's linux-perf).

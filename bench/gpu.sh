@@ -48,7 +48,9 @@
 #              the fused kernels (CHESSBENCH_ATTENTION=burn, runs
 #              step-burn-burnattention-...); STEP_LAYERS="fused burn"
 #              adds burn's layer norm and SwiGLU (CHESSBENCH_LAYERS=burn,
-#              runs step-burn-burnlayers-...)
+#              runs step-burn-burnlayers-...); STEP_THREADS="1 0" adds
+#              burn with its device services inline on the step's thread
+#              (CUBECL_DEVICE_THREADS=0, runs step-burn-inline-...)
 #   batches    the 9M step at BATCHES (128 512 1024) for burn and PyTorch
 #              eager in BATCH_PRECISIONS (f32), and per implementation the
 #              line ms/step = fixed + per sample x batch through them
@@ -137,7 +139,7 @@ for i in range(len(lines) - 1, -1, -1):
         except ValueError:
             continue
         break
-asked = {k: os.environ[k] for k in ("CHESSBENCH_PRODUCTS", "CHESSBENCH_ATTENTION", "CHESSBENCH_LAYERS") if k in os.environ}
+asked = {k: os.environ[k] for k in ("CHESSBENCH_PRODUCTS", "CHESSBENCH_ATTENTION", "CHESSBENCH_LAYERS", "CUBECL_DEVICE_THREADS") if k in os.environ}
 head = {"run": name, "rc": int(rc), "wall_s": float(secs), "commit": commit, "asked": asked}
 if "attention" in row:
     # What ran, as the binary reports it: fused, mixed (some shapes fell
@@ -389,23 +391,29 @@ step_shape() { # PRESET BUCKETS BATCH STEPS
           for products in ${STEP_PRODUCTS:-cublaslt}; do
           for attn in ${STEP_ATTENTION:-fused}; do
           for layers in ${STEP_LAYERS:-fused}; do
+          for threads in ${STEP_THREADS:-1}; do
             name=$([ "$products" = burn ] && echo burncubecl || echo burn)
             [ "$attn" = burn ] && name=$name-burnattention
             [ "$layers" = burn ] && name=$name-burnlayers
+            # CUBECL_DEVICE_THREADS=0: burn-fusion's and CubeCL's services
+            # inline on the step's thread instead of their runner threads
+            # (vendor/README.md).
+            [ "$threads" = 0 ] && name=$name-inline
             # A row timed as fused is fused throughout: --require-fused
             # stops the run (a failed row) where any shape fell back.
             fused_flag=()
             [ "$attn" = fused ] && [ "$layers" = fused ] && [ "${REQUIRE_FUSED:-1}" = 1 ] &&
               fused_flag=(--require-fused)
             CHESSBENCH_PRODUCTS=$products CHESSBENCH_ATTENTION=$attn CHESSBENCH_LAYERS=$layers \
-              run "step-$name-$preset-$p-b$batch" \
+              CUBECL_DEVICE_THREADS=$threads run "step-$name-$preset-$p-b$batch" \
               "${BURN_LIMIT:-300}" "$CB" bench-step --model "$preset" --buckets "$k" --batch-size "$batch" \
               --steps "$steps" --warmup 3 --device cuda --precision "$p" --json "${fused_flag[@]}"
             [ "${STEP_PROFILE:-1}" = 1 ] && CHESSBENCH_PRODUCTS=$products CHESSBENCH_ATTENTION=$attn \
-              CHESSBENCH_LAYERS=$layers run \
+              CHESSBENCH_LAYERS=$layers CUBECL_DEVICE_THREADS=$threads run \
               "step-$name-$preset-$p-b$batch-profile" "${BURN_LIMIT:-300}" "$CB" bench-step --model "$preset" \
               --buckets "$k" --batch-size "$batch" --steps "$steps" --warmup 3 --device cuda --precision "$p" \
               --profile --json
+          done
           done
           done
           done ;;

@@ -2,12 +2,21 @@
 """The training step's host cost without a GPU: burn's stack beside PyTorch
 eager's, per step and per operation (`make bench-host`).
 
-burn: `chessbench bench-step --device wgpu` on Mesa's lavapipe. The thread
-that runs the step does all of burn's host work (autodiff, fusion's
-planning, CubeCL's launch path, wgpu's command encoding), the same work it
-does on an H100; lavapipe runs the kernels on its own threads (llvmpipe's
-workers, its queue thread), so the calling thread's CPU time per step is
-the host's cost and the others' is the kernels' (src/train/threads.rs).
+burn: `chessbench bench-step --device wgpu` on Mesa's lavapipe, in the
+two modes of the device handle (vendor/README.md, cubecl-common):
+
+- `inline` (CUBECL_DEVICE_THREADS=0): burn-fusion's and CubeCL's services
+  run on the thread that runs the step, so that thread does all of burn's
+  host work (autodiff, fusion's planning, CubeCL's launch path, wgpu's
+  command encoding), the same work it does on an H100, and nothing else;
+  lavapipe runs the kernels on its own threads (llvmpipe's workers, its
+  queue thread). The calling thread's CPU time per step is the host's cost
+  (src/train/threads.rs). This is the row set beside PyTorch's.
+- `threads` (the published default): the same work split over the step's
+  thread, burn-fusion's runner (`DSU-…`) and CubeCL's (`DSD-…`), handed
+  over through queues whose callers spin while they are full. The three
+  threads' CPU time is reported, the spinning included: it is what the
+  default costs a machine's cores, not the work.
 The operations a step issues before fusion come from `bench-step
 --count-ops` (the step built as on CUDA, counted on the CPU; f32 only) and
 the kernels launched after fusion from `bench-step --count-kernels` (on
@@ -56,9 +65,14 @@ PRESETS = ("tiny", "9m")
 PRECISIONS = (("f32", "f32", "f32"), ("mixed", "f16", "amp-bf16"))
 
 
-def burn(binary, preset, precision, extra, device="wgpu"):
+# The device handle's modes: CUBECL_DEVICE_THREADS for each.
+MODES = {"inline": "0", "threads": "1"}
+
+
+def burn(binary, preset, precision, extra, device="wgpu", mode="inline"):
     env = dict(os.environ)
     env.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp())
+    env["CUBECL_DEVICE_THREADS"] = MODES[mode]
     cmd = [binary, "bench-step", "--model", preset, "--policy", "action_value", "--buckets", str(BUCKETS),
            "--device", device, "--precision", precision, "--batch-size", str(BURN_BATCH), "--json", *extra]
     print("==", " ".join(cmd[1:]), file=sys.stderr, flush=True)
@@ -68,33 +82,39 @@ def burn(binary, preset, precision, extra, device="wgpu"):
     return json.loads(done.stdout)
 
 
-def settled(binary, preset, precision):
+def settled(binary, preset, precision, mode):
     """The fewest warm-up steps (of 2, 4, 8) after which a step compiles no
     kernel, and that run's kernel counts: lavapipe compiles each pipeline
     with LLVM on the thread that creates it, so a timed step that still
     compiles would count compilation as the host's work."""
     for warmup in (2, 4, 8):
         counted = burn(binary, preset, precision,
-                       ["--steps", "2", "--warmup", str(warmup), "--count-kernels"])
+                       ["--steps", "2", "--warmup", str(warmup), "--count-kernels"], mode=mode)
         if counted["kernels"]["compiled_in_steps"] == 0:
             return warmup, counted
     sys.exit(f"{preset} {precision}: kernels still compile after 8 warm-up steps")
 
 
-def burn_row(binary, preset, label, precision):
+def burn_row(binary, preset, label, precision, mode):
     steps = STEPS[preset]
-    warmup, kernels = settled(binary, preset, precision)
-    timed = burn(binary, preset, precision, ["--steps", str(steps), "--warmup", str(warmup)])
+    warmup, kernels = settled(binary, preset, precision, mode)
+    timed = burn(binary, preset, precision, ["--steps", str(steps), "--warmup", str(warmup)], mode=mode)
     host = timed.get("host_time")
     if host is None:
         sys.exit("bench-step reported no host_time (not Linux?)")
+    if timed.get("device_threads") != (mode == "threads"):
+        sys.exit(f"bench-step ran with device_threads {timed.get('device_threads')} where {mode} was asked "
+                 "(a build without the vendored cubecl-common?)")
+    # The runner threads' CPU (threads mode; none inline).
+    runners = sum(t for name, t in host["others"] if name.startswith("DS"))
     ops = None
     if precision == "f32":
         counted = burn(binary, preset, "f32", ["--steps", "1", "--warmup", "1", "--count-ops"], device="cpu")
         ops = counted["ops"]["launches"]
-    return {"side": "burn", "preset": preset, "precision": label, "measured_as": precision,
+    return {"side": "burn", "mode": mode, "preset": preset, "precision": label, "measured_as": precision,
             "batch": BURN_BATCH, "steps": steps, "warmup": warmup,
             "wall_s_per_step": timed["seconds"] / steps, "host_s_per_step": host["host"],
+            "runner_threads_s_per_step": runners,
             "others": host["others"], "ops_per_step": ops,
             "kernels_per_step": kernels["kernels"]["launched_per_step"],
             "attention": timed["attention"], "layers": timed["layers"], "products": timed["products"]}
@@ -118,14 +138,15 @@ def run(binary, out_dir):
     if os.path.exists(path):
         for line in open(path):
             r = json.loads(line)
-            done.add((r["side"], r["preset"], r["precision"]))
+            done.add((r["side"], r.get("mode"), r["preset"], r["precision"]))
     with open(path, "a") as f:
         for preset in PRESETS:
             for label, burn_precision, torch_precision in PRECISIONS:
-                if ("burn", preset, label) not in done:
-                    f.write(json.dumps(burn_row(binary, preset, label, burn_precision)) + "\n")
-                    f.flush()
-                if ("pytorch", preset, label) not in done:
+                for mode in MODES:
+                    if ("burn", mode, preset, label) not in done:
+                        f.write(json.dumps(burn_row(binary, preset, label, burn_precision, mode)) + "\n")
+                        f.flush()
+                if ("pytorch", None, preset, label) not in done:
                     f.write(json.dumps(torch_row(preset, label, torch_precision)) + "\n")
                     f.flush()
     print(f"rows in {path}", file=sys.stderr)
@@ -192,6 +213,9 @@ def profile(binary, out_dir, presets=PRESETS):
         data = os.path.join(out_dir, f"perf-{preset}.data")
         env = dict(os.environ)
         env.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp())
+        # Inline: the host thread does all of burn's host work, and no
+        # spinning on a runner's queue hides it.
+        env["CUBECL_DEVICE_THREADS"] = "0"
         cmd = [perf, "record", "-q", "-e", "cpu-clock", "-F", str(PERF_HZ[preset]), "--call-graph", "dwarf,32768", "-o", data,
                binary, "bench-step", "--model", preset, "--policy", "action_value", "--buckets", str(BUCKETS),
                "--device", "wgpu", "--precision", "f32", "--batch-size", str(BURN_BATCH),
@@ -220,7 +244,8 @@ def profile(binary, out_dir, presets=PRESETS):
             by_self[(layer_of(frames), self_of(frames))] += 1
             by_function[function_of(frames)] += 1
         total = sum(by_layer.values()) or 1
-        lines = [f"# perf profile of bench-step --model {preset} f32 on lavapipe, batch {BURN_BATCH}: "
+        lines = [f"# perf profile of bench-step --model {preset} f32 on lavapipe, batch {BURN_BATCH}, "
+                 "CUBECL_DEVICE_THREADS=0 (services inline): "
                  f"the host thread's samples by layer (innermost frame of a known layer; warm-up included)",
                  f"# bench-step: {json.loads(out).get('host_time')}", ""]
         for name, n in sorted(by_layer.items(), key=lambda kv: -kv[1]):
@@ -266,22 +291,28 @@ def parse_script(text):
 
 def render(out_dir):
     rows = [json.loads(l) for l in open(os.path.join(out_dir, "host.jsonl"))]
-    get = {(r["side"], r["preset"], r["precision"]): r for r in rows}
-    print("| model | precision | burn host ms/step | burn operations / kernels a step | burn us per operation / kernel "
-          "| PyTorch eager host ms/step (meta) | PyTorch operators a step | PyTorch us per operator | burn / PyTorch host |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    get = {(r["side"], r.get("mode"), r["preset"], r["precision"]): r for r in rows}
+    print("| model | precision | burn host ms/step (inline) | burn operations / kernels a step "
+          "| burn us per operation / kernel | PyTorch eager host ms/step (meta) | PyTorch operators a step "
+          "| PyTorch us per operator | burn / PyTorch host | threads mode: step's thread + runners ms/step "
+          "| wall s/step inline / threads |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for preset in PRESETS:
         for label, _, _ in PRECISIONS:
-            b, t = get.get(("burn", preset, label)), get.get(("pytorch", preset, label))
+            b, t = get.get(("burn", "inline", preset, label)), get.get(("pytorch", None, preset, label))
+            th = get.get(("burn", "threads", preset, label))
             if not b or not t:
                 continue
             ops = b["ops_per_step"]
             per_op = f"{b['host_s_per_step'] / ops * 1e6:.1f}" if ops else "-"
+            threads = (f"{th['host_s_per_step'] * 1e3:.1f} + {th['runner_threads_s_per_step'] * 1e3:.1f}"
+                       if th else "-")
+            walls = f"{b['wall_s_per_step']:.3f} / {th['wall_s_per_step']:.3f}" if th else "-"
             print(f"| {preset} | {label} | {b['host_s_per_step'] * 1e3:.1f} | {ops or '-'} / "
                   f"{b['kernels_per_step']:.0f} | {per_op} / {b['host_s_per_step'] / b['kernels_per_step'] * 1e6:.1f} "
                   f"| {t['host_s_per_step'] * 1e3:.2f} | {t['ops_per_step']} "
                   f"| {t['host_s_per_step'] / t['ops_per_step'] * 1e6:.1f} "
-                  f"| **{b['host_s_per_step'] / t['host_s_per_step']:.1f}x** |")
+                  f"| **{b['host_s_per_step'] / t['host_s_per_step']:.2f}x** | {threads} | {walls} |")
 
 
 def main():

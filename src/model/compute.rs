@@ -113,6 +113,18 @@ pub fn fallbacks() -> Vec<String> {
     Vec::new()
 }
 
+/// Whether burn-fusion's and CubeCL's device services run on their own
+/// runner threads in this process (`CUBECL_DEVICE_THREADS` unset or not
+/// `0`, the published behaviour) or inline on the calling thread (`0`):
+/// the vendored cubecl-common's choice (vendor/README.md). `None` in a
+/// build without a GPU backend.
+pub fn device_threads() -> Option<bool> {
+    #[cfg(gpu)]
+    return Some(burn_cubecl::cubecl::device_handle::device_threads());
+    #[cfg(not(gpu))]
+    None
+}
+
 #[cfg(feature = "wgpu")]
 fn wgpu_f16() -> Result<(), ComputeError> {
     let device = super::gpu::wgpu::device().map_err(|e| ComputeError::NoAdapter(e.to_string()))?;

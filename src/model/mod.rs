@@ -24,7 +24,7 @@ pub(crate) mod shape;
 pub use backend::{AttentionKernel, LayerKernels, ModelBackend, Products, TrainBackend};
 pub use checkpoint::CheckpointError;
 pub(crate) use checkpoint::{CheckpointInfo, Weights};
-pub use compute::{Use, check_compute, check_fused, fallbacks, require_fused};
+pub use compute::{Use, check_compute, check_fused, device_threads, fallbacks, require_fused};
 pub use device::{ComputeError, DeviceKind, F16_LOSS_SCALE, Precision, tune_allocator};
 pub(crate) use net::{Predictor, tokens_tensor};
 pub use shape::{Architecture, ModelShape, Preset};

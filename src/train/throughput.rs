@@ -234,6 +234,10 @@ pub struct StepTiming {
     /// shape they do not take, a variant that failed its self-test): why
     /// `attention` or `layers` says `mixed` or `burn`.
     pub fallbacks: Vec<String>,
+    /// Whether burn-fusion's and CubeCL's services ran on their runner
+    /// threads (`true`, the default) or inline on the step's thread
+    /// (`CUBECL_DEVICE_THREADS=0`); `None` without a GPU backend.
+    pub device_threads: Option<bool>,
     pub seconds: f64,
     pub samples_per_s: f64,
     pub model_flops_per_s: f64,
@@ -472,6 +476,7 @@ fn run<B: TrainBackend>(
         kernels,
         kernel_variants: kernel_variants(),
         fallbacks: crate::model::fallbacks(),
+        device_threads: crate::model::device_threads(),
         host_time,
         seconds,
         samples_per_s,

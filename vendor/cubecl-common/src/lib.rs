@@ -28,6 +28,9 @@ pub mod device;
 /// Device handle module.
 pub mod device_handle {
     pub use super::device::handle::DeviceHandle;
+    // chessbench patch: the process's choice of device-runner threads.
+    #[cfg(all(feature = "std", multi_threading))]
+    pub use super::device::handle::device_threads;
 }
 
 /// Utilities module to manipulate bytes.

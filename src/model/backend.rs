@@ -61,9 +61,7 @@ pub trait ModelBackend: Backend {
     /// kernel reads q, k and v and writes the context in place, and its
     /// backward writes the projection's gradient as one buffer.
     fn attend_packed(qkv: Tensor<Self, 3>, heads: usize) -> Tensor<Self, 3> {
-        let [q, k, v] =
-            super::attention::packed::split::<Self>(qkv.into_primitive().tensor(), heads);
-        super::attention::packed::merge(Self::attend(q, k, v))
+        attend_by_parts(qkv, heads)
     }
 
     /// Which implementation [`Self::attend`] runs (reported with timings).
@@ -133,6 +131,13 @@ pub trait ModelBackend: Backend {
 
 /// [`ModelBackend::flatten`] by burn's operations: a reshape per part
 /// (a view of a dense tensor) and one concatenation.
+/// [`ModelBackend::attend_packed`] by parts: the projection's thirds split
+/// into heads (views), [`ModelBackend::attend`], the heads merged back.
+pub(crate) fn attend_by_parts<B: ModelBackend>(qkv: Tensor<B, 3>, heads: usize) -> Tensor<B, 3> {
+    let [q, k, v] = super::attention::packed::split::<B>(qkv.into_primitive().tensor(), heads);
+    super::attention::packed::merge(B::attend(q, k, v))
+}
+
 pub(crate) fn burn_flatten<B: Backend>(parts: Vec<FloatTensor<B>>) -> FloatTensor<B> {
     let flat = parts
         .into_iter()

@@ -53,8 +53,8 @@ use serde::Serialize;
 use super::{
     attention::{self, FusedAttention},
     backend::{
-        ATTENTION_VAR, AttentionKernel, LAYERS_VAR, LayerKernels, ModelBackend, burn_flatten,
-        burn_swiglu, burn_unflatten,
+        ATTENTION_VAR, AttentionKernel, LAYERS_VAR, LayerKernels, ModelBackend, attend_by_parts,
+        burn_flatten, burn_swiglu, burn_unflatten,
     },
     layers::{self, FusedLayers},
 };
@@ -549,8 +549,7 @@ impl ModelBackend for Counted {
         if attention_fused() {
             attention::fused_attention_packed_inference(qkv, heads)
         } else {
-            let [q, k, v] = attention::packed::split::<Self>(qkv.into_primitive().tensor(), heads);
-            attention::packed::merge(Self::attend(q, k, v))
+            attend_by_parts(qkv, heads)
         }
     }
 
@@ -631,8 +630,7 @@ impl<C: CheckpointStrategy> ModelBackend for Autodiff<Counted, C> {
         if attention_fused() {
             attention::fused_attention_packed(qkv, heads)
         } else {
-            let [q, k, v] = attention::packed::split::<Self>(qkv.into_primitive().tensor(), heads);
-            attention::packed::merge(Self::attend(q, k, v))
+            attend_by_parts(qkv, heads)
         }
     }
 

@@ -1245,6 +1245,14 @@ mod emulated {
         /// `[batch, heads, seq, dim]`; the output's gradient a transposed
         /// `[batch, seq, heads * dim]`.
         Views,
+        /// As the packed passes hand them over (`heads_view` in the launch
+        /// code): q, k and v views of one `[batch, seq, 3 * heads * dim]`
+        /// buffer from their third's offset to the buffer's end, the
+        /// output's gradient a view of `[batch, seq, heads * dim]`; and the
+        /// outputs written the same way, the output into a `[batch, seq,
+        /// heads * dim]` buffer and dq, dk, dv into the thirds of one
+        /// projection-shaped buffer each.
+        Packed,
     }
 
     /// `[b, h, t, d]` viewed out of a dense `[b, t, parts * h * d]`
@@ -1264,6 +1272,14 @@ mod emulated {
         t
     }
 
+    /// [`heads_view`] as the packed passes bind it: the handle cut at the
+    /// part's start only, running to the buffer's end.
+    fn packed_view(s: Heads, elem: Elem, parts: usize, part: usize) -> DeviceTensor {
+        let mut t = heads_view(s, elem, parts, part);
+        t.offset_end = 0;
+        t
+    }
+
     /// An input of shape `s` laid out as `inputs` says (`part`: 0, 1, 2
     /// for q, k, v of one projection; 3 for the output's gradient).
     fn input(s: Heads, elem: Elem, inputs: Inputs, part: usize) -> DeviceTensor {
@@ -1277,6 +1293,8 @@ mod emulated {
             }
             Inputs::Views if part < 3 => heads_view(s, elem, 3, part),
             Inputs::Views => heads_view(s, elem, 1, 0),
+            Inputs::Packed if part < 3 => packed_view(s, elem, 3, part),
+            Inputs::Packed => packed_view(s, elem, 1, 0),
         }
     }
 
@@ -1495,10 +1513,20 @@ mod emulated {
             t
         };
         let (tq, tk, tv, tg) = (input(0, &q), input(1, &k), input(2, &v), input(3, &g));
-        // Outputs as the launch allocates them.
+        // Outputs as the launch allocates them (the packed passes write
+        // the output and the gradients through views).
         let new =
             |shape: &[usize], elem| DeviceTensor::allocate_filled(shape, elem, OUTPUT_LAYOUT, fill);
-        let (mut out, mut lse) = (new(&shape, elem), new(&lse_shape, Elem::F32));
+        let output = |parts: usize, part: usize| {
+            if inputs == Inputs::Packed {
+                let mut t = packed_view(s, elem, parts, part);
+                t.refill(fill);
+                t
+            } else {
+                new(&shape, elem)
+            }
+        };
+        let (mut out, mut lse) = (output(1, 0), new(&lse_shape, Elem::F32));
         launch_kernel(
             device,
             0,
@@ -1508,7 +1536,7 @@ mod emulated {
             launch,
             1,
         );
-        let (mut dq, mut delta) = (new(&shape, elem), new(&lse_shape, Elem::F32));
+        let (mut dq, mut delta) = (output(3, 0), new(&lse_shape, Elem::F32));
         launch_kernel(
             device,
             1,
@@ -1518,7 +1546,7 @@ mod emulated {
             launch,
             2,
         );
-        let (mut dk, mut dv) = (new(&shape, elem), new(&shape, elem));
+        let (mut dk, mut dv) = (output(3, 1), output(3, 2));
         launch_kernel(
             device,
             2,
@@ -1579,7 +1607,12 @@ mod emulated {
         ] {
             for (elem, bound) in [(Elem::F32, 1e-4), (Elem::Bf16, 2e-2)] {
                 let device = build(s.seq, s.dim, elem);
-                for inputs in [Inputs::Contiguous, Inputs::Allocated, Inputs::Views] {
+                for inputs in [
+                    Inputs::Contiguous,
+                    Inputs::Allocated,
+                    Inputs::Views,
+                    Inputs::Packed,
+                ] {
                     run(&device, s, elem, inputs, Launch::Strided, POISON)
                         .assert_within(&format!("{s:?} {elem:?} {inputs:?}"), bound);
                 }

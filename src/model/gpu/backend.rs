@@ -17,7 +17,9 @@ use burn_fusion::Fusion;
 
 use crate::model::{
     attention,
-    backend::{AttentionKernel, LayerKernels, ModelBackend, Products, burn_swiglu},
+    backend::{
+        AttentionKernel, LayerKernels, ModelBackend, Products, attend_by_parts, burn_swiglu,
+    },
     device::Precision,
     gpu::{
         attention as gpu_attention, flat as gpu_flat, layers as gpu_layers,
@@ -150,20 +152,10 @@ impl<R: GpuRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ModelBacken
     }
 
     fn attend_packed(qkv: Tensor<Self, 3>, heads: usize) -> Tensor<Self, 3> {
-        let [b, t, w3] = qkv.dims();
-        let shape = [b, heads, t, w3 / 3 / heads];
-        if w3 % (3 * heads) == 0
-            && gpu_attention::use_fused::<R, F, I, BT>(
-                &qkv.device(),
-                shape,
-                qkv.dtype(),
-                Layout::Packed,
-            )
-        {
+        if packed_fused::<R, F, I, BT>(&qkv.device(), qkv.dims(), qkv.dtype(), heads) {
             attention::fused_attention_packed_inference(qkv, heads)
         } else {
-            let [q, k, v] = attention::packed::split::<Self>(qkv.into_primitive().tensor(), heads);
-            attention::packed::merge(Self::attend(q, k, v))
+            attend_by_parts(qkv, heads)
         }
     }
 
@@ -243,20 +235,10 @@ where
     }
 
     fn attend_packed(qkv: Tensor<Self, 3>, heads: usize) -> Tensor<Self, 3> {
-        let [b, t, w3] = qkv.dims();
-        let shape = [b, heads, t, w3 / 3 / heads];
-        if w3 % (3 * heads) == 0
-            && gpu_attention::use_fused::<R, F, I, BT>(
-                &qkv.device(),
-                shape,
-                qkv.dtype(),
-                Layout::Packed,
-            )
-        {
+        if packed_fused::<R, F, I, BT>(&qkv.device(), qkv.dims(), qkv.dtype(), heads) {
             attention::fused_attention_packed(qkv, heads)
         } else {
-            let [q, k, v] = attention::packed::split::<Self>(qkv.into_primitive().tensor(), heads);
-            attention::packed::merge(Self::attend(q, k, v))
+            attend_by_parts(qkv, heads)
         }
     }
 
@@ -298,6 +280,30 @@ where
     fn max_buffer_bytes(device: &Self::Device) -> Option<u64> {
         R::max_buffer_bytes(device)
     }
+}
+
+/// Whether a block's packed attention of `qkv` (`[batch, seq, 3 width]`)
+/// in `heads` heads runs the fused kernels: the width splits into heads,
+/// and the packed variant of its shape and format passed its self-test.
+fn packed_fused<R, F, I, BT>(
+    device: &R::Device,
+    [b, t, w3]: [usize; 3],
+    dtype: burn::tensor::DType,
+    heads: usize,
+) -> bool
+where
+    R: GpuRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    w3 % (3 * heads) == 0
+        && gpu_attention::use_fused::<R, F, I, BT>(
+            device,
+            [b, heads, t, w3 / 3 / heads],
+            dtype,
+            Layout::Packed,
+        )
 }
 
 /// A layer norm's `gamma` and `beta` when the fused kernels take it: the

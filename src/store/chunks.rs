@@ -17,6 +17,13 @@
 //!    ([`commit`]): this is the commit point;
 //! 3. the `.tmp` files are renamed to their final names.
 //!
+//! Each step is durable before the next: the `.tmp` files are fsynced and
+//! so are their directories (their names) before the entry is written; the
+//! entry's file is fsynced, renamed into place and its directory fsynced;
+//! the renames are followed by an fsync of each directory. A power loss
+//! therefore never leaves a durable entry whose files are gone: at worst
+//! it leaves `.tmp` files under an entry, which recovery rolls forward.
+//!
 //! On start, each process repairs its own shard's chunks ([`recover`]): an
 //! entry with `.tmp` files left rolls forward (step 3), files without an
 //! entry are deleted (`.tmp` files of a commit killed before step 2, and
@@ -38,7 +45,9 @@ use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::{
-    commit::{partition_dir, remove_dir_if_exists, remove_file_if_exists, sync_dir, write_atomic},
+    commit::{
+        partition_dir, remove_dir_if_exists, remove_file_if_exists, rename, sync_dir, write_atomic,
+    },
     error::StoreError,
     failpoint,
     files::{open_columns, open_parquet, parquet_files},
@@ -196,10 +205,11 @@ pub(crate) fn recover(
         if done.contains(&chunk) {
             if tmp {
                 let to = data_path(run, table, split, source, chunk, false);
-                match fs::rename(&path, &to) {
+                match rename(&path, &to) {
                     Err(e) if !gone(&e) => return Err(StoreError::io(&to, e)),
                     _ => {}
                 }
+                sync_dir(to.parent());
             }
         } else if tmp || !entry_path(run, split, source, chunk).exists() {
             // A final-name file is deleted only when its entry is missing
@@ -495,6 +505,20 @@ pub(crate) fn commit(
 ) -> Result<(), StoreError> {
     let dir = entries_dir(run, split);
     fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+    // The files' names durable before the entry that publishes them
+    // (their data is: `write_table` fsynced each file), and the
+    // directories' own names, which a first chunk created.
+    let partitions = || {
+        tables
+            .iter()
+            .map(|&table| run.join(partition_dir(table, split)))
+            .collect::<BTreeSet<_>>()
+    };
+    for partition in partitions() {
+        sync_dir(Some(&partition));
+        sync_dir(partition.parent());
+    }
+    sync_dir(dir.parent());
     let bytes = serde_json::to_vec_pretty(entry)
         .map_err(|e| StoreError::Corrupt(dir.clone(), e.to_string()))?;
     if let Err(e) = write_atomic(&entry_path(run, split, source, chunk), &bytes) {
@@ -504,11 +528,14 @@ pub(crate) fn commit(
     failpoint::hit(failpoint::Point::EntryWritten);
     for (i, &table) in tables.iter().enumerate() {
         let to = data_path(run, table, split, source, chunk, false);
-        fs::rename(data_path(run, table, split, source, chunk, true), &to)
+        rename(&data_path(run, table, split, source, chunk, true), &to)
             .map_err(|e| StoreError::io(&to, e))?;
         if i == 0 {
             failpoint::hit(failpoint::Point::FirstRename);
         }
+    }
+    for partition in partitions() {
+        sync_dir(Some(&partition));
     }
     Ok(())
 }
@@ -703,6 +730,102 @@ mod tests {
         fs::remove_file(entry_path(run, "train", S, 4)).unwrap();
         assert_eq!(recover(run, "train", S, (0, 1)).unwrap(), BTreeSet::new());
         assert!(!data_path(run, Table::StateValues, "train", S, 4, false).exists());
+    }
+
+    /// A chunk's commit is durable in order: every file's data and its
+    /// directory's names before the entry, the entry's own file before its
+    /// rename and its directory after it, then the renames, then their
+    /// directories.
+    #[test]
+    fn a_commit_is_durable_before_it_is_published() {
+        use crate::store::commit::{Step, recording};
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        let batch = RecordBatch::new_empty(Table::StateValues.schema());
+        let columns = || batch.columns().to_vec();
+        let ((), steps) = recording(|| {
+            write_chunk(
+                run,
+                "train",
+                S,
+                3,
+                vec![
+                    (Table::StateValues, columns()),
+                    (Table::ActionValues, {
+                        RecordBatch::new_empty(Table::ActionValues.schema())
+                            .columns()
+                            .to_vec()
+                    }),
+                ],
+                |_| serde_json::json!({"chunk": 3}),
+            )
+            .map(drop)
+            .unwrap()
+        });
+        let at = |wanted: &Step| {
+            steps
+                .iter()
+                .position(|s| s == wanted)
+                .unwrap_or_else(|| panic!("{wanted:?} not taken: {steps:#?}"))
+        };
+        let partition = run.join(partition_dir(Table::StateValues, "train"));
+        let tmp = data_path(run, Table::StateValues, "train", S, 3, true);
+        let file = data_path(run, Table::StateValues, "train", S, 3, false);
+        let entry = entry_path(run, "train", S, 3);
+        let entries = entries_dir(run, "train");
+        let (sync_tmp, sync_names) = (
+            at(&Step::SyncFile(tmp)),
+            at(&Step::SyncDir(partition.clone())),
+        );
+        let publish = at(&Step::Rename(entry.clone()));
+        let entry_synced = steps
+            .iter()
+            .position(|s| matches!(s, Step::SyncFile(p) if p.starts_with(&entries)))
+            .expect("the entry's file synced");
+        let entry_named = steps
+            .iter()
+            .rposition(|s| *s == Step::SyncDir(entries.clone()))
+            .expect("the entries' directory synced");
+        let renamed = at(&Step::Rename(file));
+        let renames_synced = steps
+            .iter()
+            .rposition(|s| *s == Step::SyncDir(partition.clone()))
+            .unwrap();
+        assert!(sync_tmp < sync_names, "{steps:#?}");
+        assert!(sync_names < publish, "{steps:#?}");
+        assert!(
+            entry_synced < publish && publish < entry_named,
+            "{steps:#?}"
+        );
+        assert!(
+            entry_named < renamed && renamed < renames_synced,
+            "{steps:#?}"
+        );
+        // An empty action-values table is left out: one table, one rename.
+        assert_eq!(
+            steps
+                .iter()
+                .filter(|s| matches!(s, Step::Rename(p) if p.extension().is_some_and(|e| e == "parquet")))
+                .count(),
+            1
+        );
+        // Recovery's roll-forward syncs the directory after its rename.
+        let batch = RecordBatch::new_empty(Table::StateValues.schema());
+        write_table(run, "train", S, 5, Table::StateValues, &batch).unwrap();
+        fs::write(entry_path(run, "train", S, 5), b"{}").unwrap();
+        let (done, steps) = recording(|| recover(run, "train", S, (0, 1)).unwrap());
+        assert_eq!(done, BTreeSet::from([3, 5]));
+        let rolled = data_path(run, Table::StateValues, "train", S, 5, false);
+        let renamed = steps
+            .iter()
+            .position(|s| *s == Step::Rename(rolled.clone()));
+        let synced = steps
+            .iter()
+            .rposition(|s| *s == Step::SyncDir(partition.clone()));
+        assert!(
+            matches!((renamed, synced), (Some(r), Some(d)) if r < d),
+            "{steps:#?}"
+        );
     }
 
     #[test]

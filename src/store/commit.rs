@@ -50,6 +50,62 @@ struct Journal {
 /// concurrent writers of one file (annotate shards starting together) never
 /// share, truncate or steal each other's temp file; the last rename wins.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    write_atomic_inner(path, bytes)
+}
+
+/// A step that makes data durable, in the order a thread takes them:
+/// [`note`] records them for tests, which check that every commit point
+/// becomes durable only after what it publishes (`store::chunks`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// A file's data and metadata flushed (`fsync`).
+    SyncFile(PathBuf),
+    /// A directory flushed (`fsync`): the names created, renamed or
+    /// removed in it are durable.
+    SyncDir(PathBuf),
+    /// A file renamed to this name.
+    Rename(PathBuf),
+}
+
+#[cfg(test)]
+thread_local! {
+    static STEPS: std::cell::RefCell<Option<Vec<Step>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Records `step` while a test on this thread is [`recording`]; nothing
+/// otherwise (outside tests the closure is never called).
+pub(crate) fn note(step: impl FnOnce() -> Step) {
+    #[cfg(test)]
+    STEPS.with(|steps| {
+        if let Some(steps) = steps.borrow_mut().as_mut() {
+            steps.push(step());
+        }
+    });
+    #[cfg(not(test))]
+    let _ = step;
+}
+
+/// Runs `f`, returning what it returned and the durability steps it took
+/// on this thread, in order.
+#[cfg(test)]
+pub(crate) fn recording<T>(f: impl FnOnce() -> T) -> (T, Vec<Step>) {
+    STEPS.with(|steps| *steps.borrow_mut() = Some(Vec::new()));
+    let out = f();
+    (
+        out,
+        STEPS.with(|steps| steps.borrow_mut().take().unwrap_or_default()),
+    )
+}
+
+/// `fs::rename`, noted as a durability [`Step`]: the new name is durable
+/// once its directory is synced.
+pub(crate) fn rename(from: &Path, to: &Path) -> std::io::Result<()> {
+    fs::rename(from, to)?;
+    note(|| Step::Rename(to.to_owned()));
+    Ok(())
+}
+
+fn write_atomic_inner(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut name = path.file_name().unwrap_or_default().to_os_string();
@@ -59,7 +115,8 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> 
         let mut f = File::create(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
         f.write_all(bytes).map_err(|e| StoreError::io(&tmp, e))?;
         f.sync_all().map_err(|e| StoreError::io(&tmp, e))?;
-        fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))
+        note(|| Step::SyncFile(tmp.clone()));
+        rename(&tmp, path).map_err(|e| StoreError::io(path, e))
     })();
     if written.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -89,6 +146,7 @@ pub(crate) fn sync_dir(dir: Option<&Path>) {
         && let Ok(d) = File::open(dir)
     {
         let _ = d.sync_all();
+        note(|| Step::SyncDir(dir.to_owned()));
     }
 }
 

@@ -169,7 +169,9 @@ pub(crate) fn sync_file(buf: BufWriter<File>, path: &Path) -> Result<(), StoreEr
     let file = buf
         .into_inner()
         .map_err(|e| StoreError::io(path, e.into_error()))?;
-    file.sync_all().map_err(|e| StoreError::io(path, e))
+    file.sync_all().map_err(|e| StoreError::io(path, e))?;
+    super::commit::note(|| super::commit::Step::SyncFile(path.to_owned()));
+    Ok(())
 }
 
 /// `part-00012.parquet`.

@@ -129,8 +129,6 @@ pub trait ModelBackend: Backend {
     }
 }
 
-/// [`ModelBackend::flatten`] by burn's operations: a reshape per part
-/// (a view of a dense tensor) and one concatenation.
 /// [`ModelBackend::attend_packed`] by parts: the projection's thirds split
 /// into heads (views), [`ModelBackend::attend`], the heads merged back.
 pub(crate) fn attend_by_parts<B: ModelBackend>(qkv: Tensor<B, 3>, heads: usize) -> Tensor<B, 3> {
@@ -138,6 +136,8 @@ pub(crate) fn attend_by_parts<B: ModelBackend>(qkv: Tensor<B, 3>, heads: usize) 
     super::attention::packed::merge(B::attend(q, k, v))
 }
 
+/// [`ModelBackend::flatten`] by burn's operations: a reshape per part
+/// (a view of a dense tensor) and one concatenation.
 pub(crate) fn burn_flatten<B: Backend>(parts: Vec<FloatTensor<B>>) -> FloatTensor<B> {
     let flat = parts
         .into_iter()

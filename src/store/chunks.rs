@@ -507,7 +507,7 @@ pub(crate) fn commit(
     fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
     // The files' names durable before the entry that publishes them
     // (their data is: `write_table` fsynced each file), and the
-    // directories' own names, which a first chunk created.
+    // directories' own names, up to the run's, which a first chunk created.
     let partitions = || {
         tables
             .iter()
@@ -519,6 +519,9 @@ pub(crate) fn commit(
         sync_dir(partition.parent());
     }
     sync_dir(dir.parent());
+    // The tables' and `annotate`'s own names, which a run's first chunk
+    // may have created.
+    sync_dir(Some(run));
     let bytes = serde_json::to_vec_pretty(entry)
         .map_err(|e| StoreError::Corrupt(dir.clone(), e.to_string()))?;
     if let Err(e) = write_atomic(&entry_path(run, split, source, chunk), &bytes) {
@@ -778,6 +781,10 @@ mod tests {
             at(&Step::SyncDir(partition.clone())),
         );
         let publish = at(&Step::Rename(entry.clone()));
+        assert!(
+            at(&Step::SyncDir(run.to_owned())) < publish,
+            "the run's directory synced before the entry: {steps:#?}"
+        );
         let entry_synced = steps
             .iter()
             .position(|s| matches!(s, Step::SyncFile(p) if p.starts_with(&entries)))

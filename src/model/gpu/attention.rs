@@ -21,7 +21,9 @@
 //! device's shared memory is smaller), and the `seq x seq` scores never
 //! reach global memory. Every tensor is read and written through the
 //! strides the runtime passes with it (CUDA pads rows; the model's q, k, v
-//! are views), so the launch copies nothing. The launch reads the device's
+//! are views of its packed projection), so the launch copies nothing, but
+//! where a third of the projection starts at an offset the runtime cannot
+//! bind ([`heads_view`]). The launch reads the device's
 //! limits ([`Limits`]); shapes the kernels do not take there
 //! ([`supported`]) run burn's attention.
 //!
@@ -336,12 +338,13 @@ fn split_heads(proj: &[f32], s: Heads, parts: usize, part: usize) -> Vec<f32> {
 
 /// One variant of the fused attention against [`attention`]'s reference,
 /// as training runs it: on the fused backend `Autodiff<Fusion<CubeBackend<R,
-/// F, I, BT>>>`, through [`attention::fused_attention`], two sequences of
-/// `heads` heads of the variant's sequence length and head dimension in its
+/// F, I, BT>>>`, through [`attention::fused_attention`] (dense, views) or
+/// [`attention::fused_attention_packed`] (packed), two sequences of `heads`
+/// heads of the variant's sequence length and head dimension in its
 /// format, the inputs laid out as the variant says (views: q, k and v
 /// sliced out of one projection and transposed, the output's gradient
-/// arriving through the transposition back to `[batch, seq, width]`, as in
-/// `Block::forward`). `(shape, what, error)` for the output and the three
+/// arriving through the transposition back to `[batch, seq, width]`;
+/// packed: the projection itself, as `Block::forward` hands it over). `(shape, what, error)` for the output and the three
 /// gradients; the reference computes in f32 on the inputs rounded to the
 /// format, its backward from its output rounded as the kernels store it.
 pub(crate) fn variant_errors<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
@@ -900,8 +903,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedAtten
     }
 }
 
-/// `[batch, heads, seq]` of a `[batch, heads, seq, dim]` shape... as the
-/// `[batch, seq, width]` it merges into.
+/// The `[batch, seq, heads x dim]` a `[batch, heads, seq, dim]` shape
+/// merges into.
 fn dims3(shape: &[usize; 4]) -> [usize; 3] {
     let [b, h, t, d] = *shape;
     [b, t, h * d]
@@ -913,7 +916,8 @@ fn dims3(shape: &[usize; 4]) -> [usize; 3] {
 /// element `(b, h, s, c)` is `t[b, s, part x width + h x dim + c]`. `None`
 /// where the part's first element is not at an offset the runtime can bind
 /// (CUDA binds at 512-byte multiples: the 9M model's thirds start at 1,024
-/// bytes in f32, 512 in bf16; the tiny one's 256 in f32 do not).
+/// bytes in f32, 512 in bf16; the tiny one's, 256 in f32 and 128 in bf16,
+/// do not, and take burn's copies).
 pub(crate) fn heads_view<R: CubeRuntime>(
     t: &CubeTensor<R>,
     heads: usize,

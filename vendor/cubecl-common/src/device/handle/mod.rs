@@ -108,20 +108,32 @@ mod chosen {
             }
         }
 
+        // Inline, a task's panic is caught as the runner thread catches it:
+        // `submit` logs it, `submit_blocking` returns an error, and the
+        // service stays usable.
         fn submit_blocking<'a, R: Send, T: FnOnce(&mut S) -> R + Send + 'a>(
             &self,
             task: T,
         ) -> Result<R, CallError> {
             match self {
                 Chosen::Threads(h) => h.submit_blocking(task),
-                Chosen::Inline(h) => h.submit_blocking(task),
+                Chosen::Inline(h) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    h.submit_blocking(task)
+                }))
+                .unwrap_or(Err(CallError)),
             }
         }
 
         fn submit<T: FnOnce(&mut S) + Send + 'static>(&self, task: T) {
             match self {
                 Chosen::Threads(h) => h.submit(task),
-                Chosen::Inline(h) => h.submit(task),
+                Chosen::Inline(h) => {
+                    if let Err(err) =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.submit(task)))
+                    {
+                        log::warn!("Task failed: {err:?}");
+                    }
+                }
             }
         }
 

@@ -37,11 +37,25 @@ impl<S: DeviceService> DeviceHandleSpec<S> for ReentrantMutexDeviceHandle<S> {
 
     fn utilities(&self) -> ServerUtilitiesHandle {
         let state = self.lock.lock.lock();
+        let key = TypeId::of::<S>();
+        if let Some(entry) = state.map.borrow().get(&key) {
+            return entry.utilities.clone();
+        }
+        // chessbench patch: the service starts on first use, as the channel
+        // handle starts it in `new` (`ComputeClient::load` asks for the
+        // utilities of a device no one initialised). It is made outside the
+        // map's borrow, since starting it may use other services of the
+        // device; the reentrant lock keeps other threads out meanwhile.
+        let service = S::init(self.device_id);
+        let utilities = service.utilities();
         state
             .map
-            .borrow()
-            .get(&TypeId::of::<S>())
-            .expect("Service not yet initialized — call init() before load()")
+            .borrow_mut()
+            .entry(key)
+            .or_insert_with(|| ReentrantMutexDeviceState {
+                service: Cell::new(Some(Box::new(service))),
+                utilities,
+            })
             .utilities
             .clone()
     }
@@ -168,26 +182,42 @@ impl<S: DeviceService> ReentrantMutexDeviceHandle<S> {
                 .take()
         };
 
-        let mut entry = entry.unwrap_or_else(|| {
+        let entry = entry.unwrap_or_else(|| {
             panic!(
                 "State {} is already borrowed by the current thread",
                 core::any::type_name::<S>(),
             )
         });
 
-        let s = entry.downcast_mut::<S>().expect("The type to be correct");
-        let result = f(s);
-
-        // Put the entry back.
-        state
-            .map
-            .borrow()
-            .get(&key)
-            .expect("Entry still exists")
-            .service
-            .replace(Some(entry));
-
-        result
+        // chessbench patch: the entry goes back into the map also when `f`
+        // panics (the guard's drop), so a caller that catches the panic
+        // finds the service again instead of "already borrowed".
+        struct PutBack<'a> {
+            map: &'a RefCell<HashMap<TypeId, ReentrantMutexDeviceState>>,
+            key: TypeId,
+            entry: Option<Box<dyn Any + Send + 'static>>,
+        }
+        impl Drop for PutBack<'_> {
+            fn drop(&mut self) {
+                if let Some(entry) = self.entry.take()
+                    && let Some(state) = self.map.borrow().get(&self.key)
+                {
+                    state.service.replace(Some(entry));
+                }
+            }
+        }
+        let mut guard = PutBack {
+            map: &state.map,
+            key,
+            entry: Some(entry),
+        };
+        let s = guard
+            .entry
+            .as_mut()
+            .expect("just put")
+            .downcast_mut::<S>()
+            .expect("The type to be correct");
+        f(s)
     }
 }
 
@@ -290,6 +320,24 @@ mod tests {
     make_service!(Svc6);
     make_service!(Svc7);
     make_service!(Svc8);
+
+    /// chessbench patch: a handle made with `new` starts its service when
+    /// its utilities are first asked for (as `ComputeClient::load` does),
+    /// and a panic inside a task leaves the service usable.
+    #[test]
+    fn utilities_start_the_service_and_a_panic_keeps_it() {
+        let device = DeviceId {
+            type_id: 98,
+            index_id: 98,
+        };
+        let h = ReentrantMutexDeviceHandle::<Svc1>::new(device);
+        let _ = h.utilities();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            h.with_lock(|_| panic!("a task failed"))
+        }));
+        assert!(caught.is_err());
+        assert_eq!(h.with_lock(|_| 7), 7);
+    }
 
     /// Lock many service types on the same device to force `HashMap` resizes
     /// while earlier services are still locked. Pre-fix, `borrow_mut_split`

@@ -108,7 +108,9 @@ def burn_row(binary, preset, label, precision, mode):
     # The runner threads' CPU (threads mode; none inline).
     runners = sum(t for name, t in host["others"] if name.startswith("DS"))
     ops = None
-    if precision == "f32":
+    # The operations a step issues do not depend on the device handle's
+    # mode: counted once, with the inline row (the one set beside PyTorch).
+    if precision == "f32" and mode == "inline":
         counted = burn(binary, preset, "f32", ["--steps", "1", "--warmup", "1", "--count-ops"], device="cpu")
         ops = counted["ops"]["launches"]
     return {"side": "burn", "mode": mode, "preset": preset, "precision": label, "measured_as": precision,
